@@ -1,0 +1,19 @@
+"""skfed: federated and distributed kernel methods with a scikit-learn API.
+
+Every estimator takes ``partitions`` in ``fit`` (which simulated client holds
+which sample), runs its clients through joblib, and reports what crossed the
+network as ``communication_`` (a :class:`CommunicationLog`).
+"""
+
+from . import partition
+from ._federation import ClientStepError, ClientValueError
+from ._ledger import CommunicationLog
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "ClientStepError",
+    "ClientValueError",
+    "CommunicationLog",
+    "partition",
+]

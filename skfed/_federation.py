@@ -1,0 +1,451 @@
+"""The simulated network: clients, their parallel execution, and the ledger.
+
+A fit cuts the data once into :class:`ClientData` pieces that live for the
+whole fit. Client steps are module-level functions::
+
+    def step(client, state, message):
+        ...
+        return new_state, upload
+
+``client`` is the client's own data, ``state`` what the same client kept from
+its previous rounds (``None`` at first) and ``message`` what the server sent
+it. ``new_state`` stays on the client; ``upload`` goes to the server and is
+measured by the ledger. Server steps are plain functions of uploads: they
+never see a :class:`ClientData`, which is the privacy boundary of the code.
+
+All rounds of one fit run in one reused ``sklearn.utils.parallel.Parallel``
+pool, so the backend (sequential, threads, loky, dask) is chosen by
+``n_jobs`` and any enclosing ``joblib.parallel_config``. Per-client random
+streams are fixed before the first round and depend on the fit's seed and on
+an order-free fingerprint of the client's data, never on the backend, on
+``n_jobs``, on the order of the clients or on their names.
+"""
+
+import hashlib
+import sys
+import traceback
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.utils import check_random_state
+from sklearn.utils.parallel import Parallel, delayed
+
+from ._ledger import DOWNLOAD, UPLOAD, CommunicationLog, count_payload
+from ._validation import check_partitions
+
+__all__ = [
+    "ClientData",
+    "ClientStepError",
+    "ClientValueError",
+    "FederatedMixin",
+    "Federation",
+]
+
+_SEED_MAX = np.iinfo(np.int32).max
+
+
+class ClientStepError(RuntimeError):
+    """A client step raised; the message names the client and the round.
+
+    The original exception is chained as ``__cause__``.
+
+    Attributes
+    ----------
+    client_id : hashable
+        The client that failed.
+    round_name : str
+        The round it failed in.
+    """
+
+    def __init__(self, message, *, client_id=None, round_name=None):
+        super().__init__(message)
+        self.client_id = client_id
+        self.round_name = round_name
+
+
+class ClientValueError(ClientStepError, ValueError):
+    """A client step rejected its input (a ``ValueError`` on one client)."""
+
+
+def _fingerprint(X):
+    """An order-free fingerprint of a client's rows.
+
+    Each row is hashed exactly (its bit pattern times fixed per-column odd
+    constants, summed modulo 2**64), the row hashes are sorted and the result
+    digested. Reordering rows or renaming the client does not change it.
+    """
+    n_features = X.shape[1]
+    consts = np.random.RandomState(0).randint(
+        1, 2**62, size=n_features, dtype=np.int64
+    ).astype(np.uint64) | np.uint64(1)
+    width = np.uint64 if X.dtype.itemsize == 8 else np.uint32
+    if sp.issparse(X):
+        X = X.tocsr()
+        bits = np.ascontiguousarray(X.data).view(width).astype(np.uint64)
+        terms = bits * consts[X.indices]
+        row_hash = np.zeros(X.shape[0], dtype=np.uint64)
+        nonempty = np.diff(X.indptr) > 0
+        if terms.size:
+            row_hash[nonempty] = np.add.reduceat(terms, X.indptr[:-1][nonempty])
+    else:
+        bits = np.ascontiguousarray(X).view(width).astype(np.uint64)
+        row_hash = (bits * consts).sum(axis=1, dtype=np.uint64)
+    digest = hashlib.blake2b(np.sort(row_hash).tobytes(), digest_size=8)
+    digest.update(repr((X.shape, str(X.dtype))).encode())
+    return int.from_bytes(digest.digest(), "little")
+
+
+class ClientData:
+    """What one simulated client holds for the duration of a fit.
+
+    Parameters
+    ----------
+    client_id : hashable
+        The client's id as given in ``partitions``.
+    X : {ndarray, sparse matrix} of shape (n_m, n_features)
+        The client's samples.
+    y : ndarray of shape (n_m,) or None
+        The client's targets.
+    sample_indices : ndarray of int
+        Positions of the client's samples in the training data (bookkeeping
+        of the simulation, used to reassemble per-sample local outputs).
+    entropy : tuple of int
+        Seed material for the client's random streams.
+    """
+
+    def __init__(self, client_id, X, y, sample_indices, entropy):
+        self.client_id = client_id
+        self.X = X
+        self.y = y
+        self.sample_indices = sample_indices
+        self.entropy = tuple(int(e) for e in entropy)
+
+    @property
+    def n_samples(self):
+        """n_m, the number of samples on this client."""
+        return self.X.shape[0]
+
+    def random_state(self, *keys):
+        """A ``RandomState`` private to this client, one stream per ``keys``.
+
+        Parameters
+        ----------
+        *keys : int
+            Distinguish streams, e.g. the round index.
+
+        Returns
+        -------
+        rng : numpy.random.RandomState
+        """
+        seq = np.random.SeedSequence([*self.entropy, *(int(k) for k in keys)])
+        return np.random.RandomState(seq.generate_state(4))
+
+    def seed(self, *keys):
+        """An int seed private to this client (for ``random_state=`` args)."""
+        return int(self.random_state(*keys).randint(_SEED_MAX))
+
+    def __repr__(self):
+        return f"ClientData(client_id={self.client_id!r}, n_samples={self.n_samples})"
+
+
+class _Failure:
+    def __init__(self, exc, tb):
+        self.exc = exc
+        self.tb = tb
+
+
+def _run_client_step(step, client, state, message):
+    """Run one client step where the backend puts it; never let it raise."""
+    try:
+        return step(client, state, message)
+    except Exception as exc:  # surfaced by Federation.run_round
+        return _Failure(exc, traceback.format_exc())
+
+
+class Federation:
+    """The clients of one fit and the network between them and the server.
+
+    Use as a context manager so that one worker pool serves every round::
+
+        with Federation.from_arrays(X, y, partitioning, ...) as fed:
+            uploads = fed.run_round("local step", local_step, message)
+
+    Parameters
+    ----------
+    clients : list of ClientData
+        In canonical order.
+    n_jobs : int, default=None
+        Passed to ``sklearn.utils.parallel.Parallel``; ``None`` lets an
+        enclosing ``joblib.parallel_config`` decide.
+    verbose : int, default=0
+        Print one line per round when positive.
+    log : CommunicationLog, default=None
+        Ledger to append to; a new one when omitted.
+
+    Attributes
+    ----------
+    log : CommunicationLog
+    client_ids : list
+        Ids of the clients still taking part (failed or dropped clients are
+        removed).
+    failed_clients : dict
+        Client id -> reason, for clients that failed or were dropped.
+    """
+
+    def __init__(self, clients, *, n_jobs=None, verbose=0, log=None):
+        self._clients = {c.client_id: c for c in clients}
+        self._states = {c.client_id: None for c in clients}
+        self.client_ids = [c.client_id for c in clients]
+        self.failed_clients = {}
+        self.n_jobs = n_jobs
+        self.verbose = verbose
+        self.log = CommunicationLog() if log is None else log
+        self._parallel = None
+
+    @classmethod
+    def from_arrays(
+        cls, X, y, partitioning, *, random_state, n_jobs=None, verbose=0, log=None
+    ):
+        """Cut ``X`` (and ``y``) into clients, once.
+
+        Parameters
+        ----------
+        X : {ndarray, sparse matrix} of shape (n_samples, n_features)
+        y : ndarray of shape (n_samples,) or None
+        partitioning : Partitioning
+            From :func:`skfed._validation.check_partitions`.
+        random_state : int or RandomState
+            One integer is drawn from it to seed every client's streams.
+        n_jobs, verbose, log
+            See :class:`Federation`.
+        """
+        base = int(check_random_state(random_state).randint(_SEED_MAX))
+        if sp.issparse(X):
+            X = X.tocsr()
+        clients = []
+        for cid, idx in zip(partitioning.client_ids, partitioning.indices):
+            Xm = X[idx]
+            fp = _fingerprint(Xm)
+            clients.append(
+                ClientData(
+                    cid,
+                    Xm,
+                    None if y is None else y[idx],
+                    idx,
+                    (base, fp & 0xFFFFFFFF, fp >> 32),
+                )
+            )
+        return cls(clients, n_jobs=n_jobs, verbose=verbose, log=log)
+
+    def __enter__(self):
+        self._parallel = Parallel(n_jobs=self.n_jobs, prefer="threads")
+        self._parallel.__enter__()
+        return self
+
+    def __exit__(self, *exc_info):
+        parallel, self._parallel = self._parallel, None
+        return parallel.__exit__(*exc_info)
+
+    @property
+    def n_clients(self):
+        """Number of clients still taking part."""
+        return len(self.client_ids)
+
+    @property
+    def client_sizes(self):
+        """n_m of every client still taking part (public protocol metadata:
+        the server learns each client's size)."""
+        return np.array([self._clients[c].n_samples for c in self.client_ids])
+
+    def drop(self, client_ids, reason):
+        """Remove clients from every later round (simulated dropout)."""
+        for cid in client_ids:
+            if cid in self._states:
+                self.failed_clients[cid] = reason
+        self.client_ids = [c for c in self.client_ids if c not in self.failed_clients]
+
+    def run_round(self, name, step, message=None, *, messages=None, tolerate=False):
+        """One round: the server sends, every client runs ``step``, uploads.
+
+        Parameters
+        ----------
+        name : str
+            Name of the round in the ledger.
+        step : callable
+            Module-level client step ``step(client, state, message) ->
+            (state, upload)``.
+        message : object, default=None
+            Broadcast to every client (counted once per receiving client).
+        messages : sequence, default=None
+            One message per client, aligned with ``client_ids``; replaces
+            ``message``.
+        tolerate : bool, default=False
+            If True, a client whose step raises is dropped from this and all
+            later rounds and recorded in ``failed_clients``; otherwise its
+            error is raised.
+
+        Returns
+        -------
+        uploads : list
+            One upload per client that answered, aligned with ``client_ids``
+            after the round.
+
+        Raises
+        ------
+        ClientStepError
+            When a client step raised and ``tolerate`` is False (a
+            ``ClientValueError``, also a ``ValueError``, when the client's
+            error was a ``ValueError``).
+        """
+        ids = list(self.client_ids)
+        if messages is None:
+            messages = [message] * len(ids)
+        elif len(messages) != len(ids):
+            raise ValueError(
+                f"round {name!r}: {len(messages)} messages for {len(ids)} clients."
+            )
+        rnd = self.log.new_round()
+        down = [count_payload(m) for m in messages]
+        if any(f or b for f, b in down):
+            self.log.record(
+                name,
+                DOWNLOAD,
+                {c: f for c, (f, _) in zip(ids, down)},
+                bytes={c: b for c, (_, b) in zip(ids, down)},
+                round=rnd,
+            )
+        parallel = self._parallel
+        if parallel is None:
+            parallel = Parallel(n_jobs=self.n_jobs, prefer="threads")
+        results = parallel(
+            delayed(_run_client_step)(step, self._clients[c], self._states[c], m)
+            for c, m in zip(ids, messages)
+        )
+        uploads, up = [], {}
+        for cid, result in zip(ids, results):
+            if isinstance(result, _Failure):
+                if not tolerate:
+                    self._raise(cid, name, result)
+                self.failed_clients[cid] = (
+                    f"{type(result.exc).__name__} in round {name!r}: {result.exc}"
+                )
+                continue
+            state, upload = result
+            self._states[cid] = state
+            uploads.append(upload)
+            up[cid] = count_payload(upload)
+        self.client_ids = [c for c in ids if c not in self.failed_clients]
+        self.log.record(
+            name,
+            UPLOAD,
+            {c: f for c, (f, _) in up.items()},
+            bytes={c: b for c, (_, b) in up.items()},
+            round=rnd,
+        )
+        if self.verbose:
+            print(
+                f"[skfed] round {rnd} {name!r}: {len(uploads)} clients, "
+                f"up {sum(f for f, _ in up.values()):,} floats, "
+                f"down {sum(f for f, _ in down):,} floats",
+                file=sys.stderr,
+            )
+        return uploads
+
+    def broadcast(self, name, message):
+        """A download with no answer (e.g. the final model)."""
+        self.run_round(name, _receive, message)
+
+    @staticmethod
+    def _raise(cid, name, failure):
+        exc = failure.exc
+        cls = ClientValueError if isinstance(exc, ValueError) else ClientStepError
+        raise cls(
+            f"Client {cid!r} failed in round {name!r}: {type(exc).__name__}: {exc}",
+            client_id=cid,
+            round_name=name,
+        ) from exc
+
+    def local_results(self, extract):
+        """Gather something each client keeps (never sent to the server).
+
+        Parameters
+        ----------
+        extract : callable
+            ``extract(state) -> value`` applied to each surviving client's
+            state.
+
+        Returns
+        -------
+        results : dict
+            Client id -> value.
+        """
+        return {c: extract(self._states[c]) for c in self.client_ids}
+
+    def assemble(self, extract, n_samples, *, fill=-1, dtype=None):
+        """Reassemble a per-sample local output in training-sample order.
+
+        For attributes such as ``labels_``: each client's values stay on the
+        client in a deployment; the simulation stitches them together for
+        the user. Samples of failed clients get ``fill``.
+        """
+        parts = self.local_results(extract)
+        first = next(iter(parts.values()))
+        dtype = np.asarray(first).dtype if dtype is None else dtype
+        out = np.full((n_samples,) + np.asarray(first).shape[1:], fill, dtype=dtype)
+        for cid, values in parts.items():
+            out[self._clients[cid].sample_indices] = values
+        return out
+
+
+def _receive(client, state, message):
+    """Client step that keeps what the server sent."""
+    return state, None
+
+
+class FederatedMixin:
+    """Mixin for estimators whose ``fit`` takes ``partitions``.
+
+    Requests ``partitions`` for ``fit`` (and ``partial_fit``) by default, so
+    that a ``Pipeline`` or a search routes it when metadata routing is
+    enabled.
+    """
+
+    __metadata_request__fit = {"partitions": True}
+    __metadata_request__partial_fit = {"partitions": True}
+
+    def _federation(self, X, y, partitions, *, random_state, min_samples=1, log=None):
+        """Validate ``partitions`` and open the simulated network.
+
+        Parameters
+        ----------
+        X, y : validated arrays
+        partitions : None, int or array-like
+            See :func:`skfed._validation.check_partitions`.
+        random_state : RandomState
+            The fit's generator: used for an int ``partitions`` and to seed
+            the clients.
+        min_samples : int, default=1
+            Smallest client size the estimator accepts.
+        log : CommunicationLog, default=None
+            Ledger to continue (``partial_fit``); new when omitted.
+
+        Returns
+        -------
+        federation : Federation
+            Not yet entered; use it in a ``with`` block.
+        """
+        partitioning = check_partitions(
+            partitions,
+            X.shape[0],
+            random_state=random_state,
+            min_samples=min_samples,
+        )
+        return Federation.from_arrays(
+            X,
+            y,
+            partitioning,
+            random_state=random_state,
+            n_jobs=getattr(self, "n_jobs", None),
+            verbose=getattr(self, "verbose", 0),
+            log=log,
+        )

@@ -1,0 +1,290 @@
+"""The communication ledger: what crossed the simulated network, round by round.
+
+Every message a :class:`~skfed._federation.Federation` delivers is measured
+here from the payload itself (array sizes, scalars), never estimated from a
+formula, so ``communication_`` on a fitted estimator is the ground truth that
+the formulas in the documentation are tested against.
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+__all__ = ["CommunicationLog", "RoundRecord", "count_payload"]
+
+UPLOAD = "upload"
+DOWNLOAD = "download"
+
+
+def count_payload(payload):
+    """Count the floats and bytes of one message.
+
+    Parameters
+    ----------
+    payload : object
+        ``None``, a number, a numpy array or scalar, a scipy sparse matrix, a
+        string, or a (nested) tuple, list or dict of those.
+
+    Returns
+    -------
+    n_floats : int
+        Numbers carried: array elements, one per Python or numpy scalar
+        (a seed counts as one), ``data + indices + indptr`` for a sparse
+        matrix. Strings and dict keys carry protocol, not data: zero floats.
+    n_bytes : int
+        Bytes of the same numbers as they are stored (8 per Python scalar).
+
+    Raises
+    ------
+    TypeError
+        For a payload of any other type, so that nothing crosses the network
+        uncounted.
+    """
+    if payload is None:
+        return 0, 0
+    if isinstance(payload, np.ndarray):
+        return int(payload.size), int(payload.nbytes)
+    if sp.issparse(payload):
+        payload = payload.tocsr()
+        parts = (payload.data, payload.indices, payload.indptr)
+        return sum(int(p.size) for p in parts), sum(int(p.nbytes) for p in parts)
+    if isinstance(payload, np.generic):
+        return 1, int(payload.nbytes)
+    if isinstance(payload, (bool, int, float, complex)):
+        return 1, 8
+    if isinstance(payload, (str, bytes)):
+        return 0, len(payload)
+    if isinstance(payload, dict):
+        payload = list(payload.values())
+    if isinstance(payload, (list, tuple)):
+        floats = nbytes = 0
+        for item in payload:
+            f, b = count_payload(item)
+            floats += f
+            nbytes += b
+        return floats, nbytes
+    raise TypeError(
+        f"Cannot measure a message of type {type(payload).__name__}; send "
+        "numpy arrays, sparse matrices, numbers, strings, or tuples/lists/"
+        "dicts of those so that the ledger can count them."
+    )
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """One direction of one round: who sent how much.
+
+    Attributes
+    ----------
+    round : int
+        Zero-based index of the round within the fit (a download and the
+        upload that answers it share the index).
+    name : str
+        What the round does, e.g. ``"local centers"`` or ``"lanczos"``.
+    direction : {"upload", "download"}
+        ``"upload"`` is client to server, ``"download"`` server to client.
+    clients : tuple
+        Client ids, in the order of the counts below.
+    floats : tuple of int
+        Floats sent to or by each client.
+    bytes : tuple of int
+        Bytes sent to or by each client.
+    """
+
+    round: int
+    name: str
+    direction: str
+    clients: tuple
+    floats: tuple
+    bytes: tuple = field(default=())
+
+    @property
+    def total_floats(self):
+        """Floats summed over clients."""
+        return int(sum(self.floats))
+
+    @property
+    def total_bytes(self):
+        """Bytes summed over clients."""
+        return int(sum(self.bytes))
+
+    def as_dict(self):
+        """This record as a plain dict (one row of a table)."""
+        return {
+            "round": self.round,
+            "name": self.name,
+            "direction": self.direction,
+            "n_clients": len(self.clients),
+            "floats": self.total_floats,
+            "floats_per_client_max": max(self.floats, default=0),
+            "bytes": self.total_bytes,
+        }
+
+
+class CommunicationLog:
+    """Ledger of everything a federated fit sent over the simulated network.
+
+    Every fitted skfed estimator exposes one as ``communication_``. Records
+    are appended by the federation as messages are delivered; counts are taken
+    from the payloads themselves (see :func:`count_payload`).
+
+    Attributes
+    ----------
+    records : list of RoundRecord
+        One record per round and direction, in the order they happened.
+
+    Examples
+    --------
+    >>> from skfed import CommunicationLog
+    >>> log = CommunicationLog()
+    >>> log.record("local centers", "upload", {"a": 30, "b": 30})
+    >>> log.upload_floats, log.n_rounds
+    (60, 1)
+    >>> log.to_records()[0]["floats"]
+    60
+    """
+
+    def __init__(self):
+        self.records = []
+        self._n_rounds = 0
+
+    def new_round(self):
+        """Open a new round and return its index."""
+        self._n_rounds += 1
+        return self._n_rounds - 1
+
+    def record(self, name, direction, floats, *, bytes=None, round=None):
+        """Add what one round sent in one direction.
+
+        Parameters
+        ----------
+        name : str
+            Name of the round.
+        direction : {"upload", "download"}
+            Client to server, or server to client.
+        floats : dict
+            Mapping client id -> number of floats sent by (upload) or to
+            (download) that client.
+        bytes : dict, default=None
+            Mapping client id -> bytes; 8 bytes per float when omitted.
+        round : int, default=None
+            Index of the round; a new round is opened when omitted.
+        """
+        if direction not in (UPLOAD, DOWNLOAD):
+            raise ValueError(
+                f"direction must be 'upload' or 'download', got {direction!r}."
+            )
+        if round is None:
+            round = self.new_round()
+        clients = tuple(floats)
+        n_floats = tuple(int(floats[c]) for c in clients)
+        if bytes is None:
+            n_bytes = tuple(8 * f for f in n_floats)
+        else:
+            n_bytes = tuple(int(bytes[c]) for c in clients)
+        self.records.append(
+            RoundRecord(round, str(name), direction, clients, n_floats, n_bytes)
+        )
+
+    def _total(self, direction, attr):
+        return int(
+            sum(getattr(r, attr) for r in self.records if r.direction == direction)
+        )
+
+    @property
+    def upload_floats(self):
+        """Floats sent by all clients to the server."""
+        return self._total(UPLOAD, "total_floats")
+
+    @property
+    def download_floats(self):
+        """Floats sent by the server to all clients (a broadcast counts once
+        per receiving client)."""
+        return self._total(DOWNLOAD, "total_floats")
+
+    @property
+    def total_floats(self):
+        """Floats in both directions."""
+        return self.upload_floats + self.download_floats
+
+    @property
+    def upload_bytes(self):
+        """Bytes sent by all clients to the server."""
+        return self._total(UPLOAD, "total_bytes")
+
+    @property
+    def download_bytes(self):
+        """Bytes sent by the server to all clients."""
+        return self._total(DOWNLOAD, "total_bytes")
+
+    @property
+    def n_rounds(self):
+        """Number of rounds that sent anything, in either direction."""
+        return len({r.round for r in self.records})
+
+    @property
+    def n_upload_rounds(self):
+        """Number of rounds in which clients uploaded something."""
+        return len(
+            {r.round for r in self.records if r.direction == UPLOAD and r.total_floats}
+        )
+
+    def floats_by_name(self, direction=UPLOAD):
+        """Total floats per round name, in first-seen order.
+
+        Parameters
+        ----------
+        direction : {"upload", "download"}, default="upload"
+
+        Returns
+        -------
+        totals : dict
+            Round name -> floats summed over clients and over every round of
+            that name.
+        """
+        totals = {}
+        for r in self.records:
+            if r.direction == direction:
+                totals[r.name] = totals.get(r.name, 0) + r.total_floats
+        return totals
+
+    def to_records(self):
+        """The ledger as a list of plain dicts, one per round and direction.
+
+        Ready for ``pandas.DataFrame(log.to_records())``.
+        """
+        return [r.as_dict() for r in self.records]
+
+    def summary(self):
+        """A readable table of the ledger, one line per round name."""
+        rows = {}
+        for r in self.records:
+            key = (r.name, r.direction)
+            count, floats = rows.get(key, (0, 0))
+            rows[key] = (count + 1, floats + r.total_floats)
+        width = max([len(name) for name, _ in rows] + [5])
+        lines = [f"{'round':<{width}}  {'direction':<9}  {'times':>5}  {'floats':>12}"]
+        for (name, direction), (count, floats) in rows.items():
+            lines.append(f"{name:<{width}}  {direction:<9}  {count:>5}  {floats:>12,}")
+        lines.append(
+            f"{'total':<{width}}  {'up':<9}  {'':>5}  {self.upload_floats:>12,}"
+        )
+        lines.append(
+            f"{'':<{width}}  {'down':<9}  {'':>5}  {self.download_floats:>12,}"
+        )
+        lines.append(f"{self.n_rounds} rounds, {self.n_upload_rounds} with uploads")
+        return "\n".join(lines)
+
+    def __repr__(self):
+        return (
+            f"CommunicationLog(n_rounds={self.n_rounds}, "
+            f"upload_floats={self.upload_floats:,}, "
+            f"download_floats={self.download_floats:,})"
+        )
+
+    def __len__(self):
+        return len(self.records)
+
+    def __iter__(self):
+        return iter(self.records)

@@ -1,0 +1,155 @@
+"""Input checks shared by every skfed estimator: above all, ``partitions``."""
+
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+from sklearn.utils import check_random_state
+
+__all__ = ["Partitioning", "check_partitions"]
+
+
+@dataclass(frozen=True)
+class Partitioning:
+    """Which samples each client holds.
+
+    Attributes
+    ----------
+    client_ids : tuple
+        The clients, in canonical (sorted) order.
+    indices : tuple of ndarray of int
+        ``indices[m]`` are the positions in ``X`` of client ``client_ids[m]``'s
+        samples, in increasing order.
+    n_samples : int
+        Number of samples over all clients.
+    """
+
+    client_ids: tuple
+    indices: tuple
+    n_samples: int
+
+    @property
+    def n_clients(self):
+        return len(self.client_ids)
+
+    @property
+    def sizes(self):
+        """Number of samples per client, aligned with ``client_ids``."""
+        return np.array([len(i) for i in self.indices], dtype=np.intp)
+
+
+def _is_missing(value):
+    if value is None:
+        return True
+    try:
+        return bool(np.isnan(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def _canonical_order(unique_ids):
+    """Sort client ids; mixed types are ordered by type name, then value."""
+    try:
+        return sorted(unique_ids)
+    except TypeError:
+        return sorted(unique_ids, key=lambda c: (type(c).__name__, repr(c)))
+
+
+def check_partitions(partitions, n_samples, *, random_state=None, min_samples=1):
+    """Validate ``partitions`` and turn it into per-client sample indices.
+
+    Parameters
+    ----------
+    partitions : None, int or array-like of shape (n_samples,)
+        ``None``: one client holds every sample (the centralized algorithm).
+        An int ``n``: the samples are split uniformly at random into ``n``
+        clients of (almost) equal size, using ``random_state``.
+        An array-like: the client id of each sample; any hashable values
+        (ints, strings, ...) except missing values.
+    n_samples : int
+        Number of samples in ``X``.
+    random_state : int, RandomState instance or None, default=None
+        Used only when ``partitions`` is an int.
+    min_samples : int, default=1
+        Smallest number of samples a client may hold. Estimators pass their
+        own requirement (e.g. a local number of clusters).
+
+    Returns
+    -------
+    partitioning : Partitioning
+
+    Raises
+    ------
+    ValueError
+        If ``partitions`` has the wrong length or shape, contains missing
+        ids, asks for more clients than samples, or leaves a client with
+        fewer than ``min_samples`` samples.
+    """
+    if n_samples < 1:
+        raise ValueError("Cannot partition an empty dataset: X has 0 samples.")
+
+    if partitions is None:
+        labels = np.zeros(n_samples, dtype=np.intp)
+        ids = (0,)
+    elif isinstance(partitions, numbers.Integral) and not isinstance(partitions, bool):
+        n_clients = int(partitions)
+        if n_clients < 1:
+            raise ValueError(
+                f"partitions={n_clients} asks for no client; pass a positive "
+                "number of clients, an array of client ids, or None for one client."
+            )
+        if n_clients > n_samples:
+            raise ValueError(
+                f"partitions={n_clients} asks for more clients than there are "
+                f"samples ({n_samples}); use at most {n_samples} clients."
+            )
+        rng = check_random_state(random_state)
+        # Equal sizes (up to one) so that no client is empty by chance.
+        labels = np.empty(n_samples, dtype=np.intp)
+        labels[rng.permutation(n_samples)] = np.arange(n_samples) % n_clients
+        ids = tuple(range(n_clients))
+    else:
+        raw = partitions
+        if hasattr(raw, "to_numpy"):  # pandas Series / Index / Categorical
+            raw = raw.to_numpy()
+        raw = np.asarray(raw)
+        if raw.ndim != 1:
+            raise ValueError(
+                "partitions must be one client id per sample, of shape "
+                f"(n_samples,); got an array of shape {raw.shape}."
+            )
+        if raw.shape[0] != n_samples:
+            raise ValueError(
+                f"partitions has {raw.shape[0]} entries but X has {n_samples} "
+                "samples; pass one client id per sample (when slicing X for "
+                "cross-validation, slice partitions the same way, e.g. by "
+                "passing it as fit metadata)."
+            )
+        if raw.dtype.kind == "f" and np.isnan(raw).any():
+            raise ValueError("partitions contains NaN; every sample needs a client id.")
+        if raw.dtype.kind == "O" and any(_is_missing(v) for v in raw):
+            raise ValueError(
+                "partitions contains missing values (None or NaN); every "
+                "sample needs a client id."
+            )
+        if raw.dtype.kind == "O":
+            ids = tuple(_canonical_order(set(raw.tolist())))
+            code = {c: i for i, c in enumerate(ids)}
+            labels = np.fromiter((code[v] for v in raw), dtype=np.intp, count=n_samples)
+        else:
+            unique, labels = np.unique(raw, return_inverse=True)
+            ids = tuple(unique.tolist())
+
+    order = np.argsort(labels, kind="stable")
+    sizes = np.bincount(labels, minlength=len(ids))
+    indices = tuple(np.split(order, np.cumsum(sizes)[:-1]))
+    too_small = [c for c, s in zip(ids, sizes) if s < min_samples]
+    if too_small:
+        shown = ", ".join(repr(c) for c in too_small[:5])
+        more = f" and {len(too_small) - 5} more" if len(too_small) > 5 else ""
+        raise ValueError(
+            f"Client(s) {shown}{more} hold fewer than {min_samples} sample(s), "
+            f"which this estimator needs per client; merge small clients, "
+            "use fewer clients, or lower the per-client requirement."
+        )
+    return Partitioning(client_ids=ids, indices=indices, n_samples=int(n_samples))

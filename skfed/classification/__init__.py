@@ -1,0 +1,3 @@
+"""skfed.classification"""
+
+__all__ = []

@@ -1,0 +1,3 @@
+"""Federated clustering: k-FED, federated kernel k-means, distributed k-means."""
+
+__all__ = []

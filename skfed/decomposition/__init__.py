@@ -1,0 +1,3 @@
+"""skfed.decomposition"""
+
+__all__ = []
