@@ -146,7 +146,7 @@ def power_law(n_samples, n_clients, *, exponent=2.0, min_size=1, random_state=No
     >>> from skfed.partition import power_law
     >>> import numpy as np
     >>> np.bincount(power_law(100, 4, random_state=0))
-    array([68, 17,  9,  6])
+    array([68, 18,  9,  5])
     """
     n = _n_samples(n_samples)
     if n_clients * min_size > n:

@@ -1,0 +1,36 @@
+"""Toy client steps for testing the simulated network and for the demo.
+
+They live in the package (not in the test modules) because process-based
+joblib backends must import a client step by name in a worker process.
+"""
+
+__all__ = ["fail_on", "keep_message_as_labels", "noisy_sum"]
+
+import numpy as np
+
+
+def noisy_sum(client, state, message):
+    """Upload the column sums of the client's rows plus seeded noise.
+
+    Uses the client's own random stream keyed by ``message["round"]`` and
+    counts its calls in the client state.
+    """
+    rng = client.random_state(message["round"])
+    noise = rng.standard_normal(client.X.shape[1])
+    state = dict(state or {})
+    state["calls"] = state.get("calls", 0) + 1
+    return state, client.X.sum(axis=0) + noise * message["scale"]
+
+
+def fail_on(client, state, message, *, bad, exc=RuntimeError):
+    """Raise ``exc`` on client ``bad``; others upload their size."""
+    if client.client_id == bad:
+        raise exc("disk on fire")
+    return state, float(client.n_samples)
+
+
+def keep_message_as_labels(client, state, message):
+    """Label every sample of the client with ``message[0]``; upload nothing."""
+    state = dict(state or {})
+    state["labels"] = np.full(client.n_samples, int(message[0]))
+    return state, None

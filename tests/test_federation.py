@@ -1,0 +1,169 @@
+import functools
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from joblib import parallel_config
+
+from skfed import ClientStepError, ClientValueError
+from skfed._federation import Federation, _fingerprint
+from skfed._testing import fail_on, keep_message_as_labels, noisy_sum
+from skfed._validation import check_partitions
+
+
+def _run(X, ids, n_rounds=3, *, random_state=0, n_jobs=None):
+    p = check_partitions(ids, X.shape[0])
+    with Federation.from_arrays(
+        X, None, p, random_state=random_state, n_jobs=n_jobs
+    ) as fed:
+        out = [
+            fed.run_round("sum", noisy_sum, {"round": r, "scale": 1.0})
+            for r in range(n_rounds)
+        ]
+    return fed, {c: np.array([o[i] for o in out]) for i, c in enumerate(fed.client_ids)}
+
+
+@pytest.fixture
+def data():
+    rng = np.random.RandomState(0)
+    return rng.standard_normal((60, 4)), rng.randint(0, 5, 60)
+
+
+@pytest.mark.parametrize(
+    "backend, n_jobs",
+    [("sequential", 1), ("threading", 2), ("loky", 2), ("threading", 1)],
+)
+def test_same_result_for_any_backend_and_n_jobs(data, backend, n_jobs):
+    X, ids = data
+    _, ref = _run(X, ids)
+    with parallel_config(backend=backend, n_jobs=n_jobs):
+        _, got = _run(X, ids)
+    for c in ref:
+        np.testing.assert_array_equal(ref[c], got[c])
+
+
+def test_client_streams_ignore_names_and_order(data):
+    X, ids = data
+    _, ref = _run(X, ids)
+    perm = np.random.RandomState(1).permutation(len(ids))
+    names = np.array(["z", "q", "m", "b", "a"])
+    _, got = _run(X[perm], names[ids[perm]])
+    for c in ref:
+        match = [
+            v for v in got.values() if np.allclose(v[:, 0].sum(), ref[c][:, 0].sum())
+        ]
+        assert len(match) == 1
+        np.testing.assert_allclose(match[0], ref[c], rtol=1e-12, atol=1e-12)
+
+
+def test_client_streams_differ_between_clients_and_seeds(data):
+    X, ids = data
+    p = check_partitions(ids, X.shape[0])
+    fed = Federation.from_arrays(X, None, p, random_state=0)
+    draws = [fed._clients[c].random_state(0).rand() for c in fed.client_ids]
+    assert len(set(draws)) == len(draws)
+    other = Federation.from_arrays(X, None, p, random_state=1)
+    assert other._clients[0].random_state(0).rand() != draws[0]
+
+
+def test_fingerprint_is_row_order_free_and_content_sensitive():
+    X = np.random.RandomState(0).standard_normal((30, 5))
+    assert _fingerprint(X) == _fingerprint(X[::-1].copy())
+    Y = X.copy()
+    Y[3, 2] += 1e-12
+    assert _fingerprint(X) != _fingerprint(Y)
+    Xs = sp.csr_matrix(np.where(np.abs(X) > 1, X, 0))
+    assert _fingerprint(Xs) == _fingerprint(Xs[::-1])
+    assert _fingerprint(X.astype(np.float32)) != _fingerprint(X)
+
+
+def test_ledger_counts_what_was_sent(data):
+    X, ids = data
+    fed, _ = _run(X, ids, n_rounds=2)
+    log = fed.log
+    n_clients, d = len(np.unique(ids)), X.shape[1]
+    assert log.n_rounds == 2
+    assert log.upload_floats == 2 * n_clients * d
+    # {"round": r, "scale": 1.0} is two numbers, received by every client.
+    assert log.download_floats == 2 * n_clients * 2
+    assert all(r.clients == tuple(fed.client_ids) for r in log.records)
+
+
+def test_state_stays_with_each_client(data):
+    X, ids = data
+    fed, _ = _run(X, ids, n_rounds=3)
+    assert fed.local_results(lambda s: s["calls"]) == dict.fromkeys(range(5), 3)
+
+
+def test_per_client_messages_and_assemble(data):
+    X, ids = data
+    p = check_partitions(ids, X.shape[0])
+
+    with Federation.from_arrays(X, None, p, random_state=0) as fed:
+        msgs = [np.full(c + 1, float(c)) for c in fed.client_ids]
+        fed.run_round("label", keep_message_as_labels, messages=msgs)
+        labels = fed.assemble(lambda s: s["labels"], X.shape[0])
+        with pytest.raises(ValueError, match="2 messages for 5 clients"):
+            fed.run_round("label", keep_message_as_labels, messages=msgs[:2])
+    np.testing.assert_array_equal(labels, ids)
+    down = fed.log.records[0]
+    assert down.direction == "download" and down.floats == (1, 2, 3, 4, 5)
+
+
+@pytest.mark.parametrize("backend", ["sequential", "threading", "loky"])
+def test_client_failure_names_the_client(data, backend):
+    X, ids = data
+    p = check_partitions(ids, X.shape[0])
+    step = functools.partial(fail_on, bad=3)
+    with parallel_config(backend=backend, n_jobs=2):
+        with pytest.raises(
+            ClientStepError, match="Client 3 failed in round 'size'"
+        ) as e:
+            with Federation.from_arrays(X, None, p, random_state=0) as fed:
+                fed.run_round("size", step)
+    assert e.value.client_id == 3 and e.value.round_name == "size"
+    assert isinstance(e.value.__cause__, RuntimeError)
+
+
+def test_client_value_error_is_a_value_error(data):
+    X, ids = data
+    p = check_partitions(ids, X.shape[0])
+    step = functools.partial(fail_on, bad=1, exc=ValueError)
+    with pytest.raises(ValueError, match="Client 1 failed"):
+        with Federation.from_arrays(X, None, p, random_state=0) as fed:
+            fed.run_round("size", step)
+    assert issubclass(ClientValueError, ClientStepError)
+
+
+def test_tolerated_failures_and_dropout(data):
+    X, ids = data
+    p = check_partitions(ids, X.shape[0])
+    with Federation.from_arrays(X, None, p, random_state=0) as fed:
+        sizes = fed.run_round("size", functools.partial(fail_on, bad=2), tolerate=True)
+        assert fed.client_ids == [0, 1, 3, 4]
+        assert sizes == [float(np.sum(ids == c)) for c in (0, 1, 3, 4)]
+        assert "RuntimeError" in fed.failed_clients[2]
+        fed.drop([4], "dropped by the simulation")
+        again = fed.run_round("size", functools.partial(fail_on, bad=None))
+    assert len(again) == 3 and fed.n_clients == 3
+    assert fed.log.records[-1].clients == (0, 1, 3)
+    assert fed.log.records[0].clients == (0, 1, 3, 4)
+
+
+def test_verbose_reports_each_round(data, capsys):
+    X, ids = data
+    p = check_partitions(ids, X.shape[0])
+    with Federation.from_arrays(X, None, p, random_state=0, verbose=1) as fed:
+        fed.run_round("sum", noisy_sum, {"round": 0, "scale": 0.0})
+    err = capsys.readouterr().err
+    assert "round 0 'sum': 5 clients, up 20 floats, down 10 floats" in err
+
+
+def test_clients_hold_copies_cut_once(data):
+    X, ids = data
+    p = check_partitions(ids, X.shape[0])
+    fed = Federation.from_arrays(X, None, p, random_state=0)
+    client = fed._clients[0]
+    assert not np.shares_memory(client.X, X)
+    np.testing.assert_array_equal(client.X, X[ids == 0])
+    np.testing.assert_array_equal(fed.client_sizes, np.bincount(ids))

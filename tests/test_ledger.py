@@ -1,0 +1,103 @@
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from skfed import CommunicationLog
+from skfed._ledger import count_payload
+
+
+@pytest.mark.parametrize(
+    "payload, floats",
+    [
+        (None, 0),
+        (3, 1),
+        (2.5, 1),
+        (np.float32(1), 1),
+        (np.zeros((4, 5)), 20),
+        ("rbf", 0),
+        ((np.zeros(3), 7, {"a": np.ones((2, 2)), "b": None}), 8),
+        ([np.zeros(2)] * 3, 6),
+    ],
+)
+def test_count_payload_counts_numbers(payload, floats):
+    assert count_payload(payload)[0] == floats
+
+
+def test_count_payload_bytes_follow_dtype():
+    assert count_payload(np.zeros(10, dtype=np.float32)) == (10, 40)
+    assert count_payload(np.zeros(10)) == (10, 80)
+
+
+def test_count_payload_sparse_counts_structure():
+    X = sp.random(20, 30, density=0.1, format="csr", random_state=0)
+    floats, _ = count_payload(X)
+    assert floats == X.nnz * 2 + X.shape[0] + 1
+
+
+def test_count_payload_refuses_unknown_types():
+    with pytest.raises(TypeError, match="Cannot measure"):
+        count_payload(object())
+
+
+def test_totals_rounds_and_records():
+    log = CommunicationLog()
+    r = log.new_round()
+    log.record("seed", "download", {"a": 1, "b": 1}, round=r)
+    log.record("centers", "upload", {"a": 10, "b": 20}, round=r)
+    log.record("model", "download", {"a": 5, "b": 5})
+    assert log.upload_floats == 30
+    assert log.download_floats == 12
+    assert log.total_floats == 42
+    assert log.upload_bytes == 8 * 30
+    assert log.n_rounds == 2
+    assert log.n_upload_rounds == 1
+    assert len(log) == 3
+    rows = log.to_records()
+    assert rows[1] == {
+        "round": 0,
+        "name": "centers",
+        "direction": "upload",
+        "n_clients": 2,
+        "floats": 30,
+        "floats_per_client_max": 20,
+        "bytes": 240,
+    }
+    assert log.floats_by_name("download") == {"seed": 2, "model": 10}
+
+
+def test_repr_and_summary_are_readable():
+    log = CommunicationLog()
+    log.record("centers", "upload", {0: 1234})
+    assert repr(log) == (
+        "CommunicationLog(n_rounds=1, upload_floats=1,234, download_floats=0)"
+    )
+    text = log.summary()
+    assert "centers" in text and "1,234" in text and "1 rounds" in text
+
+
+def test_record_rejects_unknown_direction():
+    with pytest.raises(ValueError, match="direction"):
+        CommunicationLog().record("x", "sideways", {0: 1})
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["upload", "download"]),
+            st.lists(st.integers(0, 10_000), min_size=1, max_size=6),
+        ),
+        max_size=10,
+    )
+)
+def test_totals_are_sums_of_records(rounds):
+    log = CommunicationLog()
+    for direction, floats in rounds:
+        log.record("r", direction, dict(enumerate(floats)))
+    up = sum(sum(f) for d, f in rounds if d == "upload")
+    down = sum(sum(f) for d, f in rounds if d == "download")
+    assert (log.upload_floats, log.download_floats) == (up, down)
+    assert sum(row["floats"] for row in log.to_records()) == up + down
+    assert log.n_rounds == len(rounds)

@@ -1,0 +1,77 @@
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from skfed._validation import check_partitions
+
+
+def test_none_is_one_client():
+    p = check_partitions(None, 5)
+    assert p.client_ids == (0,)
+    np.testing.assert_array_equal(p.indices[0], np.arange(5))
+
+
+def test_int_splits_uniformly_and_reproducibly():
+    p = check_partitions(3, 10, random_state=0)
+    assert p.n_clients == 3
+    assert sorted(p.sizes) == [3, 3, 4]
+    q = check_partitions(3, 10, random_state=0)
+    for a, b in zip(p.indices, q.indices):
+        np.testing.assert_array_equal(a, b)
+    joined = np.sort(np.concatenate(p.indices))
+    np.testing.assert_array_equal(joined, np.arange(10))
+
+
+def test_string_and_mixed_ids():
+    p = check_partitions(["b", "a", "b", "c"], 4)
+    assert p.client_ids == ("a", "b", "c")
+    np.testing.assert_array_equal(p.indices[1], [0, 2])
+    mixed = check_partitions(np.array([1, "a", 1, "a"], dtype=object), 4)
+    assert mixed.n_clients == 2
+
+
+def test_pandas_categorical_with_unused_categories():
+    pd = pytest.importorskip("pandas")
+    ids = pd.Series(pd.Categorical(["x", "y", "x"], categories=["x", "y", "z"]))
+    p = check_partitions(ids, 3)
+    assert p.client_ids == ("x", "y")
+
+
+@pytest.mark.parametrize(
+    "partitions, n, match",
+    [
+        ([0, 1], 3, "partitions has 2 entries but X has 3 samples"),
+        (np.array([0.0, np.nan, 1.0]), 3, "NaN"),
+        (np.array([0, None, 1], dtype=object), 3, "missing"),
+        (np.zeros((3, 2)), 3, r"shape \(n_samples,\)"),
+        (4, 3, "more clients than there are samples"),
+        (0, 3, "asks for no client"),
+        ([], 0, "empty dataset"),
+    ],
+)
+def test_bad_partitions_are_explained(partitions, n, match):
+    with pytest.raises(ValueError, match=match):
+        check_partitions(partitions, n)
+
+
+def test_clients_below_min_samples_are_named():
+    with pytest.raises(ValueError, match=r"Client\(s\) 'b' hold fewer than 2"):
+        check_partitions(["a", "a", "b"], 3, min_samples=2)
+
+
+def test_cv_slice_that_empties_requested_split():
+    # 5 clients were asked for, but a CV fold left only 4 samples.
+    with pytest.raises(ValueError, match="more clients than there are samples"):
+        check_partitions(5, 4, random_state=0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(-3, 3), min_size=1, max_size=40))
+def test_every_sample_in_exactly_one_client(ids):
+    p = check_partitions(ids, len(ids))
+    joined = np.sort(np.concatenate(p.indices))
+    np.testing.assert_array_equal(joined, np.arange(len(ids)))
+    for cid, idx in zip(p.client_ids, p.indices):
+        assert all(ids[i] == cid for i in idx)
+    assert list(p.client_ids) == sorted(set(ids))
