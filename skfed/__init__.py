@@ -8,6 +8,7 @@ network as ``communication_`` (a :class:`CommunicationLog`).
 from . import partition
 from ._federation import ClientStepError, ClientValueError
 from ._ledger import CommunicationLog
+from .cluster import DistributedKMeans
 
 __version__ = "0.1.0.dev0"
 
@@ -15,5 +16,6 @@ __all__ = [
     "ClientStepError",
     "ClientValueError",
     "CommunicationLog",
+    "DistributedKMeans",
     "partition",
 ]

@@ -1,3 +1,5 @@
 """Federated clustering: k-FED, federated kernel k-means, distributed k-means."""
 
-__all__ = []
+from ._coreset import DistributedKMeans
+
+__all__ = ["DistributedKMeans"]

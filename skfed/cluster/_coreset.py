@@ -1,0 +1,1039 @@
+"""Distributed k-means on a coreset (Balcan, Ehrlich & Liang, NeurIPS 2013).
+
+Each client summarises its rows by a small weighted set — its own k local
+centers plus points drawn in proportion to their squared distance to those
+centers — and the server clusters the union of the summaries with weighted
+k-means. The weights on one client add up to that client's total weight (its
+n_m), so the union is an unbiased stand-in for the whole data set whatever
+the split; a local center's weight may be negative (it corrects for the
+points drawn from its cluster), which the server's weighted k-means handles.
+
+This is ALGORITHMS.md §5. :func:`federated_coreset_kmeans` runs the protocol
+on any open :class:`~skfed._federation.Federation` and any per-client rows
+(``FederatedKernelKMeans`` runs it on its spectral embedding);
+:class:`DistributedKMeans` is the estimator around it.
+"""
+
+import numbers
+import sys
+import warnings
+import zlib
+from functools import partial
+from typing import NamedTuple
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.base import (
+    BaseEstimator,
+    ClassNamePrefixFeaturesOutMixin,
+    ClusterMixin,
+    TransformerMixin,
+    _fit_context,
+)
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.metrics.pairwise import euclidean_distances
+from sklearn.utils import check_random_state, gen_batches
+from sklearn.utils._param_validation import Interval
+from sklearn.utils.extmath import row_norms, safe_sparse_dot
+from sklearn.utils.validation import (
+    _check_sample_weight,
+    check_is_fitted,
+    validate_data,
+)
+
+from .._federation import FederatedMixin
+
+__all__ = [
+    "CoresetKMeansResult",
+    "DistributedKMeans",
+    "client_rows",
+    "federated_coreset_kmeans",
+]
+
+_SEED_MAX = np.iinfo(np.int32).max
+
+# Rows per block when computing distances to the centers, so that memory
+# stays O(block * k) instead of O(n_m * k).
+_CHUNK = 4096
+
+# A cluster whose total weight is at most this fraction of the coreset's
+# total absolute weight counts as "non-positive": dividing by a weight that
+# cancelled down to rounding noise would throw its center far away.
+_WEIGHT_EPS = 1e-10
+
+
+class DistributedKMeans(
+    FederatedMixin,
+    ClassNamePrefixFeaturesOutMixin,
+    ClusterMixin,
+    TransformerMixin,
+    BaseEstimator,
+):
+    """K-means over clients through a distributed coreset.
+
+    Every client computes a local k-means solution B_m on its own samples and
+    sends the server one number, its local cost. The server splits a budget
+    of ``coreset_size`` sample points between clients in proportion to those
+    costs; each client then draws its share by D² sampling against B_m and
+    uploads the drawn points and its local centers with weights that sum to
+    its number of samples. The server runs weighted k-means (k-means++ and
+    Lloyd with ``n_init`` restarts) on the union of these coresets and
+    broadcasts the ``k`` centers; clients label their own samples. Three
+    rounds in all, and the upload does not grow with the number of samples
+    (Balcan, Ehrlich & Liang, 2013; ALGORITHMS.md §5).
+
+    With ``partitions=None`` the one client still summarises its data by a
+    coreset, so the result approximates, rather than equals,
+    :class:`sklearn.cluster.KMeans`.
+
+    Parameters
+    ----------
+    n_clusters : int, default=8
+        k, the number of clusters (and of local centers per client).
+
+    coreset_size : int, default=1000
+        t, the number of points drawn over all clients (with replacement).
+        The server clusters t + Σ_m min(k, n_m) weighted points.
+
+    n_init : int, default=10
+        Restarts of the server's weighted k-means (each from its own weighted
+        k-means++ seeding); the run with the lowest weighted coreset cost wins.
+
+    max_iter : int, default=300
+        Largest number of weighted Lloyd iterations of one server restart.
+
+    tol : float, default=1e-4
+        Relative tolerance on the center shift between two Lloyd iterations,
+        scaled by the mean (weighted) variance of the coreset's features as in
+        :class:`sklearn.cluster.KMeans`. Also stops the clients' local Lloyd.
+
+    local_max_iter : int, default=20
+        Lloyd iterations after k-means++ for the clients' local solutions B_m
+        (0: k-means++ only). The coreset is valid for any B_m; a better local
+        solution only makes the same ``coreset_size`` more accurate.
+
+    random_state : int, RandomState instance or None, default=None
+        Seeds the server's restarts and, through the federation, every
+        client's local solution and sampling. The fitted model depends
+        neither on ``n_jobs``, the joblib backend, the names or order of the
+        clients, nor on the order of the samples within a client.
+
+    n_jobs : int, default=None
+        Clients run in parallel through joblib; ``None`` lets an enclosing
+        ``joblib.parallel_config`` decide.
+
+    verbose : int, default=0
+        Print one line per round and per server restart when positive.
+
+    Attributes
+    ----------
+    cluster_centers_ : ndarray of shape (n_clusters, n_features)
+        The centers the server found, in the dtype of ``X``.
+
+    labels_ : ndarray of shape (n_samples,)
+        Label of each training sample, computed by the client holding it
+        against ``cluster_centers_``.
+
+    inertia_ : float
+        Exact (weighted) sum of squared distances of the training samples to
+        their closest center: each client uploads its own share in the
+        labelling round (one float per client).
+
+    coreset_inertia_ : float
+        The weighted cost of ``cluster_centers_`` on the coreset, the
+        server's estimate of ``inertia_``.
+
+    n_iter_ : int
+        Weighted Lloyd iterations of the winning server restart.
+
+    n_clients_ : int
+        Number of clients.
+
+    client_ids_ : ndarray of shape (n_clients_,)
+        The clients' ids in canonical order; the per-client diagnostics below
+        are aligned with it.
+
+    coreset_sample_counts_ : ndarray of shape (n_clients_,)
+        t_m, the number of points each client drew (they sum to
+        ``coreset_size``, unless every local cost was 0).
+
+    coreset_client_weight_sums_ : ndarray of shape (n_clients_,)
+        Sum of the coreset weights each client uploaded: its n_m (its total
+        ``sample_weight``), up to floating-point rounding.
+
+    coreset_weights_ : ndarray of shape (coreset_size_,)
+        The weights of the coreset the server clustered. Local centers may
+        carry negative weights.
+
+    coreset_size_ : int
+        Number of weighted points the server clustered.
+
+    communication_ : CommunicationLog
+        What crossed the network. Client m uploads 1 float (its local cost),
+        then (t_m + k_m)(d + 1) floats for a dense ``X`` (t_m points, k_m =
+        min(k, n_m) local centers, their weights), then 1 float (its cost
+        against the final centers); it downloads t_m as 1 float and the k·d
+        center coordinates.
+
+    n_features_in_ : int
+        Number of features seen during ``fit``.
+
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Names of features seen during ``fit``, when ``X`` has string column
+        names.
+
+    See Also
+    --------
+    sklearn.cluster.KMeans : The centralized algorithm.
+    federated_coreset_kmeans : The protocol on its own, for any per-client rows.
+
+    Notes
+    -----
+    What the server sees: each client's local cost, t_m of its samples
+    (exactly, as rows), its k local centers and the weights. This protocol
+    reduces communication; it is not a privacy mechanism.
+
+    A client holding at most k samples uses them as its local centers (local
+    cost 0), so it draws nothing and uploads its samples with their weights.
+    A client whose local cost is 0 likewise uploads only its centers and the
+    (weighted) number of samples in each.
+
+    ``sample_weight`` is honoured throughout: local solutions, D² sampling
+    (probability ∝ w_p d(p, B_m)²) and weights summing to the client's total
+    weight. As with :class:`sklearn.cluster.KMeans`, an integer weight is not
+    equivalent to repeating a sample, because the random draws differ.
+
+    References
+    ----------
+    M.-F. Balcan, S. Ehrlich and Y. Liang. Distributed k-means and k-median
+    clustering on general topologies. NeurIPS 2013.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skfed import DistributedKMeans
+    >>> X = np.array([[1, 2], [1, 4], [1, 0], [10, 2], [10, 4], [10, 0]])
+    >>> km = DistributedKMeans(n_clusters=2, coreset_size=20, random_state=0)
+    >>> km = km.fit(X, partitions=[0, 0, 1, 1, 2, 2])
+    >>> sorted(km.cluster_centers_[:, 0].round(3).tolist())
+    [1.0, 10.0]
+    >>> km.communication_.n_rounds
+    3
+    """
+
+    _parameter_constraints: dict = {
+        "n_clusters": [Interval(numbers.Integral, 1, None, closed="left")],
+        "coreset_size": [Interval(numbers.Integral, 1, None, closed="left")],
+        "n_init": [Interval(numbers.Integral, 1, None, closed="left")],
+        "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
+        "tol": [Interval(numbers.Real, 0, None, closed="left")],
+        "local_max_iter": [Interval(numbers.Integral, 0, None, closed="left")],
+        "random_state": ["random_state"],
+        "n_jobs": [numbers.Integral, None],
+        "verbose": ["verbose"],
+    }
+
+    def __init__(
+        self,
+        n_clusters=8,
+        *,
+        coreset_size=1000,
+        n_init=10,
+        max_iter=300,
+        tol=1e-4,
+        local_max_iter=20,
+        random_state=None,
+        n_jobs=None,
+        verbose=0,
+    ):
+        self.n_clusters = n_clusters
+        self.coreset_size = coreset_size
+        self.n_init = n_init
+        self.max_iter = max_iter
+        self.tol = tol
+        self.local_max_iter = local_max_iter
+        self.random_state = random_state
+        self.n_jobs = n_jobs
+        self.verbose = verbose
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y=None, *, partitions=None, sample_weight=None):
+        """Cluster the clients' samples.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Training samples; CSR is kept sparse on the clients (drawn rows
+            are uploaded as CSR).
+        y : Ignored
+            Not used, present for API consistency.
+        partitions : None, int or array-like of shape (n_samples,), default=None
+            Client of each sample; ``None`` for one client, an int for a
+            uniform random split into that many clients.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative weight of each sample (not all zero); stays on the
+            client that holds the sample.
+
+        Returns
+        -------
+        self : object
+            Fitted estimator.
+        """
+        X = validate_data(
+            self,
+            X,
+            accept_sparse="csr",
+            dtype=[np.float64, np.float32],
+            order="C",
+            accept_large_sparse=False,
+        )
+        n_samples = X.shape[0]
+        if n_samples < self.n_clusters:
+            raise ValueError(
+                f"n_samples={n_samples} should be >= n_clusters={self.n_clusters}; "
+                "ask for fewer clusters or pass more samples."
+            )
+        weighted = sample_weight is not None
+        if weighted:
+            sample_weight = _check_sample_weight(
+                sample_weight, X, dtype=np.float64, ensure_non_negative=True
+            )
+        rng = check_random_state(self.random_state)
+        # The federation slices its ``y`` per client; the weights ride there so
+        # that each client's weights stay with its samples.
+        fed = self._federation(X, sample_weight, partitions, random_state=rng)
+        with fed:
+            result = federated_coreset_kmeans(
+                fed,
+                n_clusters=self.n_clusters,
+                coreset_size=self.coreset_size,
+                random_state=rng,
+                n_init=self.n_init,
+                max_iter=self.max_iter,
+                tol=self.tol,
+                local_max_iter=self.local_max_iter,
+                weights=client_sample_weight if weighted else None,
+                verbose=self.verbose,
+            )
+            self.labels_ = fed.assemble(
+                lambda s: s["coreset"]["labels"], n_samples, dtype=np.int32
+            )
+            self.client_ids_ = np.asarray(fed.client_ids)
+        self.cluster_centers_ = result.cluster_centers.astype(X.dtype, copy=False)
+        self.inertia_ = result.inertia
+        self.coreset_inertia_ = result.coreset_inertia
+        self.n_iter_ = result.n_iter
+        self.n_clients_ = len(self.client_ids_)
+        self.coreset_sample_counts_ = result.sample_counts
+        self.coreset_client_weight_sums_ = result.weight_sums
+        self.coreset_weights_ = result.coreset_weights
+        self.coreset_size_ = result.coreset_size
+        self.communication_ = fed.log
+        self._n_features_out = self.n_clusters
+
+        distinct = len(np.unique(self.labels_))
+        if distinct < self.n_clusters:
+            warnings.warn(
+                f"Number of distinct clusters ({distinct}) found smaller than "
+                f"n_clusters ({self.n_clusters}). Possibly due to duplicate "
+                "points in X.",
+                ConvergenceWarning,
+                stacklevel=2,
+            )
+        return self
+
+    def fit_predict(self, X, y=None, *, partitions=None, sample_weight=None):
+        """Fit and return ``labels_``.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+        y : Ignored
+        partitions : None, int or array-like of shape (n_samples,), default=None
+            See :meth:`fit`.
+        sample_weight : array-like of shape (n_samples,), default=None
+            See :meth:`fit`.
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,)
+        """
+        return self.fit(X, partitions=partitions, sample_weight=sample_weight).labels_
+
+    def fit_transform(self, X, y=None, *, partitions=None, sample_weight=None):
+        """Fit and return the distances of ``X`` to the centers.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+        y : Ignored
+        partitions : None, int or array-like of shape (n_samples,), default=None
+            See :meth:`fit`.
+        sample_weight : array-like of shape (n_samples,), default=None
+            See :meth:`fit`.
+
+        Returns
+        -------
+        X_new : ndarray of shape (n_samples, n_clusters)
+        """
+        self.fit(X, partitions=partitions, sample_weight=sample_weight)
+        X = validate_data(self, X, reset=False, **self._test_data_args())
+        return self._transform(X)
+
+    def predict(self, X):
+        """Index of the closest center for each sample.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,)
+        """
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, **self._test_data_args())
+        labels, _ = _assign(X, row_norms(X, squared=True), self.cluster_centers_)
+        return labels
+
+    def transform(self, X):
+        """Euclidean distance of each sample to each center.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+
+        Returns
+        -------
+        X_new : ndarray of shape (n_samples, n_clusters)
+        """
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, **self._test_data_args())
+        return self._transform(X)
+
+    def _transform(self, X):
+        return euclidean_distances(X, self.cluster_centers_)
+
+    def score(self, X, y=None, sample_weight=None):
+        """Opposite of the k-means objective of ``X`` against the centers.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+        y : Ignored
+        sample_weight : array-like of shape (n_samples,), default=None
+
+        Returns
+        -------
+        score : float
+            ``-Σ_i w_i min_j ‖x_i − c_j‖²``.
+        """
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, **self._test_data_args())
+        sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64)
+        _, d2 = _assign(X, row_norms(X, squared=True), self.cluster_centers_)
+        return -float(sample_weight @ d2)
+
+    @staticmethod
+    def _test_data_args():
+        return {
+            "accept_sparse": "csr",
+            "dtype": [np.float64, np.float32],
+            "order": "C",
+            "accept_large_sparse": False,
+        }
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+        return tags
+
+
+class CoresetKMeansResult(NamedTuple):
+    """What :func:`federated_coreset_kmeans` returns (server-side results).
+
+    Attributes
+    ----------
+    cluster_centers : ndarray of shape (k, s)
+        The final centers (float64).
+    inertia : float
+        Exact weighted cost of the clients' rows against the final centers
+        (summed from one float per client) when ``exact_inertia=True``;
+        otherwise equal to ``coreset_inertia``.
+    coreset_inertia : float
+        Weighted cost of the final centers on the coreset.
+    n_iter : int
+        Weighted Lloyd iterations of the winning server restart.
+    coreset_size : int
+        Number of weighted points the server clustered (Σ t_m + Σ k_m).
+    sample_counts : ndarray of int
+        t_m per client, aligned with ``fed.client_ids`` after the protocol.
+    weight_sums : ndarray
+        Sum of the coreset weights uploaded by each client (its n_m, or its
+        total sample weight), aligned like ``sample_counts``.
+    coreset_weights : ndarray of shape (coreset_size,)
+        The weights of the coreset points.
+    """
+
+    cluster_centers: np.ndarray
+    inertia: float
+    coreset_inertia: float
+    n_iter: int
+    coreset_size: int
+    sample_counts: np.ndarray
+    weight_sums: np.ndarray
+    coreset_weights: np.ndarray
+
+
+def federated_coreset_kmeans(
+    fed,
+    *,
+    n_clusters,
+    coreset_size,
+    random_state,
+    n_init=10,
+    max_iter=300,
+    tol=1e-4,
+    rows=None,
+    state_key="coreset",
+    weights=None,
+    local_max_iter=20,
+    exact_inertia=True,
+    verbose=0,
+):
+    """Distributed coreset k-means (Balcan–Ehrlich–Liang 2013) on a federation.
+
+    Three rounds on an open federation (call it inside ``with fed:``):
+
+    1. ``"coreset local cost"`` — client m computes a local solution B_m
+       (k-means++ then Lloyd, k_m = min(k, n_m) centers) on its rows and
+       uploads cost_m = Σ_p w_p d(p, B_m)²: 1 float up.
+    2. ``"coreset sampling"`` — the server splits t = ``coreset_size``
+       between clients ∝ cost_m (largest remainder) and sends t_m: 1 float
+       down. Client m draws t_m rows with replacement with probability
+       w_p d(p, B_m)² / cost_m and uploads them, its k_m centers and their
+       weights: (t_m + k_m)(s + 1) floats up for dense rows (CSR rows are
+       uploaded as CSR and counted as data + indices + indptr).
+    3. ``"coreset labels"`` — the server runs weighted k-means on the union
+       and broadcasts the k centers: k·s floats down. Each client labels its
+       rows and keeps the labels in ``state[state_key]["labels"]``; with
+       ``exact_inertia`` it uploads its cost against the centers: 1 float up.
+
+    Parameters
+    ----------
+    fed : Federation
+        Open federation (inside its ``with`` block).
+    n_clusters : int
+        k.
+    coreset_size : int
+        t, points drawn over all clients.
+    random_state : RandomState
+        The server's generator (the fit's ``rng``); seeds the restarts.
+    n_init : int, default=10
+        Restarts of the server's weighted k-means.
+    max_iter : int, default=300
+        Weighted Lloyd iterations per restart.
+    tol : float, default=1e-4
+        Relative center-shift tolerance (times the mean weighted variance).
+    rows : callable, default=None
+        Module-level function ``rows(client, state) -> (n_m, s)`` array (or
+        CSR matrix) giving the rows each client clusters; ``None`` means
+        :func:`client_rows` (the client's ``X``). Must be picklable.
+    state_key : str, default="coreset"
+        Key of the client state this protocol owns; other keys are kept.
+    weights : callable, default=None
+        Module-level function ``weights(client, state) -> (n_m,)`` of
+        non-negative sample weights; ``None`` for unit weights.
+    local_max_iter : int, default=20
+        Lloyd iterations of the local solutions B_m.
+    exact_inertia : bool, default=True
+        Whether clients upload their exact cost against the final centers in
+        round 3 (1 float each).
+    verbose : int, default=0
+        Print the cost of every server restart when positive.
+
+    Returns
+    -------
+    result : CoresetKMeansResult
+        Centers, inertia, Lloyd iterations and coreset diagnostics. Labels
+        stay on the clients: ``fed.assemble(lambda s: s[state_key]["labels"],
+        n_samples)``.
+    """
+    rows = client_rows if rows is None else rows
+    stream = zlib.crc32(state_key.encode())
+    common = {"rows": rows, "weights": weights, "state_key": state_key}
+
+    costs = fed.run_round(
+        "coreset local cost",
+        partial(
+            _local_solution_step,
+            n_clusters=n_clusters,
+            max_iter=local_max_iter,
+            tol=tol,
+            stream=stream,
+            **common,
+        ),
+    )
+    sample_counts = allocate_samples(np.asarray(costs, dtype=np.float64), coreset_size)
+    coresets = fed.run_round(
+        "coreset sampling",
+        partial(_coreset_step, stream=stream, **common),
+        messages=[int(t) for t in sample_counts],
+    )
+    points, coreset_weights = merge_coresets(coresets)
+    weight_sums = np.array([float(np.sum(c[2])) for c in coresets])
+    centers, coreset_inertia, n_iter = weighted_kmeans(
+        points,
+        coreset_weights,
+        n_clusters,
+        random_state=random_state,
+        n_init=n_init,
+        max_iter=max_iter,
+        tol=tol,
+        verbose=verbose,
+    )
+    inertias = fed.run_round(
+        "coreset labels",
+        partial(_label_step, exact_inertia=exact_inertia, **common),
+        centers,
+    )
+    inertia = float(np.sum(inertias)) if exact_inertia else coreset_inertia
+    return CoresetKMeansResult(
+        cluster_centers=centers,
+        inertia=inertia,
+        coreset_inertia=coreset_inertia,
+        n_iter=n_iter,
+        coreset_size=int(points.shape[0]),
+        sample_counts=sample_counts,
+        weight_sums=weight_sums,
+        coreset_weights=coreset_weights,
+    )
+
+
+# --------------------------------------------------------------------------
+# Client steps
+
+
+def client_rows(client, state):
+    """Default row source: the client's own X."""
+    return client.X
+
+
+def client_sample_weight(client, state):
+    """Row weights carried in the client's ``y`` slot (see ``fit``)."""
+    return client.y
+
+
+def _client_weights(client, state, weights, n_rows):
+    if weights is None:
+        return np.ones(n_rows)
+    w = np.asarray(weights(client, state), dtype=np.float64)
+    if w.shape != (n_rows,):
+        raise ValueError(f"weights gave shape {w.shape}; expected ({n_rows},).")
+    return w
+
+
+def _local_solution_step(
+    client,
+    state,
+    message,
+    *,
+    rows,
+    weights,
+    state_key,
+    n_clusters,
+    max_iter,
+    tol,
+    stream,
+):
+    """Client: local solution B_m and its cost (step 1 of §5).
+
+    Upload: cost_m = Σ_p w_p d(p, B_m)², 1 float.
+    """
+    state = dict(state or {})
+    X = rows(client, state)
+    n = X.shape[0]
+    w = _client_weights(client, state, weights, n)
+    x_sq = row_norms(X, squared=True)
+    # Work in an order fixed by the rows themselves, so that the client's
+    # random choices do not depend on how its samples happen to be stored.
+    order = _canonical_order(X, w)
+    if n <= n_clusters:
+        centers = _dense_rows(X, order).astype(np.float64)
+        labels = np.empty(n, dtype=np.intp)
+        labels[order] = np.arange(n)
+        d2 = np.zeros(n)
+    elif not np.any(w > 0):
+        # Nothing of positive weight: any centers will do, the cost is 0.
+        centers = _dense_rows(X, order[:n_clusters]).astype(np.float64)
+        labels, d2 = _assign(X, x_sq, centers)
+    else:
+        rng = client.random_state(stream, 1)
+        centers = _weighted_kmeans_plusplus(X, w, n_clusters, x_sq, rng, order)
+        centers, labels, d2, _ = _weighted_lloyd(
+            X, w, centers, x_sq, max_iter, _tolerance(X, w, tol)
+        )
+    state[state_key] = {"centers": centers, "labels": labels, "d2": d2}
+    return state, float(w @ d2)
+
+
+def _coreset_step(client, state, message, *, rows, weights, state_key, stream):
+    """Client: D² sampling of t_m rows and the weights (step 3 of §5).
+
+    Upload: (local centers, drawn rows, weights) — (t_m + k_m)(s + 1) floats
+    for dense rows. Weights sum to Σ_p w_p (n_m for unit weights).
+    """
+    state = dict(state or {})
+    X = rows(client, state)
+    local = state[state_key]
+    centers, labels, d2 = local["centers"], local["labels"], local["d2"]
+    w = _client_weights(client, state, weights, X.shape[0])
+    t = int(message)
+    contrib = w * d2
+    cost = float(contrib.sum())
+    center_weights = np.bincount(labels, weights=w, minlength=centers.shape[0])
+    if t > 0 and cost > 0:
+        order = _canonical_order(X, w)
+        p = contrib[order]
+        rng = client.random_state(stream, 2)
+        drawn = order[rng.choice(len(order), size=t, p=p / p.sum())]
+        sample_weights = cost / (t * d2[drawn])
+        # Each drawn point stands for part of its local cluster; the center
+        # keeps the rest, negative when the draws over-represent the cluster.
+        center_weights = center_weights - np.bincount(
+            labels[drawn], weights=sample_weights, minlength=centers.shape[0]
+        )
+        sample = X[drawn]
+    else:
+        sample_weights = np.zeros(0)
+        sample = X[:0]
+    state[state_key] = {}
+    upload = (
+        centers.astype(X.dtype, copy=False),
+        sample,
+        np.concatenate([center_weights, sample_weights]),
+    )
+    return state, upload
+
+
+def _label_step(client, state, message, *, rows, weights, state_key, exact_inertia):
+    """Client: label own rows against the server's centers (step 4 of §5).
+
+    Upload: the client's weighted cost against the centers (1 float) when
+    ``exact_inertia``, else nothing.
+    """
+    state = dict(state or {})
+    X = rows(client, state)
+    # Label with the centers in the rows' precision, as the estimator stores
+    # them, so that predict on the training rows reproduces these labels.
+    centers = np.asarray(message, dtype=X.dtype)
+    labels, d2 = _assign(X, row_norms(X, squared=True), centers)
+    state[state_key] = {"labels": labels.astype(np.int32, copy=False)}
+    if not exact_inertia:
+        return state, None
+    w = _client_weights(client, state, weights, X.shape[0])
+    return state, float(w @ d2)
+
+
+# --------------------------------------------------------------------------
+# Server steps
+
+
+def allocate_samples(costs, coreset_size):
+    """Server: split the sample budget t ∝ cost_m (step 2 of §5).
+
+    Largest-remainder rounding so that Σ t_m = t; ties go to the larger cost,
+    so the split does not depend on the order of the clients (up to exactly
+    equal costs). A client with cost 0 gets no samples; if every cost is 0
+    nobody samples (the local centers with their counts are then exact).
+
+    Parameters
+    ----------
+    costs : ndarray of shape (n_clients,)
+        cost_m.
+    coreset_size : int
+        t.
+
+    Returns
+    -------
+    t_m : ndarray of int of shape (n_clients,)
+    """
+    costs = np.maximum(np.asarray(costs, dtype=np.float64), 0.0)
+    total = costs.sum()
+    if not total > 0:
+        return np.zeros(len(costs), dtype=np.intp)
+    raw = costs / total * coreset_size
+    counts = np.floor(raw).astype(np.intp)
+    short = int(coreset_size - counts.sum())
+    remainder = raw - counts
+    # Only clients with a positive cost may receive the leftover samples.
+    remainder[costs <= 0] = -1.0
+    counts[np.lexsort((-costs, -remainder))[:short]] += 1
+    return counts
+
+
+def merge_coresets(coresets):
+    """Server: the union of the clients' coresets, in a canonical order.
+
+    Clients are taken in an order fixed by the content of their uploads, so
+    that renaming or reordering clients does not change the server's random
+    restarts.
+
+    Parameters
+    ----------
+    coresets : list of (centers, sample, weights)
+        The uploads of the ``"coreset sampling"`` round.
+
+    Returns
+    -------
+    points : ndarray or CSR matrix of shape (n_points, s)
+        Float64; CSR when any client uploaded CSR rows.
+    weights : ndarray of shape (n_points,)
+    """
+    keys = [_content_key(c[2]) for c in coresets]
+    blocks, weights = [], []
+    for i in np.argsort(keys, kind="stable"):
+        centers, sample, w = coresets[i]
+        blocks += [centers, sample]
+        weights.append(np.asarray(w, dtype=np.float64))
+    if any(sp.issparse(b) for b in blocks):
+        points = sp.vstack([sp.csr_matrix(b) for b in blocks], format="csr")
+        points = points.astype(np.float64)
+    else:
+        points = np.vstack(blocks).astype(np.float64)
+    return points, np.concatenate(weights)
+
+
+def weighted_kmeans(
+    X,
+    sample_weight,
+    n_clusters,
+    *,
+    random_state,
+    n_init=10,
+    max_iter=300,
+    tol=1e-4,
+    verbose=0,
+):
+    """Server: weighted k-means on the coreset, weights of any sign (step 4).
+
+    ``n_init`` restarts of weighted k-means++ (drawing only points of
+    positive weight) followed by weighted Lloyd; a cluster whose total
+    weight is not positive keeps its previous center. The restart with the
+    lowest weighted cost wins.
+
+    Parameters
+    ----------
+    X : ndarray or CSR matrix of shape (n_points, s)
+    sample_weight : ndarray of shape (n_points,)
+        May contain negative values; must have some positive ones.
+    n_clusters : int
+    random_state : RandomState
+    n_init, max_iter, tol, verbose
+        As in :class:`DistributedKMeans`.
+
+    Returns
+    -------
+    centers : ndarray of shape (n_clusters, s)
+    inertia : float
+        Weighted cost Σ_i w_i min_j ‖x_i − c_j‖² (may be negative).
+    n_iter : int
+    """
+    if not np.any(sample_weight > 0):
+        raise ValueError(
+            "The coreset has no point of positive weight; give some samples a "
+            "positive sample_weight."
+        )
+    rng = check_random_state(random_state)
+    x_sq = row_norms(X, squared=True)
+    tol_abs = _tolerance(X, sample_weight, tol)
+    order = np.arange(X.shape[0])
+    best = None
+    for seed in rng.randint(_SEED_MAX, size=n_init):
+        init = _weighted_kmeans_plusplus(
+            X, sample_weight, n_clusters, x_sq, np.random.RandomState(seed), order
+        )
+        centers, _, d2, n_iter = _weighted_lloyd(
+            X, sample_weight, init, x_sq, max_iter, tol_abs
+        )
+        inertia = float(sample_weight @ d2)
+        if verbose:
+            print(
+                f"[skfed] coreset k-means restart: {n_iter} iterations, "
+                f"weighted cost {inertia:.6g}",
+                file=sys.stderr,
+            )
+        if best is None or inertia < best[1]:
+            best = (centers, inertia, n_iter)
+    return best
+
+
+# --------------------------------------------------------------------------
+# Weighted k-means pieces, plain functions of arrays (used by the clients for
+# B_m with their sample weights and by the server on the coreset).
+
+
+def _weighted_kmeans_plusplus(X, w, n_clusters, x_sq, rng, order):
+    """Weighted k-means++ seeding over the points of positive weight.
+
+    Greedy, like scikit-learn's: each new center is the best of
+    2 + log(k) candidates drawn ∝ w_i D(x_i)². ``order`` fixes the order in
+    which points are enumerated for the draws. When every positive-weight
+    point already sits on a center, the remaining centers repeat existing
+    points (drawn ∝ w_i).
+    """
+    idx = order[w[order] > 0]
+    Xp, wp, xp_sq = X[idx], w[idx], x_sq[idx]
+    n_local_trials = 2 + int(np.log(n_clusters))
+    centers = np.empty((n_clusters, X.shape[1]))
+    first = rng.choice(len(idx), p=wp / wp.sum())
+    centers[0] = _dense_rows(Xp, [first])[0]
+    d2 = _sq_dist(Xp, xp_sq, centers[:1])[:, 0]
+    for c in range(1, n_clusters):
+        weighted = wp * d2
+        potential = weighted.sum()
+        if not potential > 0:
+            pick = rng.choice(len(idx), p=wp / wp.sum())
+            centers[c] = _dense_rows(Xp, [pick])[0]
+            continue
+        draws = rng.uniform(size=n_local_trials) * potential
+        candidates = np.searchsorted(np.cumsum(weighted), draws)
+        candidates = np.minimum(candidates, len(idx) - 1)
+        cand_centers = _dense_rows(Xp, candidates)
+        cand_d2 = np.minimum(d2[None, :], _sq_dist(Xp, xp_sq, cand_centers).T)
+        best = int(np.argmin(cand_d2 @ wp))
+        centers[c] = cand_centers[best]
+        d2 = cand_d2[best]
+    return centers
+
+
+def _weighted_lloyd(X, w, centers, x_sq, max_iter, tol_abs):
+    """Weighted Lloyd iterations; weights of any sign.
+
+    A cluster with no point, or with non-positive total weight, keeps its
+    previous center (its weighted mean is undefined or would be pushed away
+    from its points). Stops on unchanged labels or a squared center shift
+    at most ``tol_abs``.
+
+    Returns
+    -------
+    centers, labels, d2, n_iter
+        ``labels`` and ``d2`` are consistent with the returned centers.
+    """
+    labels = None
+    n_iter = 0
+    scale = _WEIGHT_EPS * np.abs(w).sum()
+    for iteration in range(1, max_iter + 1):
+        n_iter = iteration
+        new_labels, _ = _assign(X, x_sq, centers)
+        if labels is not None and np.array_equal(new_labels, labels):
+            break
+        labels = new_labels
+        totals = np.bincount(labels, weights=w, minlength=centers.shape[0])
+        indicator = sp.csr_matrix(
+            (w, (labels, np.arange(X.shape[0]))), shape=(centers.shape[0], X.shape[0])
+        )
+        sums = indicator @ X
+        sums = sums.toarray() if sp.issparse(sums) else np.asarray(sums)
+        movable = totals > scale
+        new_centers = centers.copy()
+        new_centers[movable] = sums[movable] / totals[movable, None]
+        shift = float(((new_centers - centers) ** 2).sum())
+        centers = new_centers
+        if shift <= tol_abs:
+            break
+    labels, d2 = _assign(X, x_sq, centers)
+    return centers, labels, d2, n_iter
+
+
+def _assign(X, x_sq, centers):
+    """Closest center of each row and the squared distance to it."""
+    n = X.shape[0]
+    labels = np.empty(n, dtype=np.intp)
+    d2 = np.empty(n, dtype=np.float64)
+    c_sq = row_norms(centers, squared=True)
+    for batch in gen_batches(n, _CHUNK):
+        dist = _sq_dist(X[batch], x_sq[batch], centers, c_sq)
+        labels[batch] = np.argmin(dist, axis=1)
+    if n:
+        if sp.issparse(X):
+            d2 = _sq_dist_to_own(X, x_sq, centers, labels)
+        else:
+            # Subtracting directly makes a point that sits on its center
+            # cost exactly 0 (the expanded form leaves rounding noise, which
+            # would make D² sampling draw duplicates of centers).
+            for batch in gen_batches(n, _CHUNK):
+                diff = X[batch] - centers[labels[batch]]
+                d2[batch] = np.einsum("ij,ij->i", diff, diff)
+    return labels, d2
+
+
+def _sq_dist(X, x_sq, centers, c_sq=None):
+    """Squared distances ‖x − c‖² of rows to centers, clipped at 0."""
+    if c_sq is None:
+        c_sq = row_norms(centers, squared=True)
+    dist = -2.0 * safe_sparse_dot(X, centers.T, dense_output=True)
+    dist += x_sq[:, None]
+    dist += c_sq[None, :]
+    return np.maximum(dist, 0.0, out=dist)
+
+
+def _sq_dist_to_own(X, x_sq, centers, labels):
+    """‖x_i − c_{labels_i}‖² for CSR rows, without densifying X."""
+    own = centers[labels]
+    cross = np.asarray(X.multiply(own).sum(axis=1)).ravel()
+    return np.maximum(x_sq - 2.0 * cross + row_norms(own, squared=True), 0.0)
+
+
+def _tolerance(X, w, tol):
+    """tol times the mean weighted variance of the features (as KMeans)."""
+    if tol == 0:
+        return 0.0
+    total = w.sum()
+    if not total > 0:
+        return 0.0
+    mean = np.asarray(safe_sparse_dot(w, X)).ravel() / total
+    if sp.issparse(X):
+        sq = np.asarray(safe_sparse_dot(w, X.multiply(X))).ravel() / total
+    else:
+        sq = (w @ (X * X)) / total
+    return float(np.mean(np.maximum(sq - mean**2, 0.0)) * tol)
+
+
+def _dense_rows(X, idx):
+    rows = X[np.asarray(idx)]
+    return rows.toarray() if sp.issparse(rows) else np.asarray(rows)
+
+
+def _canonical_order(X, w):
+    """An order of the rows fixed by their values (and weights) alone.
+
+    Rows are sorted by an exact hash of their bit patterns, so the same
+    multiset of rows gives the same order however it is stored. Rows equal
+    in value and weight are interchangeable, so their relative order does
+    not matter.
+    """
+    n, d = X.shape
+    consts = (
+        np.random.RandomState(12345).randint(1, 2**62, size=d + 1, dtype=np.int64)
+    ).astype(np.uint64) | np.uint64(1)
+    width = np.uint64 if X.dtype.itemsize == 8 else np.uint32
+    if sp.issparse(X):
+        data = np.ascontiguousarray(X.data).view(width).astype(np.uint64)
+        terms = data * consts[X.indices]
+        row_hash = np.zeros(n, dtype=np.uint64)
+        nonempty = np.diff(X.indptr) > 0
+        if terms.size:
+            row_hash[nonempty] = np.add.reduceat(terms, X.indptr[:-1][nonempty])
+    else:
+        bits = np.ascontiguousarray(X).view(width).astype(np.uint64)
+        row_hash = (bits * consts[:d]).sum(axis=1, dtype=np.uint64)
+    w_bits = np.ascontiguousarray(w, dtype=np.float64).view(np.uint64)
+    row_hash = row_hash + w_bits * consts[d]
+    return np.argsort(row_hash, kind="stable")
+
+
+def _content_key(weights):
+    """Order-free sort key of one client's upload."""
+    return zlib.crc32(np.ascontiguousarray(weights, dtype=np.float64).tobytes())
