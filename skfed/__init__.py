@@ -8,7 +8,7 @@ network as ``communication_`` (a :class:`CommunicationLog`).
 from . import partition
 from ._federation import ClientStepError, ClientValueError
 from ._ledger import CommunicationLog
-from .cluster import DistributedKMeans
+from .cluster import DistributedKMeans, KFed
 
 __version__ = "0.1.0.dev0"
 
@@ -17,5 +17,6 @@ __all__ = [
     "ClientValueError",
     "CommunicationLog",
     "DistributedKMeans",
+    "KFed",
     "partition",
 ]

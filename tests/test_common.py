@@ -15,6 +15,7 @@ import skfed
 # Class name -> constructor arguments that keep the checks fast.
 FAST_PARAMS = {
     "DistributedKMeans": {"n_clusters": 2, "coreset_size": 50, "n_init": 2},
+    "KFed": {"n_clusters": 3, "max_iter": 50},
 }
 
 # Class name -> {check name: reason}. Keep every reason honest and specific.

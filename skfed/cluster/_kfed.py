@@ -1,0 +1,1033 @@
+"""k-FED: one-shot federated k-means (Dennis, Li & Smith, ICML 2021).
+
+Every client clusters its own data once (Algorithm 1, the Awasthi–Sheffet
+variant of Lloyd's method) and uploads its local centers in a single round;
+the server picks k of the pooled centers by farthest-point selection, runs one
+Lloyd round over the pooled centers and sends each client the global cluster
+of each of its local centers (Algorithm 2). A training point's label is the
+global cluster of its local cluster (the *induced* clustering, Definition
+3.3).
+
+The module reads top-down: the estimator, the client steps, the server steps.
+"""
+
+# The local Lloyd iterations reuse scikit-learn's KMeans (with an explicit
+# initialisation) and kmeans_plusplus; the projection uses randomized_svd.
+
+import functools
+import hashlib
+import numbers
+import warnings
+from collections.abc import Mapping
+from numbers import Integral, Real
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.base import (
+    BaseEstimator,
+    ClassNamePrefixFeaturesOutMixin,
+    ClusterMixin,
+    TransformerMixin,
+    _fit_context,
+)
+from sklearn.cluster import KMeans, kmeans_plusplus
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.metrics import euclidean_distances, pairwise_distances_argmin_min
+from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.extmath import randomized_svd, row_norms
+from sklearn.utils.validation import (
+    _check_sample_weight,
+    check_is_fitted,
+    validate_data,
+)
+
+from .._federation import FederatedMixin
+
+__all__ = ["KFed"]
+
+# Keys of the per-client random streams (``client.random_state(key)``).
+_SVD_STREAM = 0
+_SEEDING_STREAM = 1
+_LLOYD_STREAM = 2
+_DROPOUT_STREAM = 3
+
+_REFUSED = "refused: raw rows"
+
+
+class KFed(
+    FederatedMixin,
+    ClassNamePrefixFeaturesOutMixin,
+    TransformerMixin,
+    ClusterMixin,
+    BaseEstimator,
+):
+    """One-shot federated k-means (k-FED).
+
+    Each client runs the Awasthi–Sheffet variant of Lloyd's method on its own
+    data with k(z) local clusters and uploads its local centers Θ(z) once.
+    The server pools the centers, selects ``n_clusters`` of them by
+    farthest-point traversal, runs exactly one Lloyd round over the pooled
+    centers and tells each client the global cluster of each of its local
+    centers. Training points inherit the global cluster of their local
+    cluster (the k-FED induced clustering).
+
+    The algorithm needs one upload round. It suits heterogeneous (non-IID)
+    networks where every client holds data from only a few (k' ≤ k) of the
+    k clusters; on IID splits use ``n_local_clusters=n_clusters``.
+
+    Parameters
+    ----------
+    n_clusters : int, default=8
+        k, the number of global clusters.
+
+    n_local_clusters : int, mapping or None, default=None
+        k(z) (k' in the paper when equal for all clients), the number of
+        clusters each client finds locally. An int applies to every client; a
+        mapping gives client id -> k(z) and must cover every client; None
+        means ``n_clusters``. Every k(z) must be at most ``n_clusters``.
+
+    center_weighting : {"size", "uniform"}, default="size"
+        How the server's Lloyd round averages the local centers of a global
+        cluster τ_r. ``"size"`` weights each local center by the number of
+        points in its local cluster: the global center is then exactly the
+        mean of the points the induced clustering puts in that cluster (so
+        ``inertia_`` is the k-means cost φ of ``labels_``), and clients with
+        few points do not pull centers as much as large ones. It costs k(z)
+        more floats per client (the sizes). ``"uniform"`` is the paper's
+        unweighted mean of the local centers and uploads only k(z)·d floats.
+
+    max_iter : int, default=300
+        Maximum number of local Lloyd iterations (step 4 of Algorithm 1) on
+        each client, as in :class:`~sklearn.cluster.KMeans`.
+
+    tol : float, default=1e-4
+        Relative tolerance of the local Lloyd iterations, as in
+        :class:`~sklearn.cluster.KMeans`.
+
+    allow_raw_upload : bool, default=True
+        A client holding at most k(z) distinct samples cannot summarise them:
+        its local centers *are* its (distinct) samples, so it uploads raw
+        rows. With True such clients take part (listed in
+        ``raw_upload_clients_``); with False the fit raises a ``ValueError``
+        naming them.
+
+    client_dropout : float in [0, 1), default=0.0
+        Simulated partial participation: each client independently skips the
+        upload round with this probability, drawn from its own random stream
+        (so which clients drop depends on ``random_state`` and the data, not
+        on client names or order). Dropped clients are listed in
+        ``failed_clients_``.
+
+    n_jobs : int, default=None
+        Number of clients run in parallel (joblib). ``None`` means 1 unless in
+        a :func:`joblib.parallel_config` context.
+
+    random_state : int, RandomState instance or None, default=None
+        Seeds the clients' randomized SVDs, k-means++ seedings and dropout,
+        and the server's choice of the starting client. Pass an int for
+        reproducible results: the model then does not depend on ``n_jobs``,
+        on the joblib backend, or on the names or order of the clients.
+
+    verbose : int, default=0
+        Print one line per round when positive.
+
+    Attributes
+    ----------
+    cluster_centers_ : ndarray of shape (n_clusters, n_features)
+        Global centers μ(τ_r).
+
+    labels_ : ndarray of shape (n_samples,)
+        Induced label of each sample passed to the last ``fit`` or
+        ``partial_fit``; -1 for samples of clients that did not take part.
+        Labels stay on the clients in a deployment; the simulation gathers
+        them.
+
+    inertia_ : float
+        Sum of squared distances of the samples with a label to the global
+        center of their label. Each client computes its share from the
+        downloaded model; the simulation adds the shares (not uploaded).
+
+    n_iter_ : int
+        Largest number of local Lloyd iterations over the clients (the
+        server itself runs exactly one Lloyd round).
+
+    n_clients_ : int
+        Number of clients whose local centers are in the model.
+
+    local_centers_ : dict
+        Client id -> ndarray of shape (k(z), n_features), the local centers
+        Θ(z) the client uploaded (fewer rows if it had fewer distinct
+        samples).
+
+    local_center_labels_ : dict
+        Client id -> ndarray of shape (k(z),), the global cluster of each
+        local center (the map downloaded by that client).
+
+    raw_upload_clients_ : list
+        Ids of clients whose uploaded centers are raw rows because they hold
+        at most k(z) distinct samples.
+
+    failed_clients_ : dict
+        Client id -> reason, for clients that failed or dropped out. Their
+        samples get label -1.
+
+    communication_ : CommunicationLog
+        What crossed the network. Round ``"local centers"`` uploads, per
+        client, k(z)·d floats (+ k(z) sizes with
+        ``center_weighting="size"``); round ``"cluster map"`` downloads k(z)
+        ints (the global cluster of each local center) and the k·d global
+        centers. One upload round per ``fit`` or ``partial_fit``.
+
+    n_features_in_ : int
+        Number of features seen during :term:`fit`.
+
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
+        Names of features seen during :term:`fit`. Defined only when `X`
+        has feature names that are all strings.
+
+    See Also
+    --------
+    sklearn.cluster.KMeans : Centralized k-means on the pooled data.
+
+    Notes
+    -----
+    Local step on client z (Algorithm 1): V = top-k(z) right singular vectors
+    of the uncentered client data (randomized SVD); k-means++ on the
+    projection P = X V gives ν; pruning keeps S_r = {i : ‖P_i − ν_r‖ ≤ ⅓ ‖P_i −
+    ν_s‖ for all s ≠ r} and sets θ_r = mean of the rows in S_r (ν_r Vᵀ if S_r
+    is empty); Lloyd's method from θ in the full space gives Θ(z). A client
+    with at most k(z) distinct samples uses them as its centers. Each client
+    processes its rows in a canonical (content-defined) order, so the result
+    does not depend on the order of the samples either.
+
+    Server (Algorithm 2): M starts as the centers of the client with the
+    most local centers (among ties, one drawn with ``random_state`` from an
+    order defined by the centers' values); the pooled center farthest from M
+    joins M until |M| = k; one Lloyd round assigns every pooled center to
+    its nearest member of M (groups τ_r) and sets the global centers to the
+    (weighted) means of the τ_r.
+
+    ``partial_fit`` adds new clients (Theorem 3.2): they run the local step,
+    their local centers join the nearest global center, and the global
+    centers become the (weighted) means of the enlarged τ_r. No earlier
+    client is contacted and earlier labels do not change.
+
+    References
+    ----------
+    Dennis, D. K., Li, T. & Smith, V. (2021). Heterogeneity for the Win:
+    One-Shot Federated Clustering. ICML.
+
+    Awasthi, P. & Sheffet, O. (2012). Improved spectral-norm bounds for
+    clustering. APPROX/RANDOM.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skfed import KFed
+    >>> X = np.array([[1, 2], [1, 4], [1, 0], [10, 2], [10, 4], [10, 0]])
+    >>> partitions = [0, 0, 0, 1, 1, 1]
+    >>> kfed = KFed(n_clusters=2, n_local_clusters=1, random_state=0)
+    >>> kfed.fit(X, partitions=partitions).labels_
+    array([1, 1, 1, 0, 0, 0], dtype=int32)
+    >>> kfed.cluster_centers_
+    array([[10.,  2.],
+           [ 1.,  2.]])
+    >>> kfed.communication_.n_upload_rounds
+    1
+    """
+
+    _parameter_constraints: dict = {
+        "n_clusters": [Interval(Integral, 1, None, closed="left")],
+        "n_local_clusters": [Interval(Integral, 1, None, closed="left"), Mapping, None],
+        "center_weighting": [StrOptions({"size", "uniform"})],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "allow_raw_upload": ["boolean"],
+        "client_dropout": [Interval(Real, 0, 1, closed="left")],
+        "n_jobs": [Integral, None],
+        "random_state": ["random_state"],
+        "verbose": ["verbose"],
+    }
+
+    def __init__(
+        self,
+        n_clusters=8,
+        *,
+        n_local_clusters=None,
+        center_weighting="size",
+        max_iter=300,
+        tol=1e-4,
+        allow_raw_upload=True,
+        client_dropout=0.0,
+        n_jobs=None,
+        random_state=None,
+        verbose=0,
+    ):
+        self.n_clusters = n_clusters
+        self.n_local_clusters = n_local_clusters
+        self.center_weighting = center_weighting
+        self.max_iter = max_iter
+        self.tol = tol
+        self.allow_raw_upload = allow_raw_upload
+        self.client_dropout = client_dropout
+        self.n_jobs = n_jobs
+        self.random_state = random_state
+        self.verbose = verbose
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y=None, *, partitions=None):
+        """Cluster the clients' data with one round of communication.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Training data of all clients (CSR for sparse data).
+
+        y : Ignored
+            Not used, present here for API consistency by convention.
+
+        partitions : None, int or array-like of shape (n_samples,), \
+                default=None
+            Client id of each sample; an int n splits the samples uniformly
+            at random into n clients; None means one client.
+
+        Returns
+        -------
+        self : object
+            Fitted estimator.
+        """
+        return self._fit(X, partitions)
+
+    def _fit(self, X, partitions):
+        X = self._validate_training_data(X, reset=True)
+        rng = check_random_state(self.random_state)
+        fed = self._federation(X, None, partitions, random_state=rng)
+        with fed:
+            ids, centers, weights = self._local_round(fed, "local centers")
+            n_pooled = sum(len(c) for c in centers)
+            if n_pooled < self.n_clusters:
+                raise ValueError(
+                    f"KFed needs at least n_clusters={self.n_clusters} local "
+                    f"centers, but the {len(ids)} participating client(s) "
+                    f"offer only {n_pooled} (n_samples={X.shape[0]}; a client "
+                    "offers min(k(z), its number of distinct samples))."
+                    + _failure_note(fed.failed_clients)
+                    + " Lower n_clusters, raise n_local_clusters, or add clients."
+                )
+            pooled, pooled_weights, owner = _pool(centers, weights)
+            initial = _farthest_point_initialization(
+                pooled, owner, self.n_clusters, rng
+            )
+            cluster_centers, assignment, cluster_weights = _one_lloyd_round(
+                pooled, pooled_weights, initial
+            )
+            cluster_centers = cluster_centers.astype(X.dtype, copy=False)
+            center_labels = _split_by_owner(assignment, owner, len(ids))
+            self._send_cluster_map(fed, center_labels, cluster_centers)
+
+            self.cluster_centers_ = cluster_centers
+            self._cluster_weights = cluster_weights
+            self.local_centers_ = dict(zip(ids, centers))
+            self.local_center_labels_ = dict(zip(ids, center_labels))
+            self.failed_clients_ = dict(fed.failed_clients)
+            self.raw_upload_clients_ = self._raw_clients(fed)
+            self.n_clients_ = len(ids)
+            self._set_local_results(fed, X.shape[0])
+        self.communication_ = fed.log
+        self._n_features_out = self.cluster_centers_.shape[0]
+
+        n_distinct = np.count_nonzero(cluster_weights > 0)
+        if n_distinct < self.n_clusters:
+            warnings.warn(
+                f"Number of distinct clusters ({n_distinct}) found smaller than "
+                f"n_clusters ({self.n_clusters}). Possibly due to duplicate "
+                "points in X or identical local centers.",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
+        return self
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def partial_fit(self, X, y=None, *, partitions=None):
+        """Add new clients to a fitted model (paper, Theorem 3.2).
+
+        The new clients run the local step and upload their local centers;
+        each center joins its nearest global center, whose mean is updated.
+        Earlier clients are not contacted and keep their labels. On an
+        unfitted estimator this is :meth:`fit`.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Data of the new clients.
+
+        y : Ignored
+            Not used, present here for API consistency by convention.
+
+        partitions : None, int or array-like of shape (n_samples,), \
+                default=None
+            Client id of each sample. A client already in the model (or one
+            that failed earlier) may come back: its data is clustered afresh
+            and its new local centers join those it sent before.
+
+        Returns
+        -------
+        self : object
+            Updated estimator. ``labels_``, ``inertia_`` and ``n_iter_``
+            describe the new clients' data.
+        """
+        if not hasattr(self, "cluster_centers_"):
+            return self._fit(X, partitions)
+        X = self._validate_training_data(X, reset=False)
+        if self.cluster_centers_.shape[0] != self.n_clusters:
+            raise ValueError(
+                f"n_clusters={self.n_clusters} differs from the "
+                f"{self.cluster_centers_.shape[0]} clusters of the fitted model; "
+                "call fit to change the number of clusters."
+            )
+        rng = check_random_state(self.random_state)
+        fed = self._federation(
+            X, None, partitions, random_state=rng, log=self.communication_
+        )
+        with fed:
+            ids, centers, weights = self._local_round(fed, "local centers (new)")
+            if not ids:
+                raise ValueError(
+                    "No new client took part in partial_fit."
+                    + _failure_note(fed.failed_clients)
+                )
+            pooled, pooled_weights, owner = _pool(centers, weights)
+            cluster_centers, assignment, cluster_weights = _assign_new_centers(
+                self.cluster_centers_, self._cluster_weights, pooled, pooled_weights
+            )
+            cluster_centers = cluster_centers.astype(X.dtype, copy=False)
+            center_labels = _split_by_owner(assignment, owner, len(ids))
+            self._send_cluster_map(fed, center_labels, cluster_centers)
+
+            self.cluster_centers_ = cluster_centers
+            self._cluster_weights = cluster_weights
+            for cid, own, own_labels in zip(ids, centers, center_labels):
+                # A client already in the model brings new data: its new local
+                # centers join those it uploaded before.
+                if cid in self.local_centers_:
+                    own = np.concatenate([self.local_centers_[cid], own])
+                    own_labels = np.concatenate(
+                        [self.local_center_labels_[cid], own_labels]
+                    )
+                self.local_centers_[cid] = own
+                self.local_center_labels_[cid] = own_labels
+                self.failed_clients_.pop(cid, None)
+            self.failed_clients_.update(
+                (c, r)
+                for c, r in fed.failed_clients.items()
+                if c not in self.local_centers_
+            )
+            self.raw_upload_clients_ += [
+                c for c in self._raw_clients(fed) if c not in self.raw_upload_clients_
+            ]
+            self.n_clients_ = len(self.local_centers_)
+            self._set_local_results(fed, X.shape[0])
+        self.communication_ = fed.log
+        return self
+
+    def fit_predict(self, X, y=None, *, partitions=None):
+        """Fit and return the induced label of each training sample.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Training data.
+
+        y : Ignored
+            Not used, present here for API consistency by convention.
+
+        partitions : None, int or array-like of shape (n_samples,), \
+                default=None
+            Client id of each sample, see :meth:`fit`.
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,)
+            ``labels_``: the global cluster of each sample's local cluster.
+        """
+        return self.fit(X, partitions=partitions).labels_
+
+    def fit_transform(self, X, y=None, *, partitions=None):
+        """Fit, then return the distances of X to the global centers.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Training data.
+
+        y : Ignored
+            Not used, present here for API consistency by convention.
+
+        partitions : None, int or array-like of shape (n_samples,), \
+                default=None
+            Client id of each sample, see :meth:`fit`.
+
+        Returns
+        -------
+        X_new : ndarray of shape (n_samples, n_clusters)
+            Distances to the global centers.
+        """
+        return self.fit(X, partitions=partitions)._transform(
+            self._validate_test_data(X)
+        )
+
+    def predict(self, X):
+        """Index of the nearest global center of each sample.
+
+        Works sample by sample: no client structure is needed. For training
+        samples this can differ from the induced ``labels_`` when a point
+        is closer to another global center than its local cluster's.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            New data.
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,)
+            Index of the cluster each sample belongs to.
+        """
+        check_is_fitted(self)
+        X = self._validate_test_data(X)
+        labels, _ = pairwise_distances_argmin_min(X, self.cluster_centers_)
+        return labels.astype(np.int32, copy=False)
+
+    def transform(self, X):
+        """Distances of X to the global centers (as ``KMeans.transform``).
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            New data.
+
+        Returns
+        -------
+        X_new : ndarray of shape (n_samples, n_clusters)
+            Euclidean distance of each sample to each global center.
+        """
+        check_is_fitted(self)
+        return self._transform(self._validate_test_data(X))
+
+    def score(self, X, y=None, sample_weight=None):
+        """Opposite of the k-means objective of X with the global centers.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            New data.
+
+        y : Ignored
+            Not used, present here for API consistency by convention.
+
+        sample_weight : array-like of shape (n_samples,), default=None
+            Weight of each sample; equal weights when None.
+
+        Returns
+        -------
+        score : float
+            Minus the (weighted) sum of squared distances to the nearest
+            global center.
+        """
+        check_is_fitted(self)
+        X = self._validate_test_data(X)
+        sample_weight = _check_sample_weight(sample_weight, X, dtype=X.dtype)
+        _, distances = pairwise_distances_argmin_min(X, self.cluster_centers_)
+        return -float(np.dot(sample_weight, distances.astype(np.float64) ** 2))
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+        return tags
+
+    # -- orchestration helpers (no math here) ---------------------------------
+
+    def _validate_training_data(self, X, *, reset):
+        X = validate_data(
+            self,
+            X,
+            accept_sparse="csr",
+            dtype=[np.float64, np.float32],
+            order="C",
+            accept_large_sparse=False,
+            reset=reset,
+        )
+        local = self.n_local_clusters
+        values = local.values() if isinstance(local, Mapping) else [local]
+        for value in values:
+            if value is None and not isinstance(local, Mapping):
+                continue
+            if (
+                not isinstance(value, numbers.Integral)
+                or isinstance(value, bool)
+                or value < 1
+            ):
+                raise ValueError(
+                    "n_local_clusters must map every client to a positive "
+                    f"int k(z); got {value!r}."
+                )
+            if value > self.n_clusters:
+                raise ValueError(
+                    f"n_local_clusters={value} exceeds n_clusters="
+                    f"{self.n_clusters}; a client finds at most k' <= k "
+                    "clusters. Lower n_local_clusters or raise n_clusters."
+                )
+        return X
+
+    def _validate_test_data(self, X):
+        return validate_data(
+            self,
+            X,
+            accept_sparse="csr",
+            dtype=[np.float64, np.float32],
+            order="C",
+            accept_large_sparse=False,
+            reset=False,
+        )
+
+    def _transform(self, X):
+        return euclidean_distances(X, self.cluster_centers_)
+
+    def _local_round(self, fed, name):
+        """Run the local step on every client of ``fed``; gather its centers."""
+        local = self.n_local_clusters
+        if local is None:
+            local = self.n_clusters
+        if isinstance(local, Mapping):
+            missing = [c for c in fed.client_ids if c not in local]
+            if missing:
+                shown = ", ".join(repr(c) for c in missing[:5])
+                raise ValueError(
+                    f"n_local_clusters has no entry for client(s) {shown}; "
+                    "give every client its k(z), or pass an int."
+                )
+            local = {c: int(local[c]) for c in fed.client_ids}
+        else:
+            local = int(local)
+        step = functools.partial(
+            _local_step,
+            n_local_clusters=local,
+            max_iter=self.max_iter,
+            tol=self.tol,
+            allow_raw_upload=self.allow_raw_upload,
+            send_sizes=self.center_weighting == "size",
+            dropout=float(self.client_dropout),
+        )
+        uploads = fed.run_round(name, step, tolerate=True)
+
+        refused = [c for c, u in zip(fed.client_ids, uploads) if u == _REFUSED]
+        if refused:
+            shown = ", ".join(repr(c) for c in refused[:5])
+            raise ValueError(
+                f"Client(s) {shown} hold at most k(z) distinct samples, so "
+                "their local centers would be their raw rows, which "
+                "allow_raw_upload=False forbids. Merge these clients with "
+                "others, leave them out, or set allow_raw_upload=True."
+            )
+        crashed = {
+            c: reason
+            for c, reason in fed.failed_clients.items()
+            if not reason.startswith(_SimulatedDropout.__name__)
+        }
+        if crashed:
+            warnings.warn(
+                f"{len(crashed)} client(s) failed in round {name!r} and were "
+                f"left out: {_failure_note(crashed).strip()}",
+                UserWarning,
+                stacklevel=3,
+            )
+        centers = [u["centers"] for u in uploads]
+        if self.center_weighting == "size":
+            weights = [np.asarray(u["sizes"], dtype=np.float64) for u in uploads]
+        else:
+            weights = [np.ones(len(c)) for c in centers]
+        return list(fed.client_ids), centers, weights
+
+    @staticmethod
+    def _send_cluster_map(fed, center_labels, cluster_centers):
+        messages = [
+            {"center_labels": labels, "cluster_centers": cluster_centers}
+            for labels in center_labels
+        ]
+        fed.run_round("cluster map", _induce_labels_step, messages=messages)
+
+    @staticmethod
+    def _raw_clients(fed):
+        raw = fed.local_results(lambda state: state["kfed_raw"])
+        return [c for c, is_raw in raw.items() if is_raw]
+
+    def _set_local_results(self, fed, n_samples):
+        # Per-sample labels and inertia shares stay on the clients in a
+        # deployment; the simulation gathers them for the fitted attributes.
+        self.labels_ = fed.assemble(
+            lambda state: state["kfed_labels"], n_samples, dtype=np.int32
+        )
+        self.inertia_ = float(
+            sum(fed.local_results(lambda state: state["kfed_inertia"]).values())
+        )
+        self.n_iter_ = int(
+            max(fed.local_results(lambda state: state["kfed_n_iter"]).values())
+        )
+
+
+def _failure_note(failed):
+    if not failed:
+        return ""
+    shown = "; ".join(f"{c!r}: {r}" for c, r in list(failed.items())[:5])
+    more = f" and {len(failed) - 5} more" if len(failed) > 5 else ""
+    return f" Left out: {shown}{more}."
+
+
+# -- client steps -------------------------------------------------------------
+
+
+class _SimulatedDropout(RuntimeError):
+    """Raised by a client that skips the round (``client_dropout``)."""
+
+
+def _local_step(
+    client,
+    state,
+    message,
+    *,
+    n_local_clusters,
+    max_iter,
+    tol,
+    allow_raw_upload,
+    send_sizes,
+    dropout,
+):
+    """Client step of round "local centers": Algorithm 1 (local k(z)-means).
+
+    Upload: the k(z) local centers Θ(z) (k(z)·d floats) and, if
+    ``send_sizes``, the k(z) local cluster sizes. A client with at most k(z)
+    distinct samples uploads those samples (and their multiplicities)
+    instead, or the marker ``"refused: raw rows"`` (0 floats) when
+    ``allow_raw_upload`` is False. Kept: the local label of each sample.
+    """
+    if dropout and client.random_state(_DROPOUT_STREAM).random_sample() < dropout:
+        raise _SimulatedDropout(f"simulated dropout (client_dropout={dropout})")
+    if isinstance(n_local_clusters, Mapping):
+        n_local_clusters = n_local_clusters[client.client_id]
+    X = client.X
+
+    # Work in an order defined by the rows' contents so that the result does
+    # not depend on the order of the samples on the client.
+    row_hashes = _row_hashes(X)
+    order = np.argsort(row_hashes, kind="stable")
+    X = X[order]
+    distinct = _few_distinct_rows(X, row_hashes[order], n_local_clusters)
+
+    if distinct is not None:
+        if not allow_raw_upload:
+            return state, _REFUSED
+        first, sorted_labels = distinct
+        centers = X[first]
+        centers = centers.toarray() if sp.issparse(centers) else centers.copy()
+        n_iter = 0
+    else:
+        centers, sorted_labels, n_iter = _awasthi_sheffet(
+            X, n_local_clusters, max_iter=max_iter, tol=tol, client=client
+        )
+    local_labels = np.empty(X.shape[0], dtype=np.intp)
+    local_labels[order] = sorted_labels
+
+    state = dict(state or {})
+    state["kfed_local_labels"] = local_labels
+    state["kfed_raw"] = distinct is not None
+    state["kfed_n_iter"] = n_iter
+    upload = {"centers": centers}
+    if send_sizes:
+        upload["sizes"] = np.bincount(sorted_labels, minlength=len(centers))
+    return state, upload
+
+
+def _induce_labels_step(client, state, message):
+    """Client step of round "cluster map": Definition 3.3 (induced labels).
+
+    Download: the global cluster of each local center (k(z) ints) and the
+    global centers (k·d floats). The client labels its points and computes
+    its share of the k-means cost; nothing is uploaded.
+    """
+    state = dict(state)
+    labels = np.asarray(message["center_labels"])[state["kfed_local_labels"]]
+    state["kfed_labels"] = labels
+    state["kfed_inertia"] = _assigned_sq_distance(
+        client.X, message["cluster_centers"], labels
+    )
+    return state, None
+
+
+def _awasthi_sheffet(X, n_clusters, *, max_iter, tol, client):
+    """Algorithm 1 (Awasthi & Sheffet, 2012) on one client's rows.
+
+    Returns the local centers Θ(z), the local labels U(z) and the number of
+    full-space Lloyd iterations.
+    """
+    n_features = X.shape[1]
+    rank = min(n_clusters, n_features)
+    if rank < n_features:
+        # Uncentered SVD, as in the paper: the projection keeps the span of
+        # the cluster means, including their common offset.
+        _, _, Vt = randomized_svd(
+            X, rank, random_state=client.random_state(_SVD_STREAM)
+        )
+        basis = Vt.T.astype(X.dtype, copy=False)
+        projected = np.asarray(X @ basis)
+    else:
+        basis = None  # k(z) >= d: projecting onto all of R^d changes nothing
+        projected = X.toarray() if sp.issparse(X) else X
+
+    nu, _ = kmeans_plusplus(
+        projected, n_clusters, random_state=client.random_state(_SEEDING_STREAM)
+    )
+
+    # Pruning: keep the points at least three times closer to their nearest
+    # seed than to any other, so that the first means are not pulled by
+    # points between clusters.
+    sq_dist = euclidean_distances(projected, nu, squared=True)
+    nearest = np.argmin(sq_dist, axis=1)
+    if n_clusters > 1:
+        d1 = sq_dist[np.arange(len(nearest)), nearest]
+        sq_dist[np.arange(len(nearest)), nearest] = np.inf
+        core = 9.0 * d1 <= sq_dist.min(axis=1)
+    else:
+        core = np.ones(len(nearest), dtype=bool)
+    theta = np.empty((n_clusters, n_features), dtype=X.dtype)
+    for r in range(n_clusters):
+        members = np.flatnonzero(core & (nearest == r))
+        if members.size:
+            theta[r] = np.asarray(X[members].mean(axis=0)).ravel()
+        else:
+            theta[r] = nu[r] @ basis.T if basis is not None else nu[r]
+
+    lloyd = KMeans(
+        n_clusters,
+        init=theta,
+        n_init=1,
+        max_iter=max_iter,
+        tol=tol,
+        random_state=client.seed(_LLOYD_STREAM),
+    ).fit(X)
+    return lloyd.cluster_centers_, lloyd.labels_, int(lloyd.n_iter_)
+
+
+# Fixed odd multipliers: row hashes must be identical on every client.
+_HASH_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _row_hashes(X):
+    """Exact 64-bit hash of every row (equal rows, equal hashes).
+
+    Each value's bit pattern (with -0.0 read as 0.0) is mixed, multiplied by
+    a per-column odd constant and summed modulo 2**64; a zero contributes
+    nothing, so dense and sparse storage agree.
+    """
+    n_features = X.shape[1]
+    seed = hashlib.blake2b(b"skfed.kfed.row_hashes", digest_size=4).digest()
+    column_constants = np.random.RandomState(int.from_bytes(seed, "little")).randint(
+        1, 2**62, size=n_features, dtype=np.int64
+    ).astype(np.uint64) | np.uint64(1)
+    width = np.uint64 if X.dtype.itemsize == 8 else np.uint32
+    with np.errstate(over="ignore"):
+        if sp.issparse(X):
+            values = np.ascontiguousarray(X.data + X.dtype.type(0.0))
+            terms = _mix(values.view(width).astype(np.uint64))
+            terms *= column_constants[X.indices]
+            hashes = np.zeros(X.shape[0], dtype=np.uint64)
+            nonempty = np.diff(X.indptr) > 0
+            if terms.size:
+                hashes[nonempty] = np.add.reduceat(terms, X.indptr[:-1][nonempty])
+        else:
+            values = np.ascontiguousarray(X + X.dtype.type(0.0))
+            terms = _mix(values.view(width).astype(np.uint64))
+            terms *= column_constants
+            hashes = terms.sum(axis=1, dtype=np.uint64)
+    return hashes
+
+
+def _mix(bits):
+    """A bijective 64-bit mixer with _mix(0) == 0 (in place)."""
+    bits ^= bits >> np.uint64(31)
+    bits *= _HASH_MULTIPLIER
+    bits ^= bits >> np.uint64(29)
+    return bits
+
+
+def _few_distinct_rows(X, row_hashes, n_clusters):
+    """Distinct rows of X if there are at most ``n_clusters`` of them.
+
+    Parameters
+    ----------
+    X : {ndarray, sparse matrix}
+        Rows sorted by ``row_hashes``.
+    row_hashes : ndarray of uint64
+        Sorted hashes of the rows.
+    n_clusters : int
+
+    Returns
+    -------
+    None, or (first, inverse)
+        Index of the first occurrence of each distinct row and the index of
+        each row's distinct row.
+    """
+    if X.shape[0] > n_clusters:
+        _, first, inverse = np.unique(
+            row_hashes, return_index=True, return_inverse=True
+        )
+        if len(first) > n_clusters:
+            return None
+        # Equal hashes almost surely mean equal rows; make sure.
+        if _rows_equal(X, X[first[inverse]]):
+            return first, inverse
+    # Few rows, or a hash collision: compare the rows themselves.
+    dense = X.toarray() if sp.issparse(X) else X
+    _, first, inverse = np.unique(dense, axis=0, return_index=True, return_inverse=True)
+    if len(first) > n_clusters:
+        return None
+    return first, inverse.ravel()
+
+
+def _rows_equal(A, B):
+    if sp.issparse(A):
+        return (A != B).nnz == 0
+    return np.array_equal(A, B)
+
+
+def _assigned_sq_distance(X, centers, labels):
+    """Σ_i ‖x_i − c_{labels_i}‖², the client's share of the k-means cost."""
+    if sp.issparse(X):
+        cross = np.asarray(X @ centers.T)[np.arange(X.shape[0]), labels]
+        sq = (
+            row_norms(X, squared=True)
+            - 2.0 * cross
+            + row_norms(centers, squared=True)[labels]
+        )
+        return float(np.maximum(sq, 0.0).sum(dtype=np.float64))
+    diff = X - centers[labels]
+    return float(np.einsum("ij,ij->", diff, diff, dtype=np.float64))
+
+
+# -- server steps -------------------------------------------------------------
+
+
+def _pool(centers, weights):
+    """Pool the uploaded local centers Θ = ∪ Θ(z) (Algorithm 2, step 1).
+
+    Returns the pooled centers, their weights and the position (in
+    ``centers``) of the client that sent each.
+    """
+    pooled = np.concatenate(centers).astype(np.float64, copy=False)
+    pooled_weights = np.concatenate(weights)
+    owner = np.repeat(np.arange(len(centers)), [len(c) for c in centers])
+    return pooled, pooled_weights, owner
+
+
+def _farthest_point_initialization(pooled, owner, n_clusters, random_state):
+    """Algorithm 2, steps 2–6: M from one client, then farthest points.
+
+    M starts as the centers of a client with the most local centers. Among
+    several such clients one is drawn with ``random_state`` from an order
+    defined by the centers' values (never by client ids or order). Then the
+    pooled center farthest from M (distance to a set = distance to its
+    nearest member) joins M until |M| = ``n_clusters``.
+
+    Returns
+    -------
+    initial : ndarray of int of shape (n_clusters,)
+        Indices into ``pooled`` of the members of M, in the order chosen.
+    """
+    # Canonical order of the pooled centers by value: every tie below is
+    # broken by this order, so permuting or renaming clients changes nothing.
+    canonical = np.lexsort(pooled.T[::-1])
+    rank = np.empty_like(canonical)
+    rank[canonical] = np.arange(len(canonical))
+
+    counts = np.bincount(owner)
+    candidates = np.flatnonzero(counts == counts.max())
+    smallest_rank = np.array([rank[owner == z].min() for z in candidates])
+    candidates = candidates[np.argsort(smallest_rank)]
+    start = candidates[random_state.randint(len(candidates))]
+
+    members = np.flatnonzero(owner == start)
+    members = members[np.argsort(rank[members])][:n_clusters]
+    ordered = pooled[canonical]
+    min_sq_dist = euclidean_distances(ordered, pooled[members], squared=True).min(
+        axis=1
+    )
+    chosen = list(members)
+    while len(chosen) < n_clusters:
+        best = int(np.argmax(min_sq_dist))  # first in canonical order on ties
+        chosen.append(canonical[best])
+        new = euclidean_distances(ordered, ordered[best : best + 1], squared=True)
+        np.minimum(min_sq_dist, new[:, 0], out=min_sq_dist)
+    return np.asarray(chosen, dtype=np.intp)
+
+
+def _one_lloyd_round(pooled, pooled_weights, initial):
+    """Algorithm 2, step 7: one Lloyd round over the pooled local centers.
+
+    Every pooled center joins its nearest member of M (groups τ_r); the
+    global center r is the weighted mean of τ_r (M_r if τ_r is empty, which
+    only duplicated centers cause).
+
+    Returns
+    -------
+    cluster_centers : ndarray of shape (n_clusters, n_features)
+    assignment : ndarray of int
+        Global cluster of each pooled center.
+    cluster_weights : ndarray of shape (n_clusters,)
+        Total weight of each τ_r (kept for :meth:`KFed.partial_fit`).
+    """
+    init_centers = pooled[initial]
+    assignment = _nearest(pooled, init_centers)
+    return _weighted_means(pooled, pooled_weights, assignment, init_centers)
+
+
+def _assign_new_centers(cluster_centers, cluster_weights, pooled, pooled_weights):
+    """Theorem 3.2: new local centers join their nearest global center.
+
+    The global centers become the weighted means of the enlarged τ_r,
+    computed from the old means and weights (the server keeps only those).
+    """
+    centers = cluster_centers.astype(np.float64)
+    assignment = _nearest(pooled, centers)
+    new_centers, _, new_weights = _weighted_means(
+        pooled, pooled_weights, assignment, centers
+    )
+    total = cluster_weights + new_weights
+    has_new = new_weights > 0
+    merged = centers.copy()
+    merged[has_new] = (
+        cluster_weights[has_new, None] * centers[has_new]
+        + new_weights[has_new, None] * new_centers[has_new]
+    ) / total[has_new, None]
+    return merged, assignment, total
+
+
+def _nearest(points, centers):
+    """Index of the nearest center (the first one on ties)."""
+    return np.argmin(euclidean_distances(points, centers, squared=True), axis=1)
+
+
+def _weighted_means(points, weights, assignment, fallback):
+    n_clusters = len(fallback)
+    totals = np.bincount(assignment, weights=weights, minlength=n_clusters)
+    sums = np.zeros_like(fallback, dtype=np.float64)
+    np.add.at(sums, assignment, weights[:, None] * points)
+    centers = np.array(fallback, dtype=np.float64)
+    filled = totals > 0
+    centers[filled] = sums[filled] / totals[filled, None]
+    return centers, assignment, totals
+
+
+def _split_by_owner(assignment, owner, n_clients):
+    """The global cluster of each local center, one array per client."""
+    return [assignment[owner == z].astype(np.int64) for z in range(n_clients)]
