@@ -8,7 +8,7 @@ network as ``communication_`` (a :class:`CommunicationLog`).
 from . import partition
 from ._federation import ClientStepError, ClientValueError
 from ._ledger import CommunicationLog
-from .cluster import DistributedKMeans, KFed
+from .cluster import DistributedKMeans, FederatedKernelKMeans, KFed
 
 __version__ = "0.1.0.dev0"
 
@@ -17,6 +17,7 @@ __all__ = [
     "ClientValueError",
     "CommunicationLog",
     "DistributedKMeans",
+    "FederatedKernelKMeans",
     "KFed",
     "partition",
 ]

@@ -15,6 +15,13 @@ import skfed
 # Class name -> constructor arguments that keep the checks fast.
 FAST_PARAMS = {
     "DistributedKMeans": {"n_clusters": 2, "coreset_size": 50, "n_init": 2},
+    "FederatedKernelKMeans": {
+        "n_random_features": 20,
+        "max_iter": 5,
+        "coreset_size": 50,
+        "n_init": 2,
+        "n_predict_features": 200,
+    },
     "KFed": {"n_clusters": 3, "max_iter": 50},
 }
 

@@ -1,6 +1,7 @@
 """Federated clustering: k-FED, federated kernel k-means, distributed k-means."""
 
 from ._coreset import DistributedKMeans
+from ._kernel_kmeans import FederatedKernelKMeans
 from ._kfed import KFed
 
-__all__ = ["DistributedKMeans", "KFed"]
+__all__ = ["DistributedKMeans", "FederatedKernelKMeans", "KFed"]

@@ -1,0 +1,778 @@
+"""Federated kernel k-means: DSPGD with the communication efficient mechanism.
+
+The top eigenpairs of the RBF kernel matrix K (N x N, never formed) are
+tracked by distributed stochastic proximal gradient descent (DSPGD): every
+iteration draws fresh random Fourier features, mixes their kernel estimate
+into the running low-rank estimate Z_t, and soft-thresholds the spectrum.
+With the communication efficient mechanism (CEM) the eigen-problem is solved
+on the small (D + r_t) x (D + r_t) matrix G = Σ_m W[m]ᵀW[m] instead of the
+N x N one, so what a client uploads per iteration does not depend on N.
+k-means on the spectral embedding H = U Λ^½ (first s columns) is then run
+with the distributed coreset k-means of :mod:`skfed.cluster._coreset`.
+
+Paper: "A Communication Efficient Federated Kernel k-Means" (ICLR 2021
+submission, seed 000); ``ALGORITHMS.md`` §2 resolves its ambiguities.
+"""
+
+import numbers
+import warnings
+from functools import partial
+
+import numpy as np
+from scipy.linalg import eigh
+from sklearn.base import BaseEstimator, ClusterMixin, _fit_context
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from .._federation import FederatedMixin
+from .._lanczos import lanczos
+from ..kernel import (
+    gamma_from_moments,
+    moments_step,
+    random_fourier_features,
+    sample_fourier_weights,
+)
+from ._coreset import federated_coreset_kmeans
+
+__all__ = ["FederatedKernelKMeans"]
+
+_SEED_MAX = np.iinfo(np.int32).max
+# Rows per block when clients or predict map many points to many features.
+_CHUNK = 4096
+
+
+class FederatedKernelKMeans(FederatedMixin, ClusterMixin, BaseEstimator):
+    """Federated kernel k-means with DSPGD and the communication efficient
+    mechanism (CEM).
+
+    Each client keeps its rows; the server only ever receives vectors of
+    size D + r_t (or the clients' D + r_t Gram blocks), a few scalars and,
+    in the final coreset k-means, weighted rows of the spectral embedding.
+    The RBF kernel ``exp(-gamma ||x - y||²)`` is approximated by fresh random
+    Fourier features every iteration; DSPGD converges to the top eigenpairs
+    of the kernel matrix at an O(1/t) rate, and k-means runs on the first
+    ``n_components`` columns of the embedding H = U Λ^½.
+
+    Per iteration t (all counts per client, in floats):
+
+    * ``"random features"``: down 2 (the seed of the shared features and
+      η_t). With ``eigen_solver="gram"`` the client answers with the upper
+      triangle of W[m]ᵀW[m]: (D + r_t)(D + r_t + 1)/2 up.
+    * ``"lanczos"`` (``eigen_solver="lanczos"``), Q_t times: down D + r_t
+      (the Lanczos vector c), up D + r_t (W[m]ᵀW[m] c).
+    * ``"eigenpairs"``: down s_t (D + r_t + 1), the kept eigenvectors of G
+      and their shrunk scales.
+
+    Without CEM (``use_cem=False``, the paper's baseline) each Lanczos step
+    on the N x N matrix R_t is two rounds, ``"lanczos project"`` (down n_m,
+    up D) and ``"lanczos expand"`` (down D, up n_m), and the server sends
+    each client its rows of the embedding at the end (n_m · s down).
+
+    Before the iterations, one ``"kernel width"`` round (d + 2 up, only when
+    ``gamma=None``) and one ``"kernel width broadcast"`` (1 down); after
+    them ``"embedding"`` (s down), the three coreset k-means rounds, and
+    ``"cluster feature means"`` for :meth:`predict` (1 down, k (D' + 1) up).
+
+    Read more in ``ALGORITHMS.md`` §2.
+
+    Parameters
+    ----------
+    n_clusters : int, default=8
+        k, the number of clusters.
+    gamma : float, default=None
+        γ, the RBF kernel width. ``None`` uses the average-distance width
+        γ = N² / (2 Σ_ij ‖x_i − x_j‖²), computed from d + 2 floats per
+        client (one extra round) without gathering any point.
+    n_random_features : int, default=100
+        D, random Fourier features drawn afresh every iteration. With the
+        default ``threshold`` it must be at least ``n_clusters + 2``.
+    n_components : int, default=None
+        s, the spectral dimension clustered by k-means; ``n_clusters`` when
+        omitted. At most ``n_random_features``.
+    max_iter : int, default=50
+        T, the most DSPGD iterations.
+    tol : float, default=1e-3
+        Stop early when no kept kernel-eigenvalue estimate (first s) moved by
+        more than ``tol`` times the largest one since the previous
+        iteration. DSPGD is a stochastic method with the iteration budget T,
+        so reaching ``max_iter`` is normal and raises no warning.
+    threshold : float, default=None
+        λ, the soft threshold of the proximal step. ``None`` sets it to the
+        (k+2)-th largest eigenvalue of G at t = 1, as in the paper.
+    step_size : {"1/t", "2/(t+1)"}, default="1/t"
+        η_t, the learning-rate rule; both give η_1 = 1 and 0 < η_t ≤ 1.
+    use_cem : bool, default=True
+        Solve the eigen-problems on the (D + r_t)-sized G (CEM). ``False``
+        runs the paper's baseline, Lanczos on the N x N matrix R_t, whose
+        upload grows with N: for comparison only.
+    eigen_solver : {"lanczos", "gram"}, default="lanczos"
+        ``"lanczos"``: distributed Lanczos with full reorthogonalisation,
+        one round per step. ``"gram"``: every client uploads W[m]ᵀW[m] once
+        per iteration (one round; often fewer floats when Lanczos needs many
+        steps). Requires ``use_cem=True``.
+    eigen_tol : float, default=1e-6
+        Relative residual tolerance of a converged Lanczos Ritz pair.
+    coreset_size : int, default=1000
+        Points drawn over all clients by the final coreset k-means.
+    n_init : int, default=10
+        Restarts of the server's weighted k-means on the coreset.
+    n_predict_features : int, default=1000
+        D', random features of the fixed map used by :meth:`predict`.
+    random_state : int, RandomState instance or None, default=None
+        Seeds the random features, the Lanczos start vectors, the coreset and
+        the partition when ``partitions`` is an int.
+    n_jobs : int, default=None
+        Clients run in parallel through joblib; ``None`` lets an enclosing
+        ``joblib.parallel_config`` decide (sequential by default).
+    verbose : int, default=0
+        1 prints one line per iteration; 2 also one line per round.
+
+    Attributes
+    ----------
+    labels_ : ndarray of shape (n_samples,)
+        Cluster of each training sample (kept by its client; assembled here).
+    cluster_centers_ : ndarray of shape (n_clusters, n_components_)
+        Centers in the spectral space of ``embedding_``.
+    embedding_ : ndarray of shape (n_samples, n_components_)
+        H = U Λ^½ of the training samples: each client's rows stay on that
+        client and are assembled here for the user, never communicated
+        (except as coreset rows).
+    eigenvalues_ : ndarray of shape (n_components_,)
+        Estimated top eigenvalues of the kernel matrix, μ_i + (1 − η_T) λ.
+    eigenvalue_history_ : list of ndarray
+        Estimated kernel eigenvalues of every kept pair, per iteration.
+    n_components_ : int
+        Columns of the embedding actually used (s, or s_T if fewer).
+    ranks_ : ndarray of shape (n_iter_,)
+        r_t, the rank of Z_t at the start of each iteration (r_1 = 0).
+    lanczos_steps_ : ndarray of shape (n_iter_,)
+        Q_t, Lanczos steps (rounds) per iteration; 0 with ``"gram"``.
+    gamma_ : float
+        The kernel width used.
+    threshold_ : float
+        The threshold λ used.
+    n_iter_ : int
+        DSPGD iterations run.
+    inertia_ : float
+        Sum of squared distances of the embedded samples to their centers.
+    n_clients_ : int
+        Number of clients.
+    communication_ : CommunicationLog
+        Everything that crossed the simulated network.
+    n_features_in_ : int
+        Number of features seen during fit.
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Names of features seen during fit, when they are all strings.
+
+    See Also
+    --------
+    skfed.DistributedKMeans : The coreset k-means run on the embedding.
+    sklearn.cluster.SpectralClustering : A centralized spectral method.
+
+    Notes
+    -----
+    What crosses the wire: the server can sum a client's Lanczos answers into
+    W[m]ᵀW[m]; for a client with a single sample that reveals its random
+    features at that iteration (the ``"gram"`` solver sends it outright).
+    The coreset step uploads rows of H and :meth:`predict` needs per-cluster
+    sums of random features. Nothing here is differentially private.
+
+    :meth:`predict` is our out-of-sample extension (the paper has none):
+    clients send, for each cluster, the sum of a fixed random-feature map
+    z(x) with D' features over their members and the count; ``predict``
+    assigns x to the cluster whose mean of z is nearest to z(x) -- the
+    assignment step of kernel k-means with the approximate kernel.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import make_blobs
+    >>> from skfed import FederatedKernelKMeans
+    >>> X, _ = make_blobs(200, centers=3, random_state=0)
+    >>> km = FederatedKernelKMeans(
+    ...     n_clusters=3, n_random_features=20, max_iter=10, random_state=0
+    ... ).fit(X, partitions=4)
+    >>> km.labels_.shape, km.embedding_.shape
+    ((200,), (200, 3))
+    """
+
+    _parameter_constraints: dict = {
+        "n_clusters": [Interval(numbers.Integral, 1, None, closed="left")],
+        "gamma": [Interval(numbers.Real, 0, None, closed="neither"), None],
+        "n_random_features": [Interval(numbers.Integral, 1, None, closed="left")],
+        "n_components": [Interval(numbers.Integral, 1, None, closed="left"), None],
+        "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
+        "tol": [Interval(numbers.Real, 0, None, closed="left")],
+        "threshold": [Interval(numbers.Real, 0, None, closed="left"), None],
+        "step_size": [StrOptions({"1/t", "2/(t+1)"})],
+        "use_cem": ["boolean"],
+        "eigen_solver": [StrOptions({"lanczos", "gram"})],
+        "eigen_tol": [Interval(numbers.Real, 0, 1, closed="neither")],
+        "coreset_size": [Interval(numbers.Integral, 1, None, closed="left")],
+        "n_init": [Interval(numbers.Integral, 1, None, closed="left")],
+        "n_predict_features": [Interval(numbers.Integral, 1, None, closed="left")],
+        "random_state": ["random_state"],
+        "n_jobs": [numbers.Integral, None],
+        "verbose": ["verbose"],
+    }
+
+    def __init__(
+        self,
+        n_clusters=8,
+        *,
+        gamma=None,
+        n_random_features=100,
+        n_components=None,
+        max_iter=50,
+        tol=1e-3,
+        threshold=None,
+        step_size="1/t",
+        use_cem=True,
+        eigen_solver="lanczos",
+        eigen_tol=1e-6,
+        coreset_size=1000,
+        n_init=10,
+        n_predict_features=1000,
+        random_state=None,
+        n_jobs=None,
+        verbose=0,
+    ):
+        self.n_clusters = n_clusters
+        self.gamma = gamma
+        self.n_random_features = n_random_features
+        self.n_components = n_components
+        self.max_iter = max_iter
+        self.tol = tol
+        self.threshold = threshold
+        self.step_size = step_size
+        self.use_cem = use_cem
+        self.eigen_solver = eigen_solver
+        self.eigen_tol = eigen_tol
+        self.coreset_size = coreset_size
+        self.n_init = n_init
+        self.n_predict_features = n_predict_features
+        self.random_state = random_state
+        self.n_jobs = n_jobs
+        self.verbose = verbose
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y=None, *, partitions=None):
+        """Cluster ``X`` held by the clients given in ``partitions``.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Training samples (CSR accepted: only products with X are needed).
+        y : Ignored
+            Not used, present for API consistency.
+        partitions : None, int or array-like of shape (n_samples,), \
+                default=None
+            Client of each sample; an int splits uniformly at random into
+            that many clients; ``None`` is one client (centralized DSPGD).
+
+        Returns
+        -------
+        self : object
+            Fitted estimator.
+        """
+        X = validate_data(self, X, accept_sparse="csr", dtype=[np.float64, np.float32])
+        n_samples = X.shape[0]
+        self._check_sizes(n_samples)
+        s = self.n_clusters if self.n_components is None else self.n_components
+        rng = check_random_state(self.random_state)
+        fed = self._federation(X, None, partitions, random_state=rng)
+        # Per-round printing only at verbose >= 2: Lanczos makes many rounds.
+        fed.verbose = max(int(self.verbose) - 1, 0)
+        # Separate streams, so that the features of iteration t do not
+        # depend on how many Lanczos vectors earlier iterations drew: with
+        # and without CEM the same R_t is decomposed.
+        feature_seeds = rng.randint(_SEED_MAX, size=self.max_iter)
+        lanczos_rng = np.random.RandomState(rng.randint(_SEED_MAX))
+        predict_seed = int(rng.randint(_SEED_MAX))
+
+        with fed:
+            if self.gamma is None:
+                gamma = gamma_from_moments(fed.run_round("kernel width", moments_step))
+            else:
+                gamma = float(self.gamma)
+            fed.run_round("kernel width broadcast", _receive_gamma_step, gamma)
+
+            run = self._dspgd_cem if self.use_cem else self._dspgd_no_cem
+            eigvals, lam = run(fed, n_samples, feature_seeds, lanczos_rng)
+
+            n_kept = eigvals.shape[0]
+            if n_kept == 0:
+                raise ValueError(
+                    f"No eigenvalue of the kernel estimate exceeds the threshold "
+                    f"λ={lam:.4g}, so there is no spectral embedding to "
+                    "cluster; lower threshold (or leave it at None)."
+                )
+            n_components = min(s, n_kept)
+            if n_components < s:
+                warnings.warn(
+                    f"Only {n_kept} eigenvalue(s) of the kernel estimate exceed "
+                    f"the threshold after {self.n_iter_} iteration(s); the "
+                    f"embedding has {n_kept} column(s) instead of "
+                    f"n_components={s}. Lower threshold or n_components.",
+                    ConvergenceWarning,
+                    stacklevel=2,
+                )
+            scales = np.sqrt(eigvals[:n_components])
+            if self.use_cem:
+                fed.run_round("embedding", _embedding_step, scales)
+            else:
+                self._send_embedding(fed, scales)
+
+            result = federated_coreset_kmeans(
+                fed,
+                n_clusters=self.n_clusters,
+                coreset_size=self.coreset_size,
+                random_state=rng,
+                n_init=self.n_init,
+                rows=spectral_rows,
+            )
+            labels = fed.assemble(lambda st: st["coreset"]["labels"], n_samples)
+            embedding = fed.assemble(lambda st: st["H"], n_samples)
+
+            omega, offset = sample_fourier_weights(
+                predict_seed, X.shape[1], self.n_predict_features, gamma
+            )
+            sums = fed.run_round(
+                "cluster feature means",
+                partial(
+                    _cluster_feature_sums_step,
+                    n_clusters=self.n_clusters,
+                    n_features=self.n_predict_features,
+                ),
+                predict_seed,
+            )
+            self._predict_means = _cluster_means(sums)
+
+        self.gamma_ = gamma
+        self.threshold_ = float(lam)
+        self.eigenvalues_ = eigvals[:n_components]
+        self.n_components_ = int(n_components)
+        self.labels_ = labels.astype(np.intp, copy=False)
+        self.embedding_ = embedding.astype(X.dtype, copy=False)
+        self.cluster_centers_ = result.cluster_centers.astype(X.dtype, copy=False)
+        self.inertia_ = float(result.inertia)
+        self._predict_omega = omega
+        self._predict_offset = offset
+        self.n_clients_ = len(fed.client_ids)
+        self.communication_ = fed.log
+        return self
+
+    def _check_sizes(self, n_samples):
+        """Reject sizes the algorithm cannot serve, saying what to change."""
+        k, D = self.n_clusters, self.n_random_features
+        if k > n_samples:
+            raise ValueError(
+                f"n_samples={n_samples} should be >= n_clusters={k}; ask for "
+                "fewer clusters or pass more samples."
+            )
+        if self.threshold is None and D < k + 2:
+            raise ValueError(
+                f"n_random_features={D} must be at least n_clusters + 2 = {k + 2}: "
+                "the default threshold is the (k+2)-th eigenvalue of the "
+                "D-dimensional random-feature Gram matrix. Raise "
+                "n_random_features or pass a float threshold."
+            )
+        if self.gamma is None and n_samples < 2:
+            raise ValueError(
+                f"n_samples={n_samples}: the default (average-distance) kernel "
+                "width needs at least two distinct samples; pass gamma."
+            )
+        s = k if self.n_components is None else self.n_components
+        if s > D:
+            raise ValueError(
+                f"n_components={s} exceeds n_random_features={D}: the first "
+                f"iteration's estimate has rank at most {D}. Raise "
+                "n_random_features or lower n_components."
+            )
+        if not self.use_cem and self.eigen_solver == "gram":
+            raise ValueError(
+                "eigen_solver='gram' needs use_cem=True: without CEM the "
+                "matrix is N x N and only Lanczos applies."
+            )
+
+    def _eta(self, t):
+        """η_t of the chosen step-size rule (t starts at 1)."""
+        return 1.0 / t if self.step_size == "1/t" else 2.0 / (t + 1)
+
+    def _dspgd_cem(self, fed, n_samples, feature_seeds, lanczos_rng):
+        """DSPGD with CEM; returns the kernel-eigenvalue estimates and λ.
+
+        The eigen-problem of each iteration is on G = Σ_m W[m]ᵀW[m]; clients
+        keep W[m], B[m] and U[m].
+        """
+        D, k = self.n_random_features, self.n_clusters
+        gram = self.eigen_solver == "gram"
+        lam = None if self.threshold is None else float(self.threshold)
+        hook = getattr(self, "_iteration_hook", None)
+        r = 0
+        ranks, steps, history = [], [], []
+        for t in range(1, self.max_iter + 1):
+            eta = self._eta(t)
+            dim = D + r
+            uploads = fed.run_round(
+                "random features",
+                partial(_random_features_step, n_features=D, upload_gram=gram),
+                (int(feature_seeds[t - 1]), eta),
+            )
+            if gram:
+                mu, V = _eigh_descending(_sum_triangles(uploads, dim))
+                n_steps = 0
+            else:
+                step = partial(fed.run_round, "lanczos", _gram_matvec_step)
+                res = lanczos(
+                    lambda c, step=step: _sum_uploads(step(c)),
+                    dim,
+                    n_components=k + 2 if lam is None else None,
+                    threshold=None if lam is None else eta * lam,
+                    tol=self.eigen_tol,
+                    random_state=lanczos_rng,
+                )
+                mu, V, n_steps = res.eigenvalues, res.eigenvectors, res.n_iter
+                if not res.converged:
+                    warnings.warn(
+                        f"Lanczos did not converge in iteration {t}; raise eigen_tol.",
+                        ConvergenceWarning,
+                        stacklevel=3,
+                    )
+            if lam is None:
+                lam = default_threshold(mu, k)
+            basis, shrink, kept = soft_threshold(mu, V, eta * lam)
+            fed.run_round("eigenpairs", _eigenpairs_step, (basis, shrink))
+            ranks.append(r)
+            steps.append(n_steps)
+            r = kept.shape[0]
+            estimate = kept + (1.0 - eta) * lam
+            history.append(estimate)
+            if hook is not None:
+                hook(
+                    t=t,
+                    eigenvalues=estimate,
+                    embedding=lambda: fed.assemble(lambda st: st["U"], n_samples),
+                )
+            if self.verbose:
+                print(
+                    f"[FederatedKernelKMeans] iteration {t}: η={eta:.3g}, "
+                    f"rank {ranks[-1]} -> {r}, {n_steps} Lanczos steps, "
+                    f"upload so far {fed.log.upload_floats:,} floats"
+                )
+            if _converged(history, self._s(), self.tol):
+                break
+        self._record_iterations(ranks, steps, history)
+        return history[-1], lam
+
+    def _dspgd_no_cem(self, fed, n_samples, feature_seeds, lanczos_rng):
+        """The paper's baseline: Lanczos on the N x N matrix R_t.
+
+        The server keeps B (N x r_t, rows in client order) and computes
+        (1 − η) B Bᵀ c itself; the clients compute their part of
+        (η / D) A Aᵀ c in two half rounds.
+        """
+        D, k = self.n_random_features, self.n_clusters
+        sizes = fed.client_sizes
+        splits = np.cumsum(sizes)[:-1]
+        lam = None if self.threshold is None else float(self.threshold)
+        hook = getattr(self, "_iteration_hook", None)
+        B = np.zeros((n_samples, 0))
+        ranks, steps, history = [], [], []
+        for t in range(1, self.max_iter + 1):
+            eta = self._eta(t)
+            fed.run_round(
+                "random features",
+                partial(_random_features_step, n_features=D, with_memory=False),
+                (int(feature_seeds[t - 1]), eta),
+            )
+
+            def matvec(c, B=B, eta=eta):
+                parts = fed.run_round(
+                    "lanczos project",
+                    _project_step,
+                    messages=np.split(c, splits),
+                )
+                expanded = fed.run_round(
+                    "lanczos expand", _expand_step, _sum_uploads(parts)
+                )
+                return np.concatenate(expanded) + (1.0 - eta) * (B @ (B.T @ c))
+
+            res = lanczos(
+                matvec,
+                n_samples,
+                n_components=k + 2 if lam is None else None,
+                threshold=None if lam is None else eta * lam,
+                tol=self.eigen_tol,
+                max_iter=n_samples,
+                random_state=lanczos_rng,
+            )
+            mu, U = res.eigenvalues, res.eigenvectors
+            if lam is None:
+                lam = default_threshold(mu, k)
+            keep = mu > eta * lam
+            ranks.append(B.shape[1])
+            steps.append(res.n_iter)
+            B = U[:, keep] * np.sqrt(mu[keep] - eta * lam)
+            self._server_U = U[:, keep]
+            estimate = mu[keep] + (1.0 - eta) * lam
+            history.append(estimate)
+            if hook is not None:
+                hook(t=t, eigenvalues=estimate, embedding=None)
+            if self.verbose:
+                print(
+                    f"[FederatedKernelKMeans] iteration {t} (no CEM): "
+                    f"rank {ranks[-1]} -> {B.shape[1]}, {res.n_iter} Lanczos "
+                    f"steps, upload so far {fed.log.upload_floats:,} floats"
+                )
+            if _converged(history, self._s(), self.tol):
+                break
+        self._record_iterations(ranks, steps, history)
+        return history[-1], lam
+
+    def _send_embedding(self, fed, scales):
+        """No CEM: the server holds U and sends each client its rows of H."""
+        H = self._server_U[:, : scales.shape[0]] * scales
+        del self._server_U
+        parts = np.split(H, np.cumsum(fed.client_sizes)[:-1])
+        fed.run_round("embedding", _receive_embedding_step, messages=parts)
+
+    def _s(self):
+        return self.n_clusters if self.n_components is None else self.n_components
+
+    def _record_iterations(self, ranks, steps, history):
+        self.n_iter_ = len(history)
+        self.ranks_ = np.asarray(ranks, dtype=np.intp)
+        self.lanczos_steps_ = np.asarray(steps, dtype=np.intp)
+        self.eigenvalue_history_ = history
+
+    def predict(self, X):
+        """Nearest cluster in kernel space, via our out-of-sample extension.
+
+        ``x`` goes to the cluster whose mean of the fixed random-feature map
+        z (D' = ``n_predict_features`` features, summed over each cluster by
+        the clients during ``fit``) is nearest to z(x): the assignment step
+        of kernel k-means with the approximate kernel. This extension is
+        ours; the paper defines none. No client is involved.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            New samples.
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,)
+            Index of the cluster each sample belongs to.
+        """
+        check_is_fitted(self)
+        X = validate_data(
+            self, X, accept_sparse="csr", dtype=[np.float64, np.float32], reset=False
+        )
+        means = self._predict_means
+        # Clusters the clients left empty have no mean: never predicted.
+        sq_norms = np.where(np.isfinite(means[:, 0]), (means**2).sum(axis=1), np.inf)
+        means = np.nan_to_num(means)
+        labels = np.empty(X.shape[0], dtype=np.intp)
+        for start in range(0, X.shape[0], _CHUNK):
+            Z = random_fourier_features(
+                X[start : start + _CHUNK], self._predict_omega, self._predict_offset
+            )
+            labels[start : start + _CHUNK] = np.argmin(
+                sq_norms - 2.0 * Z @ means.T, axis=1
+            )
+        return labels
+
+    def fit_predict(self, X, y=None, *, partitions=None):
+        """Fit and return ``labels_``.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Training samples.
+        y : Ignored
+            Not used, present for API consistency.
+        partitions : None, int or array-like of shape (n_samples,), \
+                default=None
+            See :meth:`fit`.
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,)
+            Cluster of each training sample.
+        """
+        return self.fit(X, partitions=partitions).labels_
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags
+
+
+# --------------------------------------------------------------------------
+# Client steps
+
+
+def _receive_gamma_step(client, state, gamma):
+    """Client step: keep the kernel width γ."""
+    state = dict(state or {})
+    state["gamma"] = float(gamma)
+    return state, None
+
+
+def _random_features_step(
+    client, state, message, *, n_features, upload_gram=False, with_memory=True
+):
+    """Client step: fresh random features A[m] and W[m] of iteration t.
+
+    W[m] = [√(η_t / D) A[m], √(1 − η_t) B[m]] so that W Wᵀ = R_t. When
+    ``with_memory`` is False (no CEM) the server holds B and the client only
+    keeps √(η_t / D) A[m]. The local Gram W[m]ᵀW[m] is formed whenever it is
+    smaller than W[m] (then each Lanczos answer costs (D + r)² flops instead
+    of 2 n_m (D + r)); it is uploaded only with ``upload_gram``.
+    """
+    state = dict(state)
+    seed, eta = message
+    X = client.X
+    omega, offset = sample_fourier_weights(seed, X.shape[1], n_features, state["gamma"])
+    B = state.get("B") if with_memory else None
+    rank = 0 if B is None else B.shape[1]
+    W = np.empty((X.shape[0], n_features + rank))
+    W[:, :n_features] = random_fourier_features(X, omega, offset, scale=np.sqrt(2.0))
+    W[:, :n_features] *= np.sqrt(eta / n_features)
+    if rank:
+        np.multiply(B, np.sqrt(1.0 - eta), out=W[:, n_features:])
+    state["W"] = W
+    local_gram = with_memory and X.shape[0] >= W.shape[1]
+    state["G"] = W.T @ W if upload_gram or local_gram else None
+    if upload_gram:
+        return state, state["G"][np.triu_indices(W.shape[1])]
+    return state, None
+
+
+def _gram_matvec_step(client, state, c):
+    """Client step: one Lanczos product, W[m]ᵀ(W[m] c) (D + r_t floats up)."""
+    if state["G"] is not None:
+        return state, state["G"] @ c
+    W = state["W"]
+    return state, W.T @ (W @ c)
+
+
+def _eigenpairs_step(client, state, message):
+    """Client step: U_i[m] = W[m] v_i / √μ_i and B_{t+1}[m] = U √(μ − η_t λ).
+
+    The server sends the kept eigenvectors already divided by √μ_i, and the
+    shrunk scales √(μ_i − η_t λ).
+    """
+    basis, shrink = message
+    state = dict(state)
+    U = state.pop("W") @ basis
+    state["G"] = None
+    state["U"] = U
+    state["B"] = U * shrink
+    return state, None
+
+
+def _embedding_step(client, state, scales):
+    """Client step: H[m] = [√(μ_i + (1 − η_T) λ) U_i[m]], first s columns."""
+    state = dict(state)
+    state["H"] = state["U"][:, : scales.shape[0]] * scales
+    return state, None
+
+
+def _project_step(client, state, c_part):
+    """Client step (no CEM): √(η/D) A[m]ᵀ c[m], D floats up."""
+    return state, state["W"].T @ c_part
+
+
+def _expand_step(client, state, y):
+    """Client step (no CEM): √(η/D) A[m] y, n_m floats up."""
+    return state, state["W"] @ y
+
+
+def _receive_embedding_step(client, state, H_part):
+    """Client step (no CEM): keep the rows of H the server computed."""
+    state = dict(state)
+    state.pop("W", None)
+    state["H"] = H_part
+    return state, None
+
+
+def spectral_rows(client, state):
+    """Rows the coreset k-means clusters: the client's spectral embedding."""
+    return state["H"]
+
+
+def _cluster_feature_sums_step(client, state, seed, *, n_clusters, n_features):
+    """Client step: per-cluster sums of a fixed random-feature map and counts.
+
+    k (D' + 1) floats up; used only by ``predict`` (our extension).
+    """
+    X = client.X
+    labels = state["coreset"]["labels"]
+    omega, offset = sample_fourier_weights(seed, X.shape[1], n_features, state["gamma"])
+    sums = np.zeros((n_clusters, n_features))
+    for start in range(0, X.shape[0], _CHUNK):
+        Z = random_fourier_features(X[start : start + _CHUNK], omega, offset)
+        np.add.at(sums, labels[start : start + _CHUNK], Z)
+    counts = np.bincount(labels, minlength=n_clusters).astype(np.float64)
+    return state, (sums, counts)
+
+
+# --------------------------------------------------------------------------
+# Server steps
+
+
+def _sum_uploads(uploads):
+    """Server: the sum of the clients' vectors."""
+    return np.sum(uploads, axis=0)
+
+
+def _sum_triangles(uploads, dim):
+    """Server: G = Σ_m W[m]ᵀW[m] from the clients' upper triangles."""
+    G = np.zeros((dim, dim))
+    G[np.triu_indices(dim)] = np.sum(uploads, axis=0)
+    return G + np.triu(G, 1).T
+
+
+def _eigh_descending(G):
+    """Server: all eigenpairs of a symmetric matrix, largest first."""
+    mu, V = eigh(G)
+    return mu[::-1], V[:, ::-1]
+
+
+def default_threshold(eigenvalues, n_clusters):
+    """Server: the paper's λ, the (k+2)-th largest eigenvalue of G at t = 1."""
+    eigenvalues = np.sort(eigenvalues)[::-1]
+    return float(max(eigenvalues[n_clusters + 1], 0.0))
+
+
+def soft_threshold(mu, V, shift):
+    """Server: the proximal step of DSPGD on the spectrum of G.
+
+    Keeps the pairs with μ_i > η_t λ (``shift``). Returns what clients need
+    to form U and B_{t+1}: the kept eigenvectors divided by √μ_i, the shrunk
+    scales √(μ_i − η_t λ), and the kept μ.
+    """
+    keep = mu > shift
+    mu, V = mu[keep], V[:, keep]
+    return V / np.sqrt(mu), np.sqrt(mu - shift), mu
+
+
+def _converged(history, s, tol):
+    """Server: did the first s kernel-eigenvalue estimates stop moving?"""
+    if len(history) < 2 or tol == 0:
+        return False
+    prev, cur = history[-2][:s], history[-1][:s]
+    if prev.shape != cur.shape or cur.shape[0] == 0:
+        return False
+    return bool(np.max(np.abs(cur - prev)) <= tol * cur[0])
+
+
+def _cluster_means(uploads):
+    """Server: per-cluster means of the random-feature map (NaN if empty)."""
+    sums = np.sum([u[0] for u in uploads], axis=0)
+    counts = np.sum([u[1] for u in uploads], axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return sums / counts[:, None]
