@@ -27,6 +27,8 @@ import traceback
 
 import numpy as np
 import scipy.sparse as sp
+from joblib import parallel_config
+from joblib.parallel import get_active_backend
 from sklearn.utils import check_random_state
 from sklearn.utils.parallel import Parallel, delayed
 
@@ -42,6 +44,10 @@ __all__ = [
 ]
 
 _SEED_MAX = np.iinfo(np.int32).max
+
+# Number of times a ClientData was unpickled in this process: how often client
+# data was shipped to it. Read on dask workers by the scale-out tests.
+N_CLIENT_DATA_RECEIVED = 0
 
 
 class ClientStepError(RuntimeError):
@@ -147,6 +153,11 @@ class ClientData:
     def __repr__(self):
         return f"ClientData(client_id={self.client_id!r}, n_samples={self.n_samples})"
 
+    def __setstate__(self, state):
+        global N_CLIENT_DATA_RECEIVED
+        N_CLIENT_DATA_RECEIVED += 1
+        self.__dict__.update(state)
+
 
 class _Failure:
     def __init__(self, exc, tb):
@@ -238,13 +249,30 @@ class Federation:
         return cls(clients, n_jobs=n_jobs, verbose=verbose, log=log)
 
     def __enter__(self):
+        self._config = None
+        backend, _ = get_active_backend()
+        if type(backend).__name__ == "DaskDistributedBackend":
+            # joblib's dask backend scatters arguments anew for every call of
+            # the pool, i.e. every round; scattering the clients up front
+            # ships each client's data to the workers once per fit.
+            self._config = parallel_config(
+                backend="dask",
+                client=backend.client,
+                scatter=list(self._clients.values()),
+            )
+            self._config.__enter__()
         self._parallel = Parallel(n_jobs=self.n_jobs, prefer="threads")
         self._parallel.__enter__()
         return self
 
     def __exit__(self, *exc_info):
         parallel, self._parallel = self._parallel, None
-        return parallel.__exit__(*exc_info)
+        try:
+            return parallel.__exit__(*exc_info)
+        finally:
+            if self._config is not None:
+                self._config.__exit__(*exc_info)
+                self._config = None
 
     @property
     def n_clients(self):

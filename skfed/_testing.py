@@ -4,7 +4,12 @@ They live in the package (not in the test modules) because process-based
 joblib backends must import a client step by name in a worker process.
 """
 
-__all__ = ["fail_on", "keep_message_as_labels", "noisy_sum"]
+__all__ = [
+    "client_data_received",
+    "fail_on",
+    "keep_message_as_labels",
+    "noisy_sum",
+]
 
 import numpy as np
 
@@ -34,3 +39,11 @@ def keep_message_as_labels(client, state, message):
     state = dict(state or {})
     state["labels"] = np.full(client.n_samples, int(message[0]))
     return state, None
+
+
+def client_data_received():
+    """How many times client data was unpickled in this process (run on a
+    dask worker to measure what was shipped to it)."""
+    from . import _federation
+
+    return _federation.N_CLIENT_DATA_RECEIVED
