@@ -655,27 +655,36 @@ def _local_solution_step(
     X = rows(client, state)
     n = X.shape[0]
     w = _client_weights(client, state, weights, n)
-    x_sq = row_norms(X, squared=True)
-    # Work in an order fixed by the rows themselves, so that the client's
-    # random choices do not depend on how its samples happen to be stored.
+    # Work on the rows in an order fixed by their values alone, so that
+    # neither the client's random choices nor the rounding of its sums (and
+    # hence its upload, bit for bit) depend on how its samples are stored.
     order = _canonical_order(X, w)
+    X, w = X[order], w[order]
+    x_sq = row_norms(X, squared=True)
     if n <= n_clusters:
-        centers = _dense_rows(X, order).astype(np.float64)
-        labels = np.empty(n, dtype=np.intp)
-        labels[order] = np.arange(n)
+        centers = _dense_rows(X, np.arange(n)).astype(np.float64)
+        labels = np.arange(n)
         d2 = np.zeros(n)
     elif not np.any(w > 0):
         # Nothing of positive weight: any centers will do, the cost is 0.
-        centers = _dense_rows(X, order[:n_clusters]).astype(np.float64)
+        centers = _dense_rows(X, np.arange(n_clusters)).astype(np.float64)
         labels, d2 = _assign(X, x_sq, centers)
     else:
         rng = client.random_state(stream, 1)
-        centers = _weighted_kmeans_plusplus(X, w, n_clusters, x_sq, rng, order)
+        centers = _weighted_kmeans_plusplus(X, w, n_clusters, x_sq, rng)
         centers, labels, d2, _ = _weighted_lloyd(
             X, w, centers, x_sq, max_iter, _tolerance(X, w, tol)
         )
-    state[state_key] = {"centers": centers, "labels": labels, "d2": d2}
-    return state, float(w @ d2)
+    cost = float(w @ d2)
+    # Everything below is in canonical row order.
+    state[state_key] = {
+        "order": order,
+        "centers": centers,
+        "labels": labels,
+        "d2": d2,
+        "cost": cost,
+    }
+    return state, cost
 
 
 def _coreset_step(client, state, message, *, rows, weights, state_key, stream):
@@ -687,24 +696,23 @@ def _coreset_step(client, state, message, *, rows, weights, state_key, stream):
     state = dict(state or {})
     X = rows(client, state)
     local = state[state_key]
-    centers, labels, d2 = local["centers"], local["labels"], local["d2"]
-    w = _client_weights(client, state, weights, X.shape[0])
+    order, centers, labels = local["order"], local["centers"], local["labels"]
+    d2, cost = local["d2"], local["cost"]
+    w = _client_weights(client, state, weights, X.shape[0])[order]
     t = int(message)
-    contrib = w * d2
-    cost = float(contrib.sum())
-    center_weights = np.bincount(labels, weights=w, minlength=centers.shape[0])
+    k_m = centers.shape[0]
+    center_weights = np.bincount(labels, weights=w, minlength=k_m)
     if t > 0 and cost > 0:
-        order = _canonical_order(X, w)
-        p = contrib[order]
+        p = w * d2
         rng = client.random_state(stream, 2)
-        drawn = order[rng.choice(len(order), size=t, p=p / p.sum())]
+        drawn = rng.choice(len(p), size=t, p=p / p.sum())
         sample_weights = cost / (t * d2[drawn])
         # Each drawn point stands for part of its local cluster; the center
         # keeps the rest, negative when the draws over-represent the cluster.
         center_weights = center_weights - np.bincount(
-            labels[drawn], weights=sample_weights, minlength=centers.shape[0]
+            labels[drawn], weights=sample_weights, minlength=k_m
         )
-        sample = X[drawn]
+        sample = X[order[drawn]]
     else:
         sample_weights = np.zeros(0)
         sample = X[:0]
@@ -793,7 +801,7 @@ def merge_coresets(coresets):
     """
     keys = [_content_key(c[2]) for c in coresets]
     blocks, weights = [], []
-    for i in np.argsort(keys, kind="stable"):
+    for i in sorted(range(len(keys)), key=keys.__getitem__):
         centers, sample, w = coresets[i]
         blocks += [centers, sample]
         weights.append(np.asarray(w, dtype=np.float64))
@@ -848,11 +856,10 @@ def weighted_kmeans(
     rng = check_random_state(random_state)
     x_sq = row_norms(X, squared=True)
     tol_abs = _tolerance(X, sample_weight, tol)
-    order = np.arange(X.shape[0])
     best = None
     for seed in rng.randint(_SEED_MAX, size=n_init):
         init = _weighted_kmeans_plusplus(
-            X, sample_weight, n_clusters, x_sq, np.random.RandomState(seed), order
+            X, sample_weight, n_clusters, x_sq, np.random.RandomState(seed)
         )
         centers, _, d2, n_iter = _weighted_lloyd(
             X, sample_weight, init, x_sq, max_iter, tol_abs
@@ -874,16 +881,15 @@ def weighted_kmeans(
 # B_m with their sample weights and by the server on the coreset).
 
 
-def _weighted_kmeans_plusplus(X, w, n_clusters, x_sq, rng, order):
+def _weighted_kmeans_plusplus(X, w, n_clusters, x_sq, rng):
     """Weighted k-means++ seeding over the points of positive weight.
 
     Greedy, like scikit-learn's: each new center is the best of
-    2 + log(k) candidates drawn ∝ w_i D(x_i)². ``order`` fixes the order in
-    which points are enumerated for the draws. When every positive-weight
+    2 + log(k) candidates drawn ∝ w_i D(x_i)². When every positive-weight
     point already sits on a center, the remaining centers repeat existing
     points (drawn ∝ w_i).
     """
-    idx = order[w[order] > 0]
+    idx = np.flatnonzero(w > 0)
     Xp, wp, xp_sq = X[idx], w[idx], x_sq[idx]
     n_local_trials = 2 + int(np.log(n_clusters))
     centers = np.empty((n_clusters, X.shape[1]))
@@ -1035,5 +1041,10 @@ def _canonical_order(X, w):
 
 
 def _content_key(weights):
-    """Order-free sort key of one client's upload."""
-    return zlib.crc32(np.ascontiguousarray(weights, dtype=np.float64).tobytes())
+    """Order-free sort key of one client's upload.
+
+    Rounded to 10 significant digits so that uploads equal up to rounding
+    (e.g. the same rows held dense or sparse) sort alike.
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    return (len(w), float(f"{float(w @ w):.10g}"), float(f"{float(w.sum()):.10g}"))

@@ -1,0 +1,565 @@
+"""Tests of the distributed coreset k-means (ALGORITHMS.md §5)."""
+
+import warnings
+from functools import partial
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from joblib import parallel_config
+from sklearn.cluster import KMeans
+from sklearn.datasets import make_blobs
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.kernel_approximation import RBFSampler
+from sklearn.metrics import adjusted_rand_score
+from sklearn.pipeline import make_pipeline
+from sklearn.utils import check_random_state
+
+from skfed import ClientValueError, DistributedKMeans
+from skfed._federation import Federation
+from skfed._validation import check_partitions
+from skfed.cluster._coreset import (
+    _weighted_kmeans_plusplus,
+    _weighted_lloyd,
+    allocate_samples,
+    federated_coreset_kmeans,
+    weighted_kmeans,
+)
+from skfed.partition import power_law
+
+K = 4
+
+
+@pytest.fixture(scope="module")
+def blobs():
+    """Well-separated blobs: every sensible k-means finds the same partition."""
+    X, y = make_blobs(
+        n_samples=600, centers=K, n_features=3, cluster_std=0.5, random_state=0
+    )
+    return X, y
+
+
+@pytest.fixture(scope="module")
+def hard():
+    """Overlapping blobs: the optimum is not obvious, so inertia is compared."""
+    X, _ = make_blobs(
+        n_samples=1200, centers=8, n_features=5, cluster_std=2.5, random_state=1
+    )
+    return X
+
+
+def _upload_floats(log, name):
+    return {
+        c: f
+        for r in log.records
+        if r.name == name and r.direction == "upload"
+        for c, f in zip(r.clients, r.floats)
+    }
+
+
+def _download_floats(log, name):
+    return {
+        c: f
+        for r in log.records
+        if r.name == name and r.direction == "download"
+        for c, f in zip(r.clients, r.floats)
+    }
+
+
+# --------------------------------------------------------------------------
+# Agreement with centralized scikit-learn
+
+
+@pytest.mark.parametrize("partitions", [None, 6])
+def test_matches_kmeans_on_separated_blobs(blobs, partitions):
+    X, y = blobs
+    km = DistributedKMeans(K, coreset_size=300, random_state=0)
+    km.fit(X, partitions=partitions)
+    ref = KMeans(K, n_init=10, random_state=0).fit(X)
+    assert adjusted_rand_score(ref.labels_, km.labels_) == pytest.approx(1.0)
+    assert adjusted_rand_score(y, km.labels_) == pytest.approx(1.0)
+    # Same partition, centers estimated from a coreset: close to the means.
+    assert km.inertia_ == pytest.approx(ref.inertia_, rel=0.05)
+    assert km.inertia_ >= ref.inertia_ * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("partitions", [None, 8])
+def test_inertia_close_to_kmeans_on_overlapping_data(hard, partitions):
+    km = DistributedKMeans(8, coreset_size=600, random_state=0)
+    km.fit(hard, partitions=partitions)
+    ref = KMeans(8, n_init=10, random_state=0).fit(hard)
+    assert km.inertia_ == pytest.approx(ref.inertia_, rel=0.04)
+    # The server's coreset estimate of the cost is close to the exact one.
+    assert km.coreset_inertia_ == pytest.approx(km.inertia_, rel=0.1)
+
+
+def test_coreset_size_improves_the_cost(hard):
+    """Averaged over seeds, a larger coreset gives a lower exact cost."""
+    partitions = np.arange(hard.shape[0]) % 4
+
+    def mean_cost(t):
+        return np.mean(
+            [
+                DistributedKMeans(8, coreset_size=t, n_init=3, random_state=s)
+                .fit(hard, partitions=partitions)
+                .inertia_
+                for s in range(4)
+            ]
+        )
+
+    assert mean_cost(600) < mean_cost(30)
+
+
+def test_pipeline_after_rbf_sampler():
+    X, y = make_blobs(300, centers=3, n_features=2, cluster_std=0.4, random_state=3)
+    features = RBFSampler(gamma=0.2, n_components=40, random_state=0)
+    pipe = make_pipeline(
+        features, DistributedKMeans(3, coreset_size=200, random_state=0)
+    )
+    partitions = np.arange(300) % 5
+    labels = pipe.fit_predict(X, distributedkmeans__partitions=partitions)
+    Z = RBFSampler(gamma=0.2, n_components=40, random_state=0).fit_transform(X)
+    ref = KMeans(3, n_init=10, random_state=0).fit(Z)
+    assert adjusted_rand_score(ref.labels_, labels) > 0.95
+    assert np.array_equal(pipe.predict(X), labels)
+    assert pipe[-1].communication_.n_rounds == 3
+
+
+# --------------------------------------------------------------------------
+# The coreset: weights, allocation, communication
+
+
+def test_weights_sum_to_client_sizes_with_negative_center_weights(hard):
+    partitions = power_law(hard.shape[0], 5, random_state=0)
+    km = DistributedKMeans(8, coreset_size=400, random_state=0)
+    km.fit(hard, partitions=partitions)
+    sizes = np.bincount(partitions)[km.client_ids_]
+    np.testing.assert_allclose(km.coreset_client_weight_sums_, sizes, rtol=1e-12)
+    assert km.coreset_weights_.sum() == pytest.approx(hard.shape[0], rel=1e-12)
+    assert (km.coreset_weights_ < 0).any(), "no negative center weight exercised"
+    assert km.coreset_sample_counts_.sum() == 400
+    assert km.coreset_size_ == 400 + 8 * 5 == km.coreset_weights_.shape[0]
+
+
+def test_weights_sum_to_client_sample_weight(blobs):
+    X, _ = blobs
+    rng = np.random.RandomState(0)
+    sample_weight = rng.uniform(0.1, 3.0, size=X.shape[0])
+    partitions = np.arange(X.shape[0]) % 3
+    km = DistributedKMeans(K, coreset_size=100, random_state=0)
+    km.fit(X, partitions=partitions, sample_weight=sample_weight)
+    expected = [sample_weight[partitions == c].sum() for c in km.client_ids_]
+    np.testing.assert_allclose(km.coreset_client_weight_sums_, expected, rtol=1e-12)
+    assert km.inertia_ == pytest.approx(-km.score(X, sample_weight=sample_weight))
+
+
+def test_sample_weight_moves_the_centers():
+    """A heavy sample pulls its center like in weighted KMeans."""
+    X = np.array([[0.0], [1.0], [10.0], [11.0]])
+    sample_weight = np.array([1.0, 3.0, 1.0, 1.0])
+    km = DistributedKMeans(2, coreset_size=50, random_state=0)
+    km.fit(X, partitions=[0, 1, 0, 1], sample_weight=sample_weight)
+    ref = KMeans(2, n_init=10, random_state=0).fit(X, sample_weight=sample_weight)
+    np.testing.assert_allclose(
+        np.sort(km.cluster_centers_.ravel()), np.sort(ref.cluster_centers_.ravel())
+    )
+
+
+def test_zero_sample_weight_client(blobs):
+    X, _ = blobs
+    partitions = np.arange(X.shape[0]) % 3
+    sample_weight = np.where(partitions == 2, 0.0, 1.0)
+    km = DistributedKMeans(K, coreset_size=100, random_state=0)
+    km.fit(X, partitions=partitions, sample_weight=sample_weight)
+    assert km.coreset_sample_counts_[2] == 0
+    assert km.coreset_client_weight_sums_[2] == 0
+    assert np.isfinite(km.cluster_centers_).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_communication_matches_formula(hard, dtype):
+    X = hard.astype(dtype)
+    n_samples, s = X.shape
+    k, t = 8, 300
+    # One client smaller than k: it sends its points, so k_m = min(k, n_m).
+    partitions = np.arange(n_samples) % 6
+    partitions[:3] = 6
+    partitions[partitions == 6] = 6
+    sizes = np.bincount(partitions)
+    km = DistributedKMeans(k, coreset_size=t, random_state=0)
+    km.fit(X, partitions=partitions)
+    log = km.communication_
+    ids = list(km.client_ids_)
+    t_m = dict(zip(ids, km.coreset_sample_counts_))
+    k_m = {c: min(k, sizes[c]) for c in ids}
+    assert sum(t_m.values()) == t
+    assert t_m[6] == 0 and sizes[6] < k
+
+    assert _upload_floats(log, "coreset local cost") == dict.fromkeys(ids, 1)
+    assert _download_floats(log, "coreset local cost") == {}
+    assert _download_floats(log, "coreset sampling") == dict.fromkeys(ids, 1)
+    assert _upload_floats(log, "coreset sampling") == {
+        c: (t_m[c] + k_m[c]) * (s + 1) for c in ids
+    }
+    assert _download_floats(log, "coreset labels") == dict.fromkeys(ids, k * s)
+    assert _upload_floats(log, "coreset labels") == dict.fromkeys(ids, 1)
+    n_clients = len(ids)
+    assert log.upload_floats == 2 * n_clients + (t + sum(k_m.values())) * (s + 1)
+    assert log.download_floats == n_clients * (1 + k * s)
+    assert log.n_rounds == 3
+    # Upload does not grow with the number of samples once every n_m >= k.
+    big = partitions != 6
+    km1 = DistributedKMeans(k, coreset_size=t, random_state=0)
+    km1.fit(X[big], partitions=partitions[big])
+    km2 = DistributedKMeans(k, coreset_size=t, random_state=0)
+    km2.fit(np.vstack([X[big]] * 2), partitions=np.concatenate([partitions[big]] * 2))
+    assert km2.communication_.upload_floats == km1.communication_.upload_floats
+
+
+def test_allocation_is_proportional_to_cost():
+    rng = np.random.RandomState(0)
+    for _ in range(20):
+        costs = rng.exponential(size=7)
+        costs[rng.rand(7) < 0.3] = 0.0
+        t = int(rng.randint(1, 500))
+        counts = allocate_samples(costs, t)
+        if costs.sum() == 0:
+            assert not counts.any()
+            continue
+        assert counts.sum() == t
+        assert np.all(np.abs(counts - t * costs / costs.sum()) < 1)
+        assert not counts[costs == 0].any()
+    assert not allocate_samples(np.zeros(3), 10).any()
+
+
+# --------------------------------------------------------------------------
+# The server's weighted k-means with weights of any sign
+
+
+def test_weighted_kmeans_matches_kmeans_with_positive_weights():
+    X, _ = make_blobs(200, centers=3, n_features=2, random_state=0)
+    w = np.random.RandomState(0).uniform(0.5, 2.0, size=200)
+    centers, inertia, n_iter = weighted_kmeans(
+        X, w, 3, random_state=np.random.RandomState(0), n_init=5
+    )
+    ref = KMeans(3, n_init=5, random_state=0).fit(X, sample_weight=w)
+    assert inertia == pytest.approx(ref.inertia_, rel=1e-6)
+    assert 1 <= n_iter <= 300
+
+
+def test_kmeans_plusplus_draws_only_positive_weights():
+    X = np.arange(20, dtype=float).reshape(10, 2)
+    w = np.array([-1.0, 0.0, 2.0, -3.0, 1.0, 0.0, 1.0, -0.5, 4.0, 1.0])
+    from sklearn.utils.extmath import row_norms
+
+    x_sq = row_norms(X, squared=True)
+    for seed in range(10):
+        centers = _weighted_kmeans_plusplus(X, w, 4, x_sq, np.random.RandomState(seed))
+        chosen = [np.flatnonzero((X == c).all(axis=1))[0] for c in centers]
+        assert all(w[i] > 0 for i in chosen)
+
+
+def test_lloyd_keeps_center_of_non_positive_cluster():
+    from sklearn.utils.extmath import row_norms
+
+    # Cluster around 10 carries total weight 1 - 2 = -1: its mean is
+    # meaningless, so its center must stay where it was.
+    X = np.array([[0.0], [1.0], [10.0], [11.0]])
+    w = np.array([1.0, 1.0, 1.0, -2.0])
+    init = np.array([[0.2], [10.4]])
+    centers, labels, d2, _ = _weighted_lloyd(
+        X, w, init, row_norms(X, squared=True), 10, 0.0
+    )
+    assert centers[0, 0] == pytest.approx(0.5)
+    assert centers[1, 0] == 10.4
+    np.testing.assert_array_equal(labels, [0, 0, 1, 1])
+    np.testing.assert_allclose(d2, (X[:, 0] - centers[labels, 0]) ** 2)
+
+
+def test_weighted_kmeans_rejects_no_positive_weight():
+    with pytest.raises(ValueError, match="positive"):
+        weighted_kmeans(
+            np.ones((3, 2)), -np.ones(3), 2, random_state=np.random.RandomState(0)
+        )
+
+
+# --------------------------------------------------------------------------
+# Invariances
+
+
+@settings(max_examples=6, deadline=None)
+@given(seed=st.integers(0, 2**16), n_clients=st.integers(1, 5))
+def test_invariant_to_client_names_and_sample_order(blobs, seed, n_clients):
+    X, _ = blobs
+    X = X[:240]
+    rng = np.random.RandomState(seed)
+    partitions = rng.randint(n_clients, size=X.shape[0])
+    km = DistributedKMeans(K, coreset_size=60, n_init=2, random_state=seed)
+    km.fit(X, partitions=partitions)
+
+    # Renamed clients, samples shuffled (rows and their client ids together).
+    names = np.array([f"site-{c}" for c in rng.permutation(n_clients)])
+    perm = rng.permutation(X.shape[0])
+    km2 = DistributedKMeans(K, coreset_size=60, n_init=2, random_state=seed)
+    km2.fit(X[perm], partitions=names[partitions[perm]])
+
+    np.testing.assert_allclose(km2.cluster_centers_, km.cluster_centers_, rtol=1e-9)
+    np.testing.assert_array_equal(km2.labels_, km.labels_[perm])
+    assert km2.inertia_ == pytest.approx(km.inertia_, rel=1e-9)
+    assert km2.communication_.upload_floats == km.communication_.upload_floats
+
+
+def test_backend_and_n_jobs_do_not_change_the_model(blobs):
+    X, _ = blobs
+    partitions = np.arange(X.shape[0]) % 4
+    fits = []
+    for backend, n_jobs in [("sequential", 1), ("threading", 2), ("loky", 2)]:
+        with parallel_config(backend=backend):
+            km = DistributedKMeans(K, coreset_size=80, n_init=2, random_state=7)
+            fits.append(km.set_params(n_jobs=n_jobs).fit(X, partitions=partitions))
+    for km in fits[1:]:
+        np.testing.assert_array_equal(km.cluster_centers_, fits[0].cluster_centers_)
+        np.testing.assert_array_equal(km.labels_, fits[0].labels_)
+
+
+def test_same_seed_same_model_different_seed_different_draws(hard):
+    a = DistributedKMeans(8, coreset_size=100, random_state=3).fit(hard, partitions=3)
+    b = DistributedKMeans(8, coreset_size=100, random_state=3).fit(hard, partitions=3)
+    c = DistributedKMeans(8, coreset_size=100, random_state=4).fit(hard, partitions=3)
+    np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
+    assert not np.array_equal(a.coreset_weights_, c.coreset_weights_)
+
+
+# --------------------------------------------------------------------------
+# Input types
+
+
+def test_sparse_input_gives_the_dense_result(blobs):
+    X, _ = blobs
+    X = np.where(np.abs(X) < 1.0, 0.0, X)  # some structural zeros
+    partitions = np.arange(X.shape[0]) % 3
+    params = {"n_clusters": K, "coreset_size": 100, "n_init": 3, "random_state": 0}
+    dense = DistributedKMeans(**params).fit(X, partitions=partitions)
+    sparse = DistributedKMeans(**params).fit(sp.csr_matrix(X), partitions=partitions)
+    np.testing.assert_allclose(sparse.cluster_centers_, dense.cluster_centers_)
+    np.testing.assert_array_equal(sparse.labels_, dense.labels_)
+    np.testing.assert_allclose(sparse.transform(sp.csr_matrix(X)), dense.transform(X))
+    assert sparse.inertia_ == pytest.approx(dense.inertia_)
+    # Drawn rows travel as CSR: counted as data + indices + indptr.
+    records = [
+        r
+        for r in sparse.communication_.records
+        if r.name == "coreset sampling" and r.direction == "upload"
+    ]
+    assert records[0].total_floats > 0
+
+
+def test_float32_is_kept(blobs):
+    X = blobs[0].astype(np.float32)
+    km = DistributedKMeans(K, coreset_size=100, random_state=0).fit(X, partitions=3)
+    assert km.cluster_centers_.dtype == np.float32
+    assert km.transform(X).dtype == np.float32
+    np.testing.assert_array_equal(km.predict(X), km.labels_)
+    # float64 rows seed other client streams; same clusters, close centers.
+    ref = DistributedKMeans(K, coreset_size=100, random_state=0)
+    ref.fit(blobs[0], partitions=3)
+    assert adjusted_rand_score(ref.labels_, km.labels_) == pytest.approx(1.0)
+    match = [np.bincount(km.labels_[ref.labels_ == j]).argmax() for j in range(K)]
+    np.testing.assert_allclose(
+        km.cluster_centers_[match], ref.cluster_centers_, atol=0.2
+    )
+
+
+def test_methods_agree_with_fitted_attributes(blobs):
+    X, _ = blobs
+    km = DistributedKMeans(K, coreset_size=100, random_state=0)
+    labels = km.fit_predict(X, partitions=4)
+    np.testing.assert_array_equal(labels, km.labels_)
+    np.testing.assert_array_equal(km.predict(X), km.labels_)
+    distances = km.transform(X)
+    assert distances.shape == (X.shape[0], K)
+    np.testing.assert_array_equal(distances.argmin(axis=1), km.labels_)
+    assert km.score(X) == pytest.approx(-km.inertia_, rel=1e-10)
+    assert km.score(X) == pytest.approx(-(distances.min(axis=1) ** 2).sum())
+    np.testing.assert_allclose(
+        DistributedKMeans(K, coreset_size=100, random_state=0).fit_transform(
+            X, partitions=4
+        ),
+        distances,
+    )
+    assert list(km.get_feature_names_out()) == [
+        f"distributedkmeans{i}" for i in range(K)
+    ]
+    assert km.n_clients_ == 4
+    assert km.n_iter_ >= 1
+
+
+def test_verbose_reports_rounds_and_restarts(blobs, capsys):
+    DistributedKMeans(K, coreset_size=50, n_init=2, verbose=1, random_state=0).fit(
+        blobs[0], partitions=2
+    )
+    err = capsys.readouterr().err
+    assert "coreset sampling" in err
+    assert err.count("coreset k-means restart") == 2
+
+
+# --------------------------------------------------------------------------
+# Bad and degenerate input
+
+
+def test_more_clusters_than_samples():
+    with pytest.raises(ValueError, match="n_samples=3 should be >= n_clusters=4"):
+        DistributedKMeans(4).fit(np.eye(3))
+
+
+def test_nan_is_rejected():
+    X = np.ones((10, 2))
+    X[3, 1] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        DistributedKMeans(2).fit(X)
+
+
+def test_negative_or_all_zero_sample_weight_is_rejected(blobs):
+    X = blobs[0]
+    with pytest.raises(ValueError, match="[Nn]egative"):
+        DistributedKMeans(2).fit(X, sample_weight=-np.ones(X.shape[0]))
+    with pytest.raises(ValueError, match="zero"):
+        DistributedKMeans(2).fit(X, sample_weight=np.zeros(X.shape[0]))
+
+
+def test_client_with_one_sample_sends_it_with_weight_one(blobs):
+    X, y = blobs
+    partitions = np.arange(X.shape[0]) % 3
+    partitions[0] = 99
+    km = DistributedKMeans(K, coreset_size=100, random_state=0)
+    km.fit(X, partitions=partitions)
+    ids = list(km.client_ids_)
+    lone = ids.index(99)
+    assert km.coreset_sample_counts_[lone] == 0
+    assert km.coreset_client_weight_sums_[lone] == 1.0
+    assert _upload_floats(km.communication_, "coreset sampling")[99] == X.shape[1] + 1
+    assert adjusted_rand_score(y, km.labels_) == pytest.approx(1.0)
+
+
+def test_every_client_smaller_than_k_is_exact():
+    """With n_m <= k everywhere the coreset is the data itself."""
+    X, _ = make_blobs(24, centers=3, n_features=2, random_state=0)
+    km = DistributedKMeans(3, coreset_size=100, random_state=0)
+    km.fit(X, partitions=np.arange(24) // 3)  # 8 clients of 3 samples
+    assert not km.coreset_sample_counts_.any()
+    np.testing.assert_array_equal(km.coreset_weights_, np.ones(24))
+    ref = KMeans(3, n_init=10, random_state=0).fit(X)
+    assert km.inertia_ == pytest.approx(ref.inertia_, rel=1e-9)
+
+
+def test_constant_data_gives_one_cluster():
+    X = np.full((30, 3), 2.5)
+    km = DistributedKMeans(3, coreset_size=20, random_state=0)
+    with pytest.warns(ConvergenceWarning, match="distinct clusters"):
+        km.fit(X, partitions=3)
+    assert len(np.unique(km.labels_)) == 1
+    np.testing.assert_allclose(km.cluster_centers_, 2.5)
+    assert km.inertia_ == 0.0
+    # Local costs are all 0: nobody samples, the centers' counts are exact.
+    assert not km.coreset_sample_counts_.any()
+    np.testing.assert_array_equal(km.coreset_client_weight_sums_, [10, 10, 10])
+
+
+def test_fewer_distinct_points_than_k_warns_but_fits():
+    X = np.repeat(np.array([[0.0, 0.0], [5.0, 5.0]]), 10, axis=0)
+    km = DistributedKMeans(3, coreset_size=20, random_state=0)
+    with pytest.warns(ConvergenceWarning):
+        km.fit(X, partitions=2)
+    assert len(np.unique(km.labels_)) == 2
+    assert km.inertia_ == 0.0
+
+
+# --------------------------------------------------------------------------
+# The protocol on its own, as FederatedKernelKMeans uses it
+
+
+def _store_rows(client, state, message):
+    """A previous algorithm's round: keeps derived rows and its own key."""
+    state = dict(state or {})
+    state["H"] = 2.0 * client.X
+    state["other"] = "kept"
+    return state, None
+
+
+def _rows_from_state(client, state):
+    return state["H"]
+
+
+def test_protocol_on_rows_kept_in_client_state(blobs):
+    X, y = blobs
+    rng = check_random_state(0)
+    partitioning = check_partitions(np.arange(X.shape[0]) % 3, X.shape[0])
+    with Federation.from_arrays(X, None, partitioning, random_state=rng) as fed:
+        fed.run_round("derive", _store_rows)
+        result = federated_coreset_kmeans(
+            fed,
+            n_clusters=K,
+            coreset_size=90,
+            random_state=rng,
+            rows=_rows_from_state,
+            state_key="km",
+            exact_inertia=False,
+        )
+        labels = fed.assemble(lambda s: s["km"]["labels"], X.shape[0])
+        kept = fed.local_results(lambda s: (s["other"], s["H"].shape))
+    assert result.cluster_centers.shape == (K, X.shape[1])
+    assert result.inertia == result.coreset_inertia
+    assert result.coreset_size == 90 + 3 * K
+    assert adjusted_rand_score(y, labels) == pytest.approx(1.0)
+    assert all(v[0] == "kept" for v in kept.values())
+    # Rows were 2 X: centers live in that space.
+    ref = KMeans(K, n_init=10, random_state=0).fit(2.0 * X)
+    assert (
+        np.min(
+            np.linalg.norm(
+                result.cluster_centers[:, None] - ref.cluster_centers_[None], axis=2
+            ),
+            axis=1,
+        ).max()
+        < 0.5
+    )
+    # No "labels" round upload without exact_inertia.
+    assert _upload_floats(fed.log, "coreset labels") == dict.fromkeys(range(3), 0)
+
+
+def _failing_rows(client, state):
+    if client.client_id == 1:
+        raise ValueError("bad rows on this client")
+    return client.X
+
+
+def test_client_error_names_the_client(blobs):
+    X, _ = blobs
+    rng = check_random_state(0)
+    partitioning = check_partitions(np.arange(X.shape[0]) % 2, X.shape[0])
+    with Federation.from_arrays(X, None, partitioning, random_state=rng) as fed:
+        with pytest.raises(ClientValueError, match="Client 1"):
+            federated_coreset_kmeans(
+                fed, n_clusters=2, coreset_size=10, random_state=rng, rows=_failing_rows
+            )
+
+
+def test_steps_pickle():
+    import pickle
+
+    from skfed.cluster._coreset import _coreset_step
+
+    step = partial(
+        _coreset_step, rows=_rows_from_state, weights=None, state_key="k", stream=1
+    )
+    assert pickle.loads(pickle.dumps(step)).keywords["state_key"] == "k"
+
+
+def test_no_warning_on_ordinary_fit(blobs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        DistributedKMeans(K, coreset_size=50, random_state=0).fit(
+            blobs[0], partitions=3
+        )
