@@ -9,6 +9,7 @@ from . import partition
 from ._federation import ClientStepError, ClientValueError
 from ._ledger import CommunicationLog
 from .cluster import DistributedKMeans, FederatedKernelKMeans, KFed
+from .decomposition import DistributedKernelPCA
 
 __version__ = "0.1.0.dev0"
 
@@ -17,6 +18,7 @@ __all__ = [
     "ClientValueError",
     "CommunicationLog",
     "DistributedKMeans",
+    "DistributedKernelPCA",
     "FederatedKernelKMeans",
     "KFed",
     "partition",

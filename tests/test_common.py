@@ -15,6 +15,13 @@ import skfed
 # Class name -> constructor arguments that keep the checks fast.
 FAST_PARAMS = {
     "DistributedKMeans": {"n_clusters": 2, "coreset_size": 50, "n_init": 2},
+    "DistributedKernelPCA": {
+        "n_components": 2,
+        "n_representatives": 8,
+        "n_random_features": 50,
+        "embedding_dim": 8,
+        "sketch_size": 16,
+    },
     "FederatedKernelKMeans": {
         "n_random_features": 20,
         "max_iter": 5,

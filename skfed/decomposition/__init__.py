@@ -1,3 +1,5 @@
 """skfed.decomposition"""
 
-__all__ = []
+from ._kernel_pca import DistributedKernelPCA
+
+__all__ = ["DistributedKernelPCA"]

@@ -1,0 +1,168 @@
+"""The median heuristic for the kernel width, computed without gathering the
+data, and the server's split of a sample budget over clients.
+
+Protocol (one round): the server splits a budget of ``n_samples`` points over
+the clients in proportion to their sizes (:func:`allocate_quota`) and sends
+each client its quota and a shared seed; each client draws that many of its
+rows uniformly without replacement and uploads them *projected* to
+``n_projections`` dimensions by a shared random matrix (Gaussian for
+Euclidean distances, Cauchy for L1 distances: Indyk's stable projections).
+The server computes the pairwise distances of the pooled sample — pairs
+across clients included, which a per-client summary would miss — and takes
+their median.
+
+What it reveals: a uniform sample of at most ``n_samples`` rows, projected
+to ``n_projections < d`` dimensions by a matrix the server knows (so the
+server learns each sampled row's component in a random ``n_projections``-
+dimensional subspace). When ``d ≤ n_projections`` a projection would be
+invertible, so the rows are sent as they are (exact distances, same
+disclosure). Upload: at most ``n_samples · min(d, n_projections)`` floats in
+total, independent of N.
+"""
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.spatial.distance import pdist
+from sklearn.utils import check_random_state
+
+__all__ = ["allocate_quota", "median_distance", "median_sample_step"]
+
+
+def allocate_quota(total, weights, caps):
+    """Split ``total`` draws over clients in proportion to ``weights``.
+
+    Server step. Proportional allocation rounded by largest remainder, with
+    client ``m`` never asked for more than ``caps[m]`` draws (the excess goes
+    to the others, again proportionally). Deterministic: it is stratified
+    sampling (lower variance than a multinomial split with the same
+    expectations) and does not depend on the order of the clients except to
+    break exact ties in the rounding.
+
+    Parameters
+    ----------
+    total : int
+        Draws to split.
+    weights : array-like of shape (n_clients,)
+        Non-negative weights (e.g. sums of scores, or client sizes).
+    caps : array-like of shape (n_clients,)
+        Largest quota of each client (e.g. its size).
+
+    Returns
+    -------
+    quota : ndarray of shape (n_clients,), dtype intp
+        Sums to ``min(total, sum of caps over clients with positive weight)``.
+    """
+    weights = np.asarray(weights, dtype=np.float64)
+    caps = np.where(weights > 0, np.asarray(caps, dtype=np.intp), 0)
+    total = int(min(total, caps.sum()))
+    quota = np.zeros(len(weights), dtype=np.intp)
+    share = np.zeros(len(weights))
+    open_ = caps > 0
+    remaining = total
+    # Water-filling: clients whose proportional share exceeds their cap are
+    # filled, and the rest is shared again among the others.
+    while remaining > 0 and open_.any():
+        w = np.where(open_, weights, 0.0)
+        share = remaining * w / w.sum()
+        full = open_ & (share >= caps - quota)
+        if not full.any():
+            break
+        remaining -= int((caps - quota)[full].sum())
+        quota[full] = caps[full]
+        open_ &= ~full
+        share[:] = 0.0
+    if remaining > 0 and open_.any():
+        base = np.floor(share).astype(np.intp)
+        quota += base
+        short = remaining - int(base.sum())
+        order = np.argsort(-(share - base), kind="stable")
+        quota[order[:short]] += 1
+    return quota
+
+
+def median_sample_step(
+    client, state, message, *, metric="euclidean", n_projections=64, stream=0
+):
+    """Client step: a uniform sample of the client's rows, randomly projected.
+
+    Parameters
+    ----------
+    message : (float, int)
+        Shared seed of the projection and this client's quota.
+    metric : {"euclidean", "manhattan"}
+        Gaussian projection (Johnson–Lindenstrauss) for Euclidean distances,
+        Cauchy projection for L1 distances.
+    n_projections : int
+        Target dimension; rows are sent unprojected when d is not larger.
+    stream : int
+        Key of the client's private stream for the choice of rows.
+
+    Returns
+    -------
+    state : unchanged
+    upload : ndarray of shape (quota, min(d, n_projections))
+    """
+    seed, quota = message
+    X = client.X
+    rng = client.random_state(stream)
+    rows = rng.choice(X.shape[0], size=min(int(quota), X.shape[0]), replace=False)
+    sample = X[np.sort(rows)]
+    d = X.shape[1]
+    if d <= n_projections:
+        sample = sample.toarray() if sp.issparse(sample) else sample
+        return state, np.asarray(sample, dtype=np.float64)
+    shared = check_random_state(int(seed))
+    if metric == "manhattan":
+        proj = shared.standard_cauchy((d, n_projections))
+    else:
+        proj = shared.standard_normal((d, n_projections)) / np.sqrt(n_projections)
+    return state, np.asarray(sample @ proj, dtype=np.float64)
+
+
+def median_distance(uploads, *, metric="euclidean", n_features=None, n_projections=64):
+    """Server step: the median pairwise distance of the pooled sample.
+
+    Parameters
+    ----------
+    uploads : list of ndarray
+        From :func:`median_sample_step`.
+    metric : {"euclidean", "manhattan"}
+    n_features : int
+        d; tells whether the rows were projected.
+    n_projections : int
+
+    Returns
+    -------
+    median : float
+        The median over all pairs of sampled points (zero distances from
+        duplicates excluded when they are the majority, so that a dataset
+        with many repeated rows still gets a usable width).
+
+    Raises
+    ------
+    ValueError
+        If every sampled point is the same.
+    """
+    pooled = np.vstack([u for u in uploads if u.shape[0]])
+    if pooled.shape[0] < 2:
+        raise ValueError(
+            "The median heuristic needs at least 2 samples; pass gamma explicitly."
+        )
+    projected = n_features is not None and n_features > n_projections
+    if metric == "manhattan" and projected:
+        # Cauchy projections: median_i |C(x - y)|_i estimates ||x - y||_1.
+        i, j = np.triu_indices(pooled.shape[0], 1)
+        dist = np.median(np.abs(pooled[i] - pooled[j]), axis=1)
+    else:
+        dist = pdist(pooled, "cityblock" if metric == "manhattan" else "euclidean")
+    med = float(np.median(dist))
+    if med <= 0:
+        positive = dist[dist > 0]
+        if positive.size == 0:
+            raise ValueError(
+                "All sampled points are identical, so the median heuristic "
+                "gives a zero kernel width; pass gamma explicitly or check "
+                "the data."
+            )
+        med = float(np.median(positive))
+    return med
