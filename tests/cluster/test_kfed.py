@@ -1,0 +1,541 @@
+"""Tests for skfed.KFed (one-shot federated k-means, k-FED)."""
+
+import warnings
+
+import joblib
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from numpy.testing import assert_allclose, assert_array_equal
+from scipy.optimize import linear_sum_assignment
+from sklearn import config_context
+from sklearn.cluster import KMeans
+from sklearn.datasets import make_blobs
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.metrics import adjusted_rand_score, confusion_matrix
+from sklearn.metrics.pairwise import euclidean_distances
+from sklearn.pipeline import Pipeline, make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+import skfed.cluster._kfed as kfed_module
+from skfed import KFed
+from skfed.partition import labels_per_client
+
+HYPOTHESIS = settings(
+    max_examples=5,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+
+
+def matched_accuracy(y_true, y_pred):
+    """Fraction of samples on which two labelings agree after the best
+    one-to-one matching of their labels (Hungarian algorithm)."""
+    cm = confusion_matrix(y_true, y_pred)
+    rows, cols = linear_sum_assignment(-cm)
+    return cm[rows, cols].sum() / len(y_true)
+
+
+def gaussian_mixture(k, d, n_per_component, separation, random_state):
+    """k components N(μ_r, I_d), every pair of means ``separation`` apart on
+    average (random directions)."""
+    rng = np.random.RandomState(random_state)
+    means = rng.normal(scale=separation / np.sqrt(2 * d), size=(k, d))
+    y = np.repeat(np.arange(k), n_per_component)
+    X = means[y] + rng.normal(size=(len(y), d))
+    return X, y
+
+
+@pytest.fixture(scope="module")
+def blobs():
+    X, y = make_blobs(
+        n_samples=600, centers=4, n_features=5, cluster_std=0.5, random_state=0
+    )
+    return X, y
+
+
+@pytest.fixture(scope="module")
+def structured():
+    """The paper's Table 1 setting, small: k=16 components, k'=4 per client,
+    m0=3 clients per group of components."""
+    X, y = gaussian_mixture(16, 20, 60, separation=30, random_state=1)
+    partitions = labels_per_client(y, 4, clients_per_group=3, random_state=0)
+    return X, y, partitions
+
+
+# -- agreement with centralized references ---------------------------------
+
+
+def test_one_client_matches_kmeans(blobs):
+    X, y = blobs
+    kfed = KFed(n_clusters=4, random_state=0).fit(X)
+    km = KMeans(n_clusters=4, n_init=10, random_state=0).fit(X)
+    assert kfed.n_clients_ == 1
+    assert adjusted_rand_score(km.labels_, kfed.labels_) == 1.0
+    order = linear_sum_assignment(
+        euclidean_distances(kfed.cluster_centers_, km.cluster_centers_)
+    )[1]
+    assert_allclose(kfed.cluster_centers_, km.cluster_centers_[order], rtol=1e-6)
+    assert kfed.inertia_ == pytest.approx(km.inertia_, rel=1e-6)
+    assert_array_equal(kfed.predict(X), kfed.labels_)
+
+
+@pytest.mark.parametrize("center_weighting", ["size", "uniform"])
+def test_iid_clients_match_kmeans(blobs, center_weighting):
+    X, y = blobs
+    kfed = KFed(n_clusters=4, center_weighting=center_weighting, random_state=0)
+    kfed.fit(X, partitions=6)
+    km = KMeans(n_clusters=4, n_init=10, random_state=0).fit(X)
+    assert kfed.n_clients_ == 6
+    assert adjusted_rand_score(km.labels_, kfed.labels_) == 1.0
+    rtol = 1e-6 if center_weighting == "size" else 0.05
+    assert kfed.inertia_ == pytest.approx(km.inertia_, rel=rtol)
+    order = linear_sum_assignment(
+        euclidean_distances(kfed.cluster_centers_, km.cluster_centers_)
+    )[1]
+    assert_allclose(
+        kfed.cluster_centers_, km.cluster_centers_[order], rtol=rtol, atol=rtol
+    )
+
+
+def test_size_weighting_gives_centroids_of_induced_clusters(structured):
+    X, _, partitions = structured
+    kfed = KFed(n_clusters=16, n_local_clusters=4, random_state=0)
+    kfed.fit(X, partitions=partitions)
+    centroids = np.array([X[kfed.labels_ == r].mean(axis=0) for r in range(16)])
+    assert_allclose(kfed.cluster_centers_, centroids, rtol=1e-10, atol=1e-10)
+    expected = ((X - kfed.cluster_centers_[kfed.labels_]) ** 2).sum()
+    assert kfed.inertia_ == pytest.approx(expected, rel=1e-10)
+
+
+def test_uniform_weighting_averages_local_centers(structured):
+    X, _, partitions = structured
+    kfed = KFed(
+        n_clusters=16, n_local_clusters=4, center_weighting="uniform", random_state=0
+    ).fit(X, partitions=partitions)
+    pooled = np.concatenate(list(kfed.local_centers_.values()))
+    tau = np.concatenate(list(kfed.local_center_labels_.values()))
+    expected = np.array([pooled[tau == r].mean(axis=0) for r in range(16)])
+    assert_allclose(kfed.cluster_centers_, expected, rtol=1e-10)
+
+
+@pytest.mark.parametrize("center_weighting", ["size", "uniform"])
+def test_structured_mixture_exact_recovery(structured, center_weighting):
+    # k' = 4 < k = 16: no client sees more than 4 components, yet the
+    # induced clustering recovers all 16 (the paper's Table 1 regime).
+    X, y, partitions = structured
+    kfed = KFed(
+        n_clusters=16,
+        n_local_clusters=4,
+        center_weighting=center_weighting,
+        random_state=0,
+    ).fit(X, partitions=partitions)
+    assert kfed.n_clients_ == len(np.unique(partitions))
+    assert matched_accuracy(y, kfed.labels_) == 1.0
+    # Every local center sits on one component: no cluster mixes components.
+    for centers in kfed.local_centers_.values():
+        assert centers.shape == (4, X.shape[1])
+
+
+def test_structured_mixture_reaches_oracle_cost(structured):
+    # On well-separated structured data the one-shot clustering reaches the
+    # cost of the true labelling, so it is no worse than centralized
+    # KMeans(n_init=1) on the pooled data.
+    X, y, partitions = structured
+    kfed = KFed(n_clusters=16, n_local_clusters=4, random_state=0)
+    kfed.fit(X, partitions=partitions)
+    oracle = sum(((X[y == r] - X[y == r].mean(0)) ** 2).sum() for r in range(16))
+    assert kfed.inertia_ == pytest.approx(oracle, rel=1e-10)
+    km = KMeans(16, n_init=1, random_state=0).fit(X)
+    assert kfed.inertia_ <= km.inertia_ * (1 + 1e-10)
+
+
+def test_predict_transform_score(blobs):
+    X, _ = blobs
+    kfed = KFed(n_clusters=4, random_state=0).fit(X, partitions=3)
+    distances = kfed.transform(X)
+    assert_allclose(distances, euclidean_distances(X, kfed.cluster_centers_))
+    assert_array_equal(kfed.predict(X), distances.argmin(axis=1))
+    assert_array_equal(kfed.predict(X), kfed.labels_)
+    assert kfed.score(X) == pytest.approx(-kfed.inertia_, rel=1e-9)
+    weights = np.random.RandomState(0).uniform(size=X.shape[0])
+    expected = -(weights * distances.min(axis=1) ** 2).sum()
+    assert kfed.score(X, sample_weight=weights) == pytest.approx(expected)
+    assert_array_equal(kfed.get_feature_names_out(), [f"kfed{i}" for i in range(4)])
+
+
+def test_fit_predict_and_fit_transform(blobs):
+    X, _ = blobs
+    est = KFed(n_clusters=4, random_state=0)
+    labels = est.fit_predict(X, partitions=3)
+    assert_array_equal(labels, est.labels_)
+    assert labels.dtype == np.int32
+    Xt = KFed(n_clusters=4, random_state=0).fit_transform(X, partitions=3)
+    assert_allclose(Xt, est.transform(X))
+
+
+# -- communication ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("center_weighting", ["size", "uniform"])
+def test_communication_matches_formula(structured, center_weighting):
+    X, _, partitions = structured
+    k, d = 16, X.shape[1]
+    ids = np.unique(partitions)
+    # Per-client k(z): alternate 3 and 4 local clusters.
+    k_local = {int(c): 3 + int(c) % 2 for c in ids}
+    kfed = KFed(
+        n_clusters=k,
+        n_local_clusters=k_local,
+        center_weighting=center_weighting,
+        random_state=0,
+    ).fit(X, partitions=partitions)
+    log = kfed.communication_
+    per_center = d + (center_weighting == "size")
+    (upload,) = [r for r in log if r.direction == "upload" and r.total_floats]
+    assert upload.name == "local centers"
+    assert dict(zip(upload.clients, upload.floats)) == {
+        c: k_local[c] * per_center for c in k_local
+    }
+    assert log.upload_floats == sum(k_local.values()) * per_center
+    assert log.n_upload_rounds == 1
+    # Download: the global cluster of each local center and the model.
+    (download,) = [r for r in log if r.direction == "download"]
+    assert download.name == "cluster map"
+    assert dict(zip(download.clients, download.floats)) == {
+        c: k_local[c] + k * d for c in k_local
+    }
+    for cid, centers in kfed.local_centers_.items():
+        assert centers.shape == (k_local[cid], d)
+        assert kfed.local_center_labels_[cid].shape == (k_local[cid],)
+
+
+# -- invariances --------------------------------------------------------------
+
+
+def _fit_structured(X, partitions, **params):
+    params = {"n_clusters": 16, "n_local_clusters": 4, "random_state": 3} | params
+    return KFed(**params).fit(X, partitions=partitions)
+
+
+@HYPOTHESIS
+@given(
+    seed=st.integers(0, 2**16),
+    names=st.sampled_from(["int", "str", "reverse"]),
+    dropout=st.sampled_from([0.0, 0.3]),
+)
+def test_invariant_to_client_names_client_order_and_sample_order(
+    structured, seed, names, dropout
+):
+    X, _, partitions = structured
+    reference = _fit_structured(X, partitions, client_dropout=dropout)
+
+    rng = np.random.RandomState(seed)
+    ids = np.unique(partitions)
+    new_ids = rng.permutation(len(ids)) * 7 + 100  # relabels and reorders
+    if names == "str":
+        new_ids = np.array([f"client-{i}" for i in new_ids], dtype=object)
+    elif names == "reverse":
+        new_ids = -ids
+    renamed = new_ids[np.searchsorted(ids, partitions)]
+    perm = rng.permutation(X.shape[0])
+    model = _fit_structured(X[perm], renamed[perm], client_dropout=dropout)
+
+    assert_allclose(model.cluster_centers_, reference.cluster_centers_, rtol=1e-12)
+    assert_array_equal(model.labels_, reference.labels_[perm])
+    assert model.inertia_ == pytest.approx(reference.inertia_, rel=1e-12)
+    rename = dict(zip(ids.tolist(), new_ids.tolist()))
+    assert set(model.failed_clients_) == {rename[c] for c in reference.failed_clients_}
+    for cid, centers in reference.local_centers_.items():
+        assert_allclose(model.local_centers_[rename[cid]], centers, rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "backend, n_jobs", [("threading", 2), ("loky", 2), ("sequential", 1)]
+)
+def test_invariant_to_n_jobs_and_backend(structured, backend, n_jobs):
+    X, _, partitions = structured
+    reference = _fit_structured(X, partitions, n_jobs=1)
+    with joblib.parallel_config(backend=backend):
+        model = _fit_structured(X, partitions, n_jobs=n_jobs)
+    assert_allclose(model.cluster_centers_, reference.cluster_centers_, rtol=1e-12)
+    assert_array_equal(model.labels_, reference.labels_)
+
+
+def test_random_state_reproducible_and_starting_client_varies(structured):
+    X, _, partitions = structured
+    a = _fit_structured(X, partitions, random_state=0)
+    b = _fit_structured(X, partitions, random_state=0)
+    assert_array_equal(a.cluster_centers_, b.cluster_centers_)
+    # The seed decides the starting client among ties: the order of the
+    # global clusters changes, the clustering does not.
+    orders = {
+        tuple(_fit_structured(X, partitions, random_state=s).labels_[::60])
+        for s in range(4)
+    }
+    assert len(orders) > 1
+
+
+# -- partial participation ----------------------------------------------------
+
+
+def test_client_dropout_is_seeded_and_recorded(structured):
+    X, y, partitions = structured
+    kfed = _fit_structured(X, partitions, client_dropout=0.3, random_state=0)
+    n_total = len(np.unique(partitions))
+    dropped = set(kfed.failed_clients_)
+    assert 0 < len(dropped) < n_total
+    assert kfed.n_clients_ == n_total - len(dropped)
+    assert all("simulated dropout" in r for r in kfed.failed_clients_.values())
+    is_dropped = np.isin(partitions, list(dropped))
+    assert (kfed.labels_[is_dropped] == -1).all()
+    assert (kfed.labels_[~is_dropped] >= 0).all()
+    (upload,) = [r for r in kfed.communication_ if r.name == "local centers"]
+    assert set(upload.clients) == set(kfed.local_centers_)
+    assert not dropped & set(upload.clients)
+    # The survivors are still clustered correctly (every component keeps
+    # at least one of its three clients with this seed).
+    assert matched_accuracy(y[~is_dropped], kfed.labels_[~is_dropped]) == 1.0
+    again = _fit_structured(X, partitions, client_dropout=0.3, random_state=0)
+    assert set(again.failed_clients_) == dropped
+
+
+def test_failing_client_is_skipped_with_warning(structured, monkeypatch):
+    X, y, partitions = structured
+    marker = X[partitions == 5][0]
+    original = kfed_module._awasthi_sheffet
+
+    def flaky(X, *args, **kwargs):
+        if (X == marker).all(axis=1).any():
+            raise RuntimeError("disk full")
+        return original(X, *args, **kwargs)
+
+    monkeypatch.setattr(kfed_module, "_awasthi_sheffet", flaky)
+    failing = {5}
+    with pytest.warns(UserWarning, match="failed in round 'local centers'"):
+        kfed = _fit_structured(X, partitions)
+    assert set(kfed.failed_clients_) == failing
+    assert all("disk full" in r for r in kfed.failed_clients_.values())
+    assert kfed.n_clients_ == len(np.unique(partitions)) - len(failing)
+
+
+def test_too_few_surviving_centers_raise(structured):
+    X, _, partitions = structured
+    with pytest.raises(ValueError, match="n_clusters=16 local centers.*Left out"):
+        _fit_structured(X, partitions, client_dropout=0.9, random_state=0)
+
+
+# -- new clients (Theorem 3.2) --------------------------------------------------
+
+
+def test_partial_fit_new_clients(structured):
+    X, y, partitions = structured
+    d, k = X.shape[1], 16
+    # Hold out one client of every group of components: the remaining
+    # clients still cover every component.
+    new = np.isin(partitions, np.unique(partitions)[::3])
+    kfed = _fit_structured(X[~new], partitions[~new])
+    old_centers = {c: v.copy() for c, v in kfed.local_centers_.items()}
+    old_labels = kfed.labels_.copy()
+    n_records = len(kfed.communication_)
+
+    kfed.partial_fit(X[new], partitions=partitions[new])
+    new_ids = set(np.unique(partitions[new]).tolist())
+    # The new clients' points: induced labels agree with predict and with
+    # the clustering of the old clients.
+    assert_array_equal(kfed.predict(X[new]), kfed.labels_)
+    assert_array_equal(kfed.predict(X[~new]), old_labels)
+    full = np.empty(X.shape[0], dtype=int)
+    full[~new], full[new] = old_labels, kfed.labels_
+    assert matched_accuracy(y, full) == 1.0
+    # Old clients were not contacted and kept their centers.
+    for cid, centers in old_centers.items():
+        assert_array_equal(kfed.local_centers_[cid], centers)
+    for record in kfed.communication_.records[n_records:]:
+        assert set(record.clients) <= new_ids
+    added = kfed.communication_.records[n_records:]
+    assert sum(r.total_floats for r in added if r.direction == "upload") == len(
+        new_ids
+    ) * 4 * (d + 1)
+    assert sum(r.total_floats for r in added if r.direction == "download") == len(
+        new_ids
+    ) * (4 + k * d)
+    assert kfed.n_clients_ == len(np.unique(partitions))
+    # Size-weighted centers are the centroids of all points seen so far.
+    centroids = np.array([X[full == r].mean(axis=0) for r in range(k)])
+    assert_allclose(kfed.cluster_centers_, centroids, rtol=1e-10, atol=1e-10)
+
+
+def test_partial_fit_on_unfitted_is_fit(structured):
+    X, _, partitions = structured
+    a = _fit_structured(X, partitions)
+    b = KFed(n_clusters=16, n_local_clusters=4, random_state=3)
+    b.partial_fit(X, partitions=partitions)
+    assert_array_equal(a.cluster_centers_, b.cluster_centers_)
+    assert_array_equal(a.labels_, b.labels_)
+
+
+def test_partial_fit_returning_client_adds_centers(blobs):
+    X, _ = blobs
+    kfed = KFed(n_clusters=4, random_state=0).fit(X[:300])
+    kfed.partial_fit(X[300:])  # client 0 again, with new data
+    assert kfed.n_clients_ == 1
+    assert kfed.local_centers_[0].shape == (8, X.shape[1])
+    assert kfed.local_center_labels_[0].shape == (8,)
+    assert_array_equal(kfed.predict(X[300:]), kfed.labels_)
+
+
+def test_partial_fit_checks_features(blobs):
+    X, _ = blobs
+    kfed = KFed(n_clusters=4, random_state=0).fit(X)
+    with pytest.raises(ValueError, match="features"):
+        kfed.partial_fit(X[:, :3])
+
+
+# -- input types ----------------------------------------------------------------
+
+
+def test_sparse_matches_dense(structured):
+    X, _, partitions = structured
+    X = np.where(np.abs(X) > 1.0, X, 0.0)  # make it actually sparse
+    dense = _fit_structured(X, partitions)
+    sparse = _fit_structured(sp.csr_matrix(X), partitions)
+    assert_allclose(sparse.cluster_centers_, dense.cluster_centers_, rtol=1e-6)
+    assert_array_equal(sparse.labels_, dense.labels_)
+    assert sparse.inertia_ == pytest.approx(dense.inertia_, rel=1e-9)
+    assert_allclose(sparse.transform(sp.csr_matrix(X)), dense.transform(X))
+
+
+def test_float32_preserved(structured):
+    X, y, partitions = structured
+    model = _fit_structured(X.astype(np.float32), partitions)
+    reference = _fit_structured(X, partitions)
+    assert model.cluster_centers_.dtype == np.float32
+    assert model.transform(X.astype(np.float32)).dtype == np.float32
+    for centers in model.local_centers_.values():
+        assert centers.dtype == np.float32
+    assert matched_accuracy(y, model.labels_) == 1.0
+    assert_allclose(model.cluster_centers_, reference.cluster_centers_, rtol=1e-4)
+
+
+def test_string_client_ids_and_pipeline_routing(blobs):
+    X, _ = blobs
+    partitions = np.array(["a", "b", "c"], dtype=object)[np.arange(len(X)) % 3]
+    direct = make_pipeline(StandardScaler(), KFed(n_clusters=4, random_state=0))
+    direct.fit(X, kfed__partitions=partitions)
+    assert set(direct[-1].local_centers_) == {"a", "b", "c"}
+    with config_context(enable_metadata_routing=True):
+        routed = Pipeline(
+            [("scale", StandardScaler()), ("kfed", KFed(n_clusters=4, random_state=0))]
+        )
+        routed.fit(X, partitions=partitions)
+    assert_array_equal(routed[-1].labels_, direct[-1].labels_)
+
+
+# -- degenerate and bad input ---------------------------------------------------
+
+
+def test_small_client_uploads_raw_rows_visibly(blobs):
+    X, _ = blobs
+    partitions = np.zeros(len(X), dtype=int)
+    partitions[:3] = 1  # client 1 holds 3 <= k' = 4 samples
+    kfed = KFed(n_clusters=4, random_state=0).fit(X, partitions=partitions)
+    assert kfed.raw_upload_clients_ == [1]
+    centers = kfed.local_centers_[1]
+    assert_allclose(np.sort(centers, axis=0), np.sort(X[:3], axis=0))
+    (upload,) = [r for r in kfed.communication_ if r.name == "local centers"]
+    floats = dict(zip(upload.clients, upload.floats))
+    assert floats == {0: 4 * (X.shape[1] + 1), 1: 3 * (X.shape[1] + 1)}
+    with pytest.raises(ValueError, match=r"Client\(s\) 1 .*allow_raw_upload"):
+        KFed(n_clusters=4, allow_raw_upload=False).fit(X, partitions=partitions)
+
+
+def test_single_sample_clients(blobs):
+    X, _ = blobs
+    partitions = np.arange(len(X))
+    partitions[20:] = len(X)  # 20 one-sample clients and one large client
+    kfed = KFed(n_clusters=4, random_state=0).fit(X, partitions=partitions)
+    assert len(kfed.raw_upload_clients_) == 20
+    reference = KFed(n_clusters=4, random_state=0).fit(X)
+    assert adjusted_rand_score(reference.labels_, kfed.labels_) == 1.0
+
+
+def test_duplicate_points_do_not_crash():
+    rng = np.random.RandomState(0)
+    base = np.array([[0.0, 0.0], [10.0, 10.0], [0.0, 10.0], [10.0, 0.0]])
+    # Client 0: many copies of 2 distinct points (< k(0) = 3): uploads them.
+    # Client 1: two clusters of duplicates plus a few distinct points, more
+    # than k(1) = 2 distinct points: runs the local step.
+    X0 = np.repeat(base[:2], 50, axis=0)
+    X1 = np.repeat(base[2:] + rng.normal(scale=0.1, size=(2, 2)), 30, axis=0)
+    X1 = np.vstack([X1, base[2:] + rng.normal(scale=0.1, size=(2, 2))])
+    X = np.vstack([X0, X1])
+    partitions = np.repeat([0, 1], [len(X0), len(X1)])
+    kfed = KFed(n_clusters=4, n_local_clusters={0: 3, 1: 2}, random_state=0)
+    kfed.fit(X, partitions=partitions)
+    assert kfed.raw_upload_clients_ == [0]
+    assert kfed.local_centers_[0].shape == (2, 2)
+    assert set(np.unique(kfed.labels_)) == {0, 1, 2, 3}
+    assert (
+        adjusted_rand_score(np.argmin(euclidean_distances(X, base), 1), kfed.labels_)
+        == 1.0
+    )
+
+
+def test_constant_data_warns_like_kmeans():
+    X = np.ones((40, 3))
+    with pytest.warns(ConvergenceWarning, match="distinct clusters"):
+        kfed = KFed(n_clusters=3, random_state=0).fit(X, partitions=4)
+    assert_allclose(kfed.cluster_centers_, 1.0)
+    assert kfed.inertia_ == 0.0
+    assert len(np.unique(kfed.labels_)) == 1
+    assert kfed.raw_upload_clients_ == [0, 1, 2, 3]
+
+
+def test_too_many_clusters_for_the_local_centers(blobs):
+    X, _ = blobs
+    with pytest.raises(ValueError, match="needs at least n_clusters=9 local.*only 8"):
+        KFed(n_clusters=9, n_local_clusters=2).fit(X, partitions=4)
+    with pytest.raises(ValueError, match="n_samples=1"):
+        KFed(n_clusters=2).fit(X[:1])
+
+
+@pytest.mark.parametrize(
+    "n_local_clusters, match",
+    [
+        (5, "n_local_clusters=5 exceeds n_clusters=4"),
+        ({0: 2, 1: 2}, "no entry for client"),
+        ({0: 2, 1: 2, 2: 0}, "positive int"),
+        ({0: 2, 1: 2, 2: 7}, "n_local_clusters=7 exceeds"),
+    ],
+)
+def test_bad_n_local_clusters(blobs, n_local_clusters, match):
+    X, _ = blobs
+    with pytest.raises(ValueError, match=match):
+        KFed(n_clusters=4, n_local_clusters=n_local_clusters).fit(X, partitions=3)
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_nan_and_inf_rejected(blobs, value):
+    X = blobs[0].copy()
+    X[5, 1] = value
+    with pytest.raises(ValueError, match="NaN|infinity"):
+        KFed(n_clusters=4).fit(X, partitions=3)
+
+
+def test_more_local_clusters_than_features():
+    # k' > d: the projection step keeps the full space.
+    X, y = make_blobs(200, centers=4, n_features=2, cluster_std=0.5, random_state=0)
+    kfed = KFed(n_clusters=4, random_state=0).fit(X, partitions=2)
+    km = KMeans(4, n_init=10, random_state=0).fit(X)
+    assert adjusted_rand_score(km.labels_, kfed.labels_) == 1.0
+    assert kfed.inertia_ == pytest.approx(km.inertia_, rel=1e-9)
+
+
+def test_no_warning_on_regular_fit(structured):
+    X, _, partitions = structured
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _fit_structured(X, partitions)
