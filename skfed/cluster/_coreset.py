@@ -14,6 +14,7 @@ on any open :class:`~skfed._federation.Federation` and any per-client rows
 :class:`DistributedKMeans` is the estimator around it.
 """
 
+import math
 import numbers
 import sys
 import warnings
@@ -394,7 +395,7 @@ class DistributedKMeans(
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, **self._test_data_args())
         labels, _ = _assign(X, row_norms(X, squared=True), self.cluster_centers_)
-        return labels
+        return labels.astype(np.int32, copy=False)
 
     def transform(self, X):
         """Euclidean distance of each sample to each center.
@@ -582,7 +583,7 @@ def federated_coreset_kmeans(
         messages=[int(t) for t in sample_counts],
     )
     points, coreset_weights = merge_coresets(coresets)
-    weight_sums = np.array([float(np.sum(c[2])) for c in coresets])
+    weight_sums = np.array([math.fsum(c[2]) for c in coresets])
     centers, coreset_inertia, n_iter = weighted_kmeans(
         points,
         coreset_weights,
@@ -598,7 +599,8 @@ def federated_coreset_kmeans(
         partial(_label_step, exact_inertia=exact_inertia, **common),
         centers,
     )
-    inertia = float(np.sum(inertias)) if exact_inertia else coreset_inertia
+    # fsum: exact, so the total does not depend on the order of the clients.
+    inertia = math.fsum(inertias) if exact_inertia else coreset_inertia
     return CoresetKMeansResult(
         cluster_centers=centers,
         inertia=inertia,
