@@ -8,6 +8,7 @@ network as ``communication_`` (a :class:`CommunicationLog`).
 from . import partition
 from ._federation import ClientStepError, ClientValueError
 from ._ledger import CommunicationLog
+from .classification import FederatedRKHSClassifier
 from .cluster import DistributedKMeans, FederatedKernelKMeans, KFed
 from .decomposition import DistributedKernelPCA
 
@@ -20,6 +21,7 @@ __all__ = [
     "DistributedKMeans",
     "DistributedKernelPCA",
     "FederatedKernelKMeans",
+    "FederatedRKHSClassifier",
     "KFed",
     "partition",
 ]

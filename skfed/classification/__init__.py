@@ -1,3 +1,5 @@
 """skfed.classification"""
 
-__all__ = []
+from ._rkhs import FederatedRKHSClassifier
+
+__all__ = ["FederatedRKHSClassifier"]

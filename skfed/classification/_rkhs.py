@@ -240,8 +240,8 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         n_classes = len(self.classes_)
         if n_classes < 2:
             raise ValueError(
-                f"The target has a single class ({self.classes_[0]!r}); a "
-                "classifier needs samples of at least two classes."
+                f"y has only one class ({self.classes_[0]!r}); a classifier "
+                "needs samples of at least two classes."
             )
         widths = None
         if not isinstance(self.widths, numbers.Integral):
