@@ -113,6 +113,15 @@ class DistributedKMeans(
         (0: k-means++ only). The coreset is valid for any B_m; a better local
         solution only makes the same ``coreset_size`` more accurate.
 
+    refine_iter : int, default=0
+        Rounds of distributed Lloyd after the coreset solution (0: the
+        protocol of the paper). Each round the server broadcasts the centers
+        and every client uploads its per-cluster weighted sums and weights,
+        k(d + 1) floats; the server moves each center to the exact weighted
+        mean of its cluster. Stops early when the centers move less than
+        ``tol`` allows. A few rounds bring the cost to that of a centralized
+        Lloyd run from the same start.
+
     random_state : int, RandomState instance or None, default=None
         Seeds the server's restarts and, through the federation, every
         client's local solution and sampling. The fitted model depends
@@ -147,6 +156,9 @@ class DistributedKMeans(
     n_iter_ : int
         Weighted Lloyd iterations of the winning server restart.
 
+    n_refine_iter_ : int
+        Rounds of distributed Lloyd run (at most ``refine_iter``).
+
     n_clients_ : int
         Number of clients.
 
@@ -172,9 +184,10 @@ class DistributedKMeans(
     communication_ : CommunicationLog
         What crossed the network. Client m uploads 1 float (its local cost),
         then (t_m + k_m)(d + 1) floats for a dense ``X`` (t_m points, k_m =
-        min(k, n_m) local centers, their weights), then 1 float (its cost
-        against the final centers); it downloads t_m as 1 float and the k·d
-        center coordinates.
+        min(k, n_m) local centers, their weights), then k(d + 1) floats per
+        refinement round, then 1 float (its cost against the final centers);
+        it downloads t_m as 1 float and the k·d center coordinates once per
+        refinement round and once for labelling.
 
     n_features_in_ : int
         Number of features seen during ``fit``.
@@ -229,6 +242,7 @@ class DistributedKMeans(
         "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
         "tol": [Interval(numbers.Real, 0, None, closed="left")],
         "local_max_iter": [Interval(numbers.Integral, 0, None, closed="left")],
+        "refine_iter": [Interval(numbers.Integral, 0, None, closed="left")],
         "random_state": ["random_state"],
         "n_jobs": [numbers.Integral, None],
         "verbose": ["verbose"],
@@ -243,6 +257,7 @@ class DistributedKMeans(
         max_iter=300,
         tol=1e-4,
         local_max_iter=20,
+        refine_iter=0,
         random_state=None,
         n_jobs=None,
         verbose=0,
@@ -253,6 +268,7 @@ class DistributedKMeans(
         self.max_iter = max_iter
         self.tol = tol
         self.local_max_iter = local_max_iter
+        self.refine_iter = refine_iter
         self.random_state = random_state
         self.n_jobs = n_jobs
         self.verbose = verbose
@@ -313,6 +329,7 @@ class DistributedKMeans(
                 max_iter=self.max_iter,
                 tol=self.tol,
                 local_max_iter=self.local_max_iter,
+                refine_iter=self.refine_iter,
                 weights=client_sample_weight if weighted else None,
                 verbose=self.verbose,
             )
@@ -324,6 +341,7 @@ class DistributedKMeans(
         self.inertia_ = result.inertia
         self.coreset_inertia_ = result.coreset_inertia
         self.n_iter_ = result.n_iter
+        self.n_refine_iter_ = result.n_refine_iter
         self.n_clients_ = len(self.client_ids_)
         self.coreset_sample_counts_ = result.sample_counts
         self.coreset_client_weight_sums_ = result.weight_sums
@@ -463,9 +481,12 @@ class CoresetKMeansResult(NamedTuple):
         (summed from one float per client) when ``exact_inertia=True``;
         otherwise equal to ``coreset_inertia``.
     coreset_inertia : float
-        Weighted cost of the final centers on the coreset.
+        Weighted cost of the coreset solution on the coreset (before any
+        refinement).
     n_iter : int
         Weighted Lloyd iterations of the winning server restart.
+    n_refine_iter : int
+        Rounds of distributed Lloyd run after the coreset solution.
     coreset_size : int
         Number of weighted points the server clustered (Σ t_m + Σ k_m).
     sample_counts : ndarray of int
@@ -481,6 +502,7 @@ class CoresetKMeansResult(NamedTuple):
     inertia: float
     coreset_inertia: float
     n_iter: int
+    n_refine_iter: int
     coreset_size: int
     sample_counts: np.ndarray
     weight_sums: np.ndarray
@@ -500,12 +522,14 @@ def federated_coreset_kmeans(
     state_key="coreset",
     weights=None,
     local_max_iter=20,
+    refine_iter=0,
     exact_inertia=True,
     verbose=0,
 ):
     """Distributed coreset k-means (Balcan–Ehrlich–Liang 2013) on a federation.
 
-    Three rounds on an open federation (call it inside ``with fed:``):
+    Three rounds on an open federation (call it inside ``with fed:``), plus
+    optional refinement rounds:
 
     1. ``"coreset local cost"`` — client m computes a local solution B_m
        (k-means++ then Lloyd, k_m = min(k, n_m) centers) on its rows and
@@ -515,11 +539,16 @@ def federated_coreset_kmeans(
        down. Client m draws t_m rows with replacement with probability
        w_p d(p, B_m)² / cost_m and uploads them, its k_m centers and their
        weights: (t_m + k_m)(s + 1) floats up for dense rows (CSR rows are
-       uploaded as CSR and counted as data + indices + indptr).
-    3. ``"coreset labels"`` — the server runs weighted k-means on the union
-       and broadcasts the k centers: k·s floats down. Each client labels its
-       rows and keeps the labels in ``state[state_key]["labels"]``; with
-       ``exact_inertia`` it uploads its cost against the centers: 1 float up.
+       uploaded as CSR and counted as data + indices + indptr). The server
+       runs weighted k-means on the union.
+    3. ``"lloyd refinement"`` (only with ``refine_iter > 0``, at most that
+       many times) — the server broadcasts the centers (k·s floats down);
+       each client uploads its per-cluster weighted sums and weights
+       (k(s + 1) floats up); the server moves the centers to the means.
+    4. ``"coreset labels"`` — the server broadcasts the k final centers:
+       k·s floats down. Each client labels its rows and keeps the labels in
+       ``state[state_key]["labels"]``; with ``exact_inertia`` it uploads its
+       cost against the centers: 1 float up.
 
     Parameters
     ----------
@@ -548,6 +577,9 @@ def federated_coreset_kmeans(
         non-negative sample weights; ``None`` for unit weights.
     local_max_iter : int, default=20
         Lloyd iterations of the local solutions B_m.
+    refine_iter : int, default=0
+        Largest number of distributed Lloyd rounds after the coreset
+        solution.
     exact_inertia : bool, default=True
         Whether clients upload their exact cost against the final centers in
         round 3 (1 float each).
@@ -594,6 +626,21 @@ def federated_coreset_kmeans(
         tol=tol,
         verbose=verbose,
     )
+    tol_abs = _tolerance(points, coreset_weights, tol)
+    n_refine_iter = 0
+    for _ in range(refine_iter):
+        stats = fed.run_round(
+            "lloyd refinement", partial(_cluster_sums_step, **common), centers
+        )
+        centers, shift = lloyd_update(centers, stats)
+        n_refine_iter += 1
+        if verbose:
+            print(
+                f"[skfed] lloyd refinement {n_refine_iter}: center shift {shift:.3g}",
+                file=sys.stderr,
+            )
+        if shift <= tol_abs:
+            break
     inertias = fed.run_round(
         "coreset labels",
         partial(_label_step, exact_inertia=exact_inertia, **common),
@@ -606,6 +653,7 @@ def federated_coreset_kmeans(
         inertia=inertia,
         coreset_inertia=coreset_inertia,
         n_iter=n_iter,
+        n_refine_iter=n_refine_iter,
         coreset_size=int(points.shape[0]),
         sample_counts=sample_counts,
         weight_sums=weight_sums,
@@ -727,6 +775,19 @@ def _coreset_step(client, state, message, *, rows, weights, state_key, stream):
     return state, upload
 
 
+def _cluster_sums_step(client, state, message, *, rows, weights, state_key):
+    """Client: per-cluster weighted sums and weights (distributed Lloyd).
+
+    Upload: k·s sums and k weights, k(s + 1) floats.
+    """
+    X = rows(client, state)
+    centers = np.asarray(message, dtype=np.float64)
+    labels, _ = _assign(X, row_norms(X, squared=True), centers)
+    w = _client_weights(client, state, weights, X.shape[0])
+    sums, totals = _cluster_sums(X, w, labels, centers.shape[0])
+    return state, (sums, totals)
+
+
 def _label_step(client, state, message, *, rows, weights, state_key, exact_inertia):
     """Client: label own rows against the server's centers (step 4 of §5).
 
@@ -813,6 +874,32 @@ def merge_coresets(coresets):
     else:
         points = np.vstack(blocks).astype(np.float64)
     return points, np.concatenate(weights)
+
+
+def lloyd_update(centers, stats):
+    """Server: one distributed Lloyd update from the clients' cluster sums.
+
+    Parameters
+    ----------
+    centers : ndarray of shape (k, s)
+        The centers the clients assigned against.
+    stats : list of (sums, totals)
+        Per-client ``(k, s)`` weighted sums and ``(k,)`` weights.
+
+    Returns
+    -------
+    centers : ndarray of shape (k, s)
+        Weighted means; a cluster with no weight keeps its center.
+    shift : float
+        Squared distance moved, summed over centers.
+    """
+    # Summing sorted values makes the total independent of client order.
+    sums = np.sort(np.stack([s for s, _ in stats]), axis=0).sum(axis=0)
+    totals = np.sort(np.stack([t for _, t in stats]), axis=0).sum(axis=0)
+    new = centers.copy()
+    movable = totals > 0
+    new[movable] = sums[movable] / totals[movable, None]
+    return new, float(((new - centers) ** 2).sum())
 
 
 def weighted_kmeans(
@@ -938,12 +1025,7 @@ def _weighted_lloyd(X, w, centers, x_sq, max_iter, tol_abs):
         if labels is not None and np.array_equal(new_labels, labels):
             break
         labels = new_labels
-        totals = np.bincount(labels, weights=w, minlength=centers.shape[0])
-        indicator = sp.csr_matrix(
-            (w, (labels, np.arange(X.shape[0]))), shape=(centers.shape[0], X.shape[0])
-        )
-        sums = indicator @ X
-        sums = sums.toarray() if sp.issparse(sums) else np.asarray(sums)
+        sums, totals = _cluster_sums(X, w, labels, centers.shape[0])
         movable = totals > scale
         new_centers = centers.copy()
         new_centers[movable] = sums[movable] / totals[movable, None]
@@ -953,6 +1035,17 @@ def _weighted_lloyd(X, w, centers, x_sq, max_iter, tol_abs):
             break
     labels, d2 = _assign(X, x_sq, centers)
     return centers, labels, d2, n_iter
+
+
+def _cluster_sums(X, w, labels, n_clusters):
+    """Weighted sum of the rows of each cluster, and its total weight."""
+    totals = np.bincount(labels, weights=w, minlength=n_clusters)
+    indicator = sp.csr_matrix(
+        (w, (labels, np.arange(X.shape[0]))), shape=(n_clusters, X.shape[0])
+    )
+    sums = indicator @ X
+    sums = sums.toarray() if sp.issparse(sums) else np.asarray(sums)
+    return sums.astype(np.float64, copy=False), totals
 
 
 def _assign(X, x_sq, centers):

@@ -95,6 +95,21 @@ def test_inertia_close_to_kmeans_on_overlapping_data(hard, partitions):
     assert km.coreset_inertia_ == pytest.approx(km.inertia_, rel=0.1)
 
 
+def test_refinement_is_centralized_lloyd_from_the_coreset_solution(hard):
+    partitions = np.arange(hard.shape[0]) % 5
+    params = {"n_clusters": 8, "coreset_size": 100, "random_state": 0}
+    start = DistributedKMeans(**params).fit(hard, partitions=partitions)
+    refined = DistributedKMeans(**params, refine_iter=100, tol=0.0)
+    refined.fit(hard, partitions=partitions)
+    ref = KMeans(8, init=start.cluster_centers_, n_init=1, tol=0.0).fit(hard)
+    np.testing.assert_allclose(refined.cluster_centers_, ref.cluster_centers_)
+    np.testing.assert_array_equal(refined.labels_, ref.labels_)
+    assert refined.inertia_ == pytest.approx(ref.inertia_, rel=1e-10)
+    assert refined.coreset_inertia_ == start.coreset_inertia_
+    assert 1 <= refined.n_refine_iter_ < 100
+    assert refined.inertia_ < start.inertia_
+
+
 def test_coreset_size_improves_the_cost(hard):
     """Averaged over seeds, a larger coreset gives a lower exact cost."""
     partitions = np.arange(hard.shape[0]) % 4
@@ -218,6 +233,26 @@ def test_communication_matches_formula(hard, dtype):
     assert km2.communication_.upload_floats == km1.communication_.upload_floats
 
 
+def test_refinement_communication_matches_formula(hard):
+    n_samples, s = hard.shape
+    k, t, n_clients = 8, 200, 4
+    km = DistributedKMeans(k, coreset_size=t, refine_iter=3, tol=0.0, random_state=0)
+    km.fit(hard, partitions=n_clients)
+    log = km.communication_
+    rounds = km.n_refine_iter_
+    assert rounds == 3
+    ids = list(km.client_ids_)
+    up = log.floats_by_name("upload")
+    down = log.floats_by_name("download")
+    assert up["lloyd refinement"] == rounds * n_clients * k * (s + 1)
+    assert down["lloyd refinement"] == rounds * n_clients * k * s
+    assert _upload_floats(log, "coreset labels") == dict.fromkeys(ids, 1)
+    assert log.n_rounds == 3 + rounds
+    assert log.upload_floats == 2 * n_clients + (t + n_clients * k) * (s + 1) + (
+        rounds * n_clients * k * (s + 1)
+    )
+
+
 def test_allocation_is_proportional_to_cost():
     rng = np.random.RandomState(0)
     for _ in range(20):
@@ -289,20 +324,32 @@ def test_weighted_kmeans_rejects_no_positive_weight():
 # Invariances
 
 
-@settings(max_examples=6, deadline=None)
-@given(seed=st.integers(0, 2**16), n_clients=st.integers(1, 5))
-def test_invariant_to_client_names_and_sample_order(blobs, seed, n_clients):
+@settings(max_examples=8, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    n_clients=st.integers(1, 5),
+    refine_iter=st.integers(0, 2),
+)
+def test_invariant_to_client_names_and_sample_order(
+    blobs, seed, n_clients, refine_iter
+):
     X, _ = blobs
     X = X[:240]
     rng = np.random.RandomState(seed)
     partitions = rng.randint(n_clients, size=X.shape[0])
-    km = DistributedKMeans(K, coreset_size=60, n_init=2, random_state=seed)
-    km.fit(X, partitions=partitions)
+    params = {
+        "n_clusters": K,
+        "coreset_size": 60,
+        "n_init": 2,
+        "refine_iter": refine_iter,
+        "random_state": seed,
+    }
+    km = DistributedKMeans(**params).fit(X, partitions=partitions)
 
     # Renamed clients, samples shuffled (rows and their client ids together).
     names = np.array([f"site-{c}" for c in rng.permutation(n_clients)])
     perm = rng.permutation(X.shape[0])
-    km2 = DistributedKMeans(K, coreset_size=60, n_init=2, random_state=seed)
+    km2 = DistributedKMeans(**params)
     km2.fit(X[perm], partitions=names[partitions[perm]])
 
     np.testing.assert_allclose(km2.cluster_centers_, km.cluster_centers_, rtol=1e-9)
