@@ -24,7 +24,12 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._federation import FederatedMixin
-from ..kernel._median import allocate_quota, median_distance, median_sample_step
+from ..kernel._median import (
+    allocate_quota,
+    canonical_row_order,
+    median_distance,
+    median_sample_step,
+)
 from ..kernel._random_features import random_fourier_features, sample_fourier_weights
 from ..kernel._sketch import (
     count_sketch_matrix,
@@ -187,7 +192,7 @@ class DistributedKernelPCA(
     ====================  ======================  ========================
     round                 download                upload
     ====================  ======================  ========================
-    median sample [1]_    2 (seed, quota s_m)     s_m · min(d, 64)
+    median sample [1]_    2 (seed, quota s_m)     s_m · min(d, 64) [1]_
     embedding             2 (seed, γ)             t · min(n_m, p)
     leverage scores       t² (Z)                  1 (Σ ℓ)
     leverage sample       1 (quota)               quota · d (rows)
@@ -201,7 +206,9 @@ class DistributedKernelPCA(
 
     .. [1] Only for "rbf"/"laplacian" with ``gamma=None``: s_m is the
        client's share of 256 points. The server learns a uniform sample of
-       rows projected to 64 random dimensions (raw rows when d ≤ 64).
+       rows, projected to 64 random dimensions for "rbf" when d > 64, raw
+       otherwise ("laplacian" sends the sampled rows: s_m · d floats, or
+       their CSR size).
     .. [2] Replaces the four disLS/RepSample rounds for ``sampling="uniform"``.
     .. [3] With ``center=True`` the "feature mean" round carries Y and the
        "disLR" download is the projected mean (r floats).
@@ -430,12 +437,7 @@ class DistributedKernelPCA(
             ),
             messages=[(seed, int(s)) for s in quota],
         )
-        med = median_distance(
-            uploads,
-            metric=metric,
-            n_features=n_features,
-            n_projections=_MEDIAN_PROJECTIONS,
-        )
+        med = median_distance(uploads, metric=metric)
         sigma = self.median_factor * med
         return 1.0 / (2.0 * sigma**2) if self.kernel == "rbf" else 1.0 / sigma
 
@@ -609,7 +611,9 @@ def _span_basis(K):
 
 
 def _stack_rows(uploads):
-    parts = [u for u in uploads if u.shape[0]]
+    # Every client may send nothing (all residuals zero): keep one empty part
+    # so the result still has the right width and format.
+    parts = [u for u in uploads if u.shape[0]] or uploads[:1]
     return _vstack(parts)
 
 
@@ -622,26 +626,29 @@ def _vstack(parts):
 def _unique_rows(Y):
     """Remove duplicate rows and sort the rest in a canonical order.
 
-    The order depends only on the rows' values, so the model does not
-    depend on the order in which clients sent them.
+    The order depends only on the rows' values (their nonzero positions and
+    values, the same key for dense and CSR rows), so the model does not
+    depend on the order in which clients sent them nor on the format.
     """
     if sp.issparse(Y):
-        Y = sp.csr_matrix(Y)
+        Y = sp.csr_matrix(Y, copy=True)
         Y.sum_duplicates()
         Y.eliminate_zeros()
         Y.sort_indices()
-        keys = [
-            Y.indices[Y.indptr[i] : Y.indptr[i + 1]].tobytes()
-            + b"|"
-            + Y.data[Y.indptr[i] : Y.indptr[i + 1]].tobytes()
-            for i in range(Y.shape[0])
-        ]
+        rows = (
+            (Y.indices[lo:hi], Y.data[lo:hi])
+            for lo, hi in zip(Y.indptr[:-1], Y.indptr[1:])
+        )
     else:
         Y = np.ascontiguousarray(Y)
-        Y = Y + 0.0  # turn -0.0 into 0.0 so equal rows have equal bytes
-        keys = [row.tobytes() for row in Y]
+        rows = ((np.flatnonzero(row), row[row != 0]) for row in Y)
     first = {}
-    for i, key in enumerate(keys):
+    for i, (idx, val) in enumerate(rows):
+        key = (
+            idx.astype(np.int64).tobytes()
+            + b"|"
+            + (val.astype(np.float64) + 0.0).tobytes()
+        )
         first.setdefault(key, i)
     order = [first[key] for key in sorted(first)]
     return Y[order]
@@ -658,6 +665,20 @@ def _flip_signs(C, offset):
 
 # ---------------------------------------------------------------------------
 # Client steps
+#
+# Per-row quantities (embeddings, scores) are kept in the client's canonical
+# row order (sorted by a hash of the row values), and row-indexed randomness
+# (sketches, draws) is applied in that order, so that a client's
+# contribution depends on which rows it holds, not on how they are stored.
+
+
+def _row_order(client, state):
+    """The client's canonical row order, computed once and kept in state."""
+    order = state.get("kpca_order")
+    if order is None:
+        order = canonical_row_order(client.X)
+        state["kpca_order"] = order
+    return order
 
 
 def _embedding_step(
@@ -710,6 +731,7 @@ def _embedding_step(
         block = slice(start, start + _BLOCK)
         Et[block] = np.asarray(features(X[block]) @ S)
     state = dict(state or {})
+    Et = Et[_row_order(client, state)]
     state["kpca_embedding"] = Et
     return state, sketch_columns(Et.T, sketch_size, client.random_state(10))
 
@@ -755,7 +777,7 @@ def _sample_step(client, state, quota, *, scores_key, stream):
         scores = scores.copy()
         scores[idx] = 0.0  # taken: not drawn again by a later round
         state[scores_key] = scores
-    rows = client.X[np.sort(idx)]
+    rows = client.X[_row_order(client, state)[np.sort(idx)]]
     return state, rows
 
 
@@ -777,7 +799,7 @@ def _residual_step(client, state, message, *, spec):
             resid[block] = diag[block] - np.einsum("ij,ij->i", proj, proj)
     resid[resid <= _RESIDUAL_RTOL * diag] = 0.0
     state = dict(state or {})
-    state["kpca_scores"] = resid
+    state["kpca_scores"] = resid[_row_order(client, state)]
     return state, float(resid.sum())
 
 
@@ -793,17 +815,21 @@ def _project_step(client, state, message, *, spec, upload, local_rank, sketch_wi
     r = R.shape[1]
     gram = np.zeros((r, r))
     colsum = np.zeros(r)
-    sketch = None
+    sketch = cs = None
+    state = dict(state or {})
+    order = _row_order(client, state)
     if upload == "sketch":
         # Sketch [Πᵀ, 1] so that the centred sketch (Π − m1ᵀ)T = ΠT − m(1ᵀT)
         # can be formed once the mean m is known.
         n_mid = 4 * sketch_width
         if n > n_mid:
             buckets, signs = sample_count_sketch(client.random_state(20), n, n_mid)
-            cs = count_sketch_matrix(buckets, signs, n_mid).T.tocsc()
+            # Buckets belong to canonical positions; map them to storage order.
+            rank = np.empty_like(order)
+            rank[order] = np.arange(n)
+            cs = count_sketch_matrix(buckets[rank], signs[rank], n_mid).T.tocsc()
             sketch = np.zeros((n_mid, r + 1))
         else:
-            cs = None
             sketch = np.zeros((n, r + 1))
     for start in range(0, n, _BLOCK):
         block = slice(start, start + _BLOCK)
@@ -816,7 +842,8 @@ def _project_step(client, state, message, *, spec, upload, local_rank, sketch_wi
                 sketch[block] = aug
             else:
                 sketch += cs[:, block] @ aug
-    state = dict(state or {})
+    if cs is None and sketch is not None:
+        sketch = sketch[order]
     state["kpca_gram"] = gram
     state["kpca_colsum"] = colsum
     state["kpca_n"] = n

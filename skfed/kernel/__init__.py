@@ -1,7 +1,12 @@
 """Kernel approximations shared by the estimators: random features, sketches,
 and kernel-width heuristics computed without gathering the data."""
 
-from ._median import allocate_quota, median_distance, median_sample_step
+from ._median import (
+    allocate_quota,
+    canonical_row_order,
+    median_distance,
+    median_sample_step,
+)
 from ._random_features import (
     gamma_from_moments,
     moments_step,
@@ -18,6 +23,7 @@ from ._sketch import (
 
 __all__ = [
     "allocate_quota",
+    "canonical_row_order",
     "count_sketch_matrix",
     "gamma_from_moments",
     "median_distance",
