@@ -1,0 +1,452 @@
+"""Tests for FederatedKernelKMeans (DSPGD + CEM, seed 000)."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from joblib import parallel_config
+from sklearn.cluster import KMeans
+from sklearn.datasets import load_digits, make_circles, make_moons
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.metrics import adjusted_rand_score as ari
+from sklearn.metrics import normalized_mutual_info_score as nmi
+from sklearn.metrics.pairwise import euclidean_distances, rbf_kernel
+
+from skfed import FederatedKernelKMeans
+
+
+def _rings(n=300):
+    return make_circles(n, factor=0.3, noise=0.03, random_state=0)
+
+
+def _moons(n=300):
+    return make_moons(n, noise=0.05, random_state=0)
+
+
+def _digits(n=400):
+    X, y = load_digits(return_X_y=True)
+    return X[:n], y[:n]
+
+
+def _exact_kernel_kmeans(X, gamma, n_components, n_clusters):
+    """Centralized reference: eigendecompose the full RBF kernel matrix and
+    run k-means on the first s columns of U Λ^½."""
+    w, U = np.linalg.eigh(rbf_kernel(X, gamma=gamma))
+    w, U = w[::-1][:n_components], U[:, ::-1][:, :n_components]
+    H = U * np.sqrt(w)
+    return KMeans(n_clusters, n_init=10, random_state=0).fit_predict(H), w
+
+
+def _iteration_uploads(log, names):
+    """Floats uploaded per DSPGD iteration (an iteration opens with its
+    "random features" round), counting only rounds in ``names``."""
+    per_iter = []
+    for rec in log.records:
+        if rec.direction != "upload":
+            continue
+        if rec.name == "random features":
+            per_iter.append(0)
+        if per_iter and rec.name in names:
+            per_iter[-1] += rec.total_floats
+    return per_iter
+
+
+# (data, gamma, n_clusters, s): gammas where the exact spectral embedding is
+# meaningful (rings: separated exactly; moons: a stable, imperfect cut).
+CASES = {
+    "rings": (_rings, 3.0, 2, 2),
+    "moons": (_moons, 3.0, 2, 2),
+    "digits": (_digits, None, 10, 10),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_nmi_matches_exact_kernel_kmeans_and_predict_agrees(name):
+    make, gamma, k, s = CASES[name]
+    X, y = make()
+    nmis, aris = [], []
+    # Both the federated fit and k-means are randomised: compare the mean over
+    # a few seeds with the (stable) exact reference.
+    for seed in range(3):
+        km = FederatedKernelKMeans(
+            k,
+            gamma=gamma,
+            n_components=s,
+            n_random_features=50,
+            max_iter=30,
+            eigen_solver="gram",
+            coreset_size=400,
+            n_init=3,
+            random_state=seed,
+        ).fit(X, partitions=4)
+        nmis.append(nmi(y, km.labels_))
+        aris.append(ari(y, km.labels_))
+        # Our out-of-sample extension reproduces the training labels.
+        assert np.mean(km.predict(X) == km.labels_) >= 0.95
+    exact, exact_eigenvalues = _exact_kernel_kmeans(X, km.gamma_, s, k)
+    assert abs(np.mean(nmis) - nmi(y, exact)) <= 0.03
+    assert abs(np.mean(aris) - ari(y, exact)) <= 0.05
+    # The kernel eigenvalues are recovered too (relative to the largest).
+    err = np.abs(km.eigenvalues_ - exact_eigenvalues) / exact_eigenvalues[0]
+    assert err.max() < 0.05
+
+
+def test_default_gamma_is_the_average_distance_width():
+    X, _ = _digits(200)
+    km = FederatedKernelKMeans(
+        3, n_random_features=10, max_iter=2, coreset_size=50, random_state=0
+    ).fit(X, partitions=3)
+    sq = euclidean_distances(X, squared=True)
+    assert km.gamma_ == pytest.approx(X.shape[0] ** 2 / (2 * sq.sum()), rel=1e-10)
+    # One moments round: d + 2 floats up per client.
+    up = km.communication_.floats_by_name("upload")
+    assert up["kernel width"] == 3 * (X.shape[1] + 2)
+
+
+def test_recovery_error_falls_like_one_over_t():
+    # ‖K̂_t − K_s‖²_F / N², with K̂_t = Σ_{i≤s} (μ_i + (1 − η_t) λ) u_i u_iᵀ
+    # from the clients' U at every iteration (paper, Figure 1). The error is
+    # random (fresh features every iteration): average a few runs.
+    X, _ = _digits(200)
+    n, s, T = X.shape[0], 5, 30
+    curves = []
+    for seed in range(3):
+        seen = []
+        km = FederatedKernelKMeans(
+            5,
+            n_random_features=30,
+            max_iter=T,
+            tol=0,
+            eigen_solver="gram",
+            coreset_size=50,
+            n_init=1,
+            random_state=seed,
+        )
+        km._iteration_hook = lambda t, eigenvalues, embedding, seen=seen: seen.append(
+            (eigenvalues[:s], embedding()[:, :s])
+        )
+        km.fit(X, partitions=3)
+        assert km.n_iter_ == T == len(seen)
+        w, U = np.linalg.eigh(rbf_kernel(X, gamma=km.gamma_))
+        U_s = U[:, ::-1][:, :s]
+        K_s = (U_s * w[::-1][:s]) @ U_s.T
+        curves.append([np.linalg.norm((V * ev) @ V.T - K_s) ** 2 for ev, V in seen])
+    err = np.mean(curves, axis=0) / n**2
+    t = np.arange(1, T + 1)
+    slope = np.polyfit(np.log(t[4:]), np.log(err[4:]), 1)[0]
+    assert -1.5 < slope < -0.7
+    assert err[-1] < err[4] / 3
+    # t · err_t stays bounded (O(1/t)), like the paper's c/t envelopes.
+    assert np.max(t[4:] * err[4:]) < 3 * np.median(t[4:] * err[4:])
+
+
+def test_cem_lanczos_gram_and_no_cem_decompose_the_same_matrices():
+    # Same seeds -> same random features -> the same R_t each iteration, so
+    # all three solvers must find the same spectrum (CEM changes only the
+    # communication, paper Fig. 1).
+    X, y = _rings(150)
+    fits = {}
+    for key, params in {
+        "lanczos": {},
+        "gram": {"eigen_solver": "gram"},
+        "no_cem": {"use_cem": False},
+    }.items():
+        fits[key] = FederatedKernelKMeans(
+            2,
+            gamma=3.0,
+            n_random_features=20,
+            max_iter=8,
+            tol=0,
+            eigen_tol=1e-9,
+            random_state=0,
+            **params,
+        ).fit(X, partitions=3)
+    ref = fits["gram"]
+    for key in ("lanczos", "no_cem"):
+        np.testing.assert_array_equal(fits[key].ranks_, ref.ranks_)
+        for a, b in zip(fits[key].eigenvalue_history_, ref.eigenvalue_history_):
+            np.testing.assert_allclose(a, b, rtol=1e-6)
+        np.testing.assert_allclose(
+            np.abs(fits[key].embedding_), np.abs(ref.embedding_), atol=1e-5
+        )
+        assert ari(fits[key].labels_, ref.labels_) == 1.0
+    assert np.all(ref.lanczos_steps_ == 0)
+    assert np.all(fits["lanczos"].lanczos_steps_ > 0)
+
+
+def test_cem_upload_per_iteration_is_independent_of_n():
+    # Doubling N by giving every client each of its rows twice leaves G
+    # doubled and every Lanczos decision unchanged: with CEM each client
+    # still uploads Q_t vectors of size D + r_t per iteration.
+    X, _ = _rings(120)
+    parts = np.arange(X.shape[0]) % 3
+    D, M = 15, 3
+    logs = []
+    for rep in (1, 2):
+        km = FederatedKernelKMeans(
+            2, gamma=3.0, n_random_features=D, max_iter=6, tol=0, random_state=0
+        ).fit(np.tile(X, (rep, 1)), partitions=np.tile(parts, rep))
+        per_iter = _iteration_uploads(
+            km.communication_, {"random features", "lanczos", "eigenpairs"}
+        )
+        expected = km.lanczos_steps_ * M * (D + km.ranks_)
+        np.testing.assert_array_equal(per_iter, expected)
+        logs.append(per_iter)
+    assert logs[0] == logs[1]
+
+
+def test_no_cem_upload_grows_with_n():
+    D, M = 15, 3
+    totals = []
+    for n in (100, 200):
+        X, _ = _rings(n)
+        km = FederatedKernelKMeans(
+            2,
+            gamma=3.0,
+            n_random_features=D,
+            max_iter=4,
+            tol=0,
+            use_cem=False,
+            random_state=0,
+        ).fit(X, partitions=np.arange(n) % M)
+        per_iter = _iteration_uploads(
+            km.communication_, {"random features", "lanczos project", "lanczos expand"}
+        )
+        # Per Lanczos step: A[m]ᵀc[m] (D floats) and A[m](Aᵀc) (n_m floats).
+        np.testing.assert_array_equal(per_iter, km.lanczos_steps_ * (M * D + n))
+        totals.append(np.mean(np.asarray(per_iter) / km.lanczos_steps_))
+    assert totals[1] > totals[0]
+    # And CEM is far cheaper per Lanczos step at the same size.
+    km = FederatedKernelKMeans(
+        2, gamma=3.0, n_random_features=D, max_iter=4, tol=0, random_state=0
+    ).fit(X, partitions=np.arange(200) % M)
+    cem = _iteration_uploads(km.communication_, {"lanczos"})
+    assert np.mean(np.asarray(cem) / km.lanczos_steps_) < totals[1] / 3
+
+
+def test_ledger_matches_protocol_formulas():
+    X, _ = _digits(150)
+    n, d = X.shape
+    M, D, k, Dp = 4, 14, 3, 40
+    km = FederatedKernelKMeans(
+        k,
+        n_random_features=D,
+        max_iter=5,
+        tol=0,
+        eigen_solver="gram",
+        coreset_size=60,
+        n_predict_features=Dp,
+        random_state=0,
+    ).fit(X, partitions=M)
+    log = km.communication_
+    up, down = log.floats_by_name("upload"), log.floats_by_name("download")
+    T, r = km.n_iter_, km.ranks_
+    kept = np.array([h.shape[0] for h in km.eigenvalue_history_])
+    assert up["kernel width"] == M * (d + 2)
+    assert down["kernel width broadcast"] == M
+    assert down["random features"] == 2 * M * T  # seed and η_t
+    assert up["random features"] == M * np.sum((D + r) * (D + r + 1) // 2)
+    assert down["eigenpairs"] == M * np.sum(kept * (D + r + 1))
+    assert "lanczos" not in up
+    assert down["embedding"] == M * km.n_components_
+    assert up["cluster feature means"] == M * k * (Dp + 1)
+    assert down["cluster feature means"] == M
+    # r_{t+1} = s_t: the rank of Z_{t+1} is the number of kept pairs.
+    np.testing.assert_array_equal(r[1:], kept[:-1])
+    assert r[0] == 0
+
+
+def test_default_threshold_is_the_k_plus_2_th_eigenvalue():
+    X, _ = _digits(200)
+    k = 4
+    km = FederatedKernelKMeans(
+        k, n_random_features=30, max_iter=3, tol=0, random_state=0
+    ).fit(X, partitions=2)
+    first = km.eigenvalue_history_[0]  # η_1 = 1: the eigenvalues of G_1
+    assert first.shape[0] == k + 1  # exactly the k + 1 above the (k+2)-th
+    assert np.all(first > km.threshold_)
+    # The user's λ is used as given.
+    km2 = FederatedKernelKMeans(
+        k, n_random_features=30, max_iter=3, threshold=km.threshold_, random_state=0
+    ).fit(X, partitions=2)
+    assert km2.threshold_ == km.threshold_
+    np.testing.assert_allclose(km2.eigenvalue_history_[0], first, rtol=1e-6)
+
+
+@pytest.mark.parametrize("step_size", ["1/t", "2/(t+1)"])
+def test_step_sizes_and_early_stopping(step_size):
+    X, y = _rings(150)
+    params = {
+        "gamma": 3.0,
+        "n_random_features": 20,
+        "step_size": step_size,
+        "eigen_solver": "gram",
+        "random_state": 0,
+    }
+    km = FederatedKernelKMeans(2, max_iter=15, tol=0, **params).fit(X, partitions=3)
+    assert km.n_iter_ == 15
+    assert nmi(y, km.labels_) > 0.95
+    loose = FederatedKernelKMeans(2, max_iter=15, tol=0.5, **params).fit(
+        X, partitions=3
+    )
+    assert loose.n_iter_ < 15
+    # Stopped because the estimates moved by at most tol (relative).
+    prev, cur = loose.eigenvalue_history_[-2][:2], loose.eigenvalue_history_[-1][:2]
+    assert np.max(np.abs(cur - prev)) <= 0.5 * cur[0]
+
+
+@settings(max_examples=3, deadline=None)
+@given(
+    seed=st.integers(0, 1000),
+    ids=st.permutations(["a", "b", "c"]),
+)
+def test_invariant_to_client_names_and_sample_order(seed, ids):
+    X, _ = _rings(120)
+    parts = np.arange(X.shape[0]) % 3
+    # Enough iterations for a well-determined clustering (NMI 1 on rings):
+    # the coreset draws depend on each client's row order, so an ambiguous
+    # embedding could be cut differently for reasons that are not ours.
+    params = {"gamma": 3.0, "n_random_features": 15, "max_iter": 15}
+    params["eigen_solver"] = "gram"
+    ref = FederatedKernelKMeans(2, random_state=0, **params).fit(X, partitions=parts)
+
+    renamed = np.asarray(ids)[parts]
+    km = FederatedKernelKMeans(2, random_state=0, **params).fit(X, partitions=renamed)
+    np.testing.assert_allclose(km.eigenvalues_, ref.eigenvalues_, rtol=1e-8)
+    assert ari(km.labels_, ref.labels_) >= 0.95
+
+    order = np.random.RandomState(seed).permutation(X.shape[0])
+    km = FederatedKernelKMeans(2, random_state=0, **params).fit(
+        X[order], partitions=parts[order]
+    )
+    np.testing.assert_allclose(km.eigenvalues_, ref.eigenvalues_, rtol=1e-8)
+    assert ari(km.labels_, ref.labels_[order]) >= 0.95
+
+
+@pytest.mark.parametrize("backend", ["threading", "loky"])
+def test_backends_give_the_same_model(backend):
+    X, _ = _rings(60)
+    params = {"gamma": 3.0, "n_random_features": 12, "max_iter": 2, "random_state": 0}
+    ref = FederatedKernelKMeans(2, **params).fit(X, partitions=3)
+    with parallel_config(backend=backend, n_jobs=2):
+        km = FederatedKernelKMeans(2, **params).fit(X, partitions=3)
+    np.testing.assert_array_equal(km.labels_, ref.labels_)
+    np.testing.assert_array_equal(km.eigenvalues_, ref.eigenvalues_)
+    assert km.communication_.to_records() == ref.communication_.to_records()
+
+
+def test_float32_and_sparse_input():
+    X, _ = _rings(120)
+    params = {"gamma": 3.0, "n_random_features": 15, "max_iter": 4, "random_state": 0}
+    ref = FederatedKernelKMeans(2, **params).fit(X, partitions=2)
+    km32 = FederatedKernelKMeans(2, **params).fit(X.astype(np.float32), partitions=2)
+    assert km32.embedding_.dtype == np.float32
+    assert km32.cluster_centers_.dtype == np.float32
+    np.testing.assert_allclose(km32.eigenvalues_, ref.eigenvalues_, rtol=1e-4)
+    assert km32.predict(X.astype(np.float32)).shape == (120,)
+
+    kms = FederatedKernelKMeans(2, **params).fit(sp.csr_matrix(X), partitions=2)
+    np.testing.assert_allclose(kms.eigenvalues_, ref.eigenvalues_, rtol=1e-8)
+    assert ari(kms.predict(sp.csr_matrix(X)), ref.predict(X)) == 1.0
+
+
+def test_embedding_and_centers_are_consistent():
+    X, _ = _rings(150)
+    km = FederatedKernelKMeans(
+        2, gamma=3.0, n_components=3, n_random_features=20, max_iter=5
+    ).fit(X, partitions=3)
+    assert km.embedding_.shape == (150, km.n_components_)
+    assert km.cluster_centers_.shape == (2, km.n_components_)
+    # Clients label their rows by the nearest center in the spectral space.
+    d = euclidean_distances(km.embedding_, km.cluster_centers_)
+    np.testing.assert_array_equal(km.labels_, d.argmin(axis=1))
+    assert km.inertia_ == pytest.approx((d.min(axis=1) ** 2).sum(), rel=1e-6)
+    # The columns of H are orthogonal with squared norms ≈ the eigenvalues.
+    gram = km.embedding_.T @ km.embedding_
+    np.testing.assert_allclose(np.diag(gram), km.eigenvalues_, rtol=1e-6)
+    off = gram - np.diag(np.diag(gram))
+    assert np.abs(off).max() < 1e-8 * km.eigenvalues_[0]
+
+
+def test_verbose_reports_iterations(capsys):
+    X, _ = _rings(60)
+    FederatedKernelKMeans(
+        2, gamma=3.0, n_random_features=10, max_iter=2, tol=0, verbose=1
+    ).fit(X)
+    out = capsys.readouterr().out
+    assert out.count("[FederatedKernelKMeans] iteration") == 2
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def test_too_few_random_features_for_default_threshold():
+    X, _ = _rings(50)
+    with pytest.raises(ValueError, match=r"n_random_features=5 must be at least"):
+        FederatedKernelKMeans(4, n_random_features=5).fit(X)
+    # With an explicit threshold, D < k + 2 is allowed.
+    km = FederatedKernelKMeans(
+        4, n_random_features=5, threshold=1.0, gamma=3.0, max_iter=3
+    ).fit(X)
+    assert km.labels_.shape == (50,)
+
+
+def test_spectral_dimension_larger_than_features():
+    X, _ = _rings(50)
+    with pytest.raises(ValueError, match=r"n_components=12 exceeds n_random_features"):
+        FederatedKernelKMeans(2, n_components=12, n_random_features=10).fit(X)
+
+
+def test_more_clusters_than_samples():
+    X, _ = _rings(5)
+    with pytest.raises(ValueError, match=r"n_samples=5 should be >= n_clusters=6"):
+        FederatedKernelKMeans(6, n_random_features=10).fit(X)
+
+
+def test_constant_data():
+    X = np.ones((30, 3))
+    with pytest.raises(ValueError, match="All samples are identical"):
+        FederatedKernelKMeans(2, n_random_features=10).fit(X, partitions=2)
+    # With an explicit gamma the kernel is rank one: one column, a warning,
+    # and every sample in one cluster.
+    with pytest.warns(ConvergenceWarning, match="embedding has 1 column"):
+        km = FederatedKernelKMeans(2, gamma=1.0, n_random_features=10, max_iter=3).fit(
+            X, partitions=2
+        )
+    assert km.n_components_ == 1
+    assert np.unique(km.labels_).shape[0] == 1
+
+
+def test_client_with_one_sample():
+    X, y = _rings(100)
+    parts = np.r_[0, np.ones(99, dtype=int)]
+    km = FederatedKernelKMeans(
+        2, gamma=3.0, n_random_features=15, max_iter=10, random_state=0
+    ).fit(X, partitions=parts)
+    assert km.n_clients_ == 2
+    assert nmi(y, km.labels_) > 0.9
+
+
+def test_nan_input():
+    X, _ = _rings(40)
+    X[3, 1] = np.nan
+    with pytest.raises(ValueError, match="Input X contains NaN"):
+        FederatedKernelKMeans(2, n_random_features=10).fit(X)
+    km = FederatedKernelKMeans(2, n_random_features=10, max_iter=2).fit(_rings(40)[0])
+    with pytest.raises(ValueError, match="Input X contains NaN"):
+        km.predict(X)
+
+
+def test_gram_solver_needs_cem():
+    X, _ = _rings(40)
+    with pytest.raises(ValueError, match="eigen_solver='gram' needs use_cem=True"):
+        FederatedKernelKMeans(
+            2, n_random_features=10, use_cem=False, eigen_solver="gram"
+        ).fit(X)
+
+
+def test_threshold_above_the_spectrum():
+    X, _ = _rings(40)
+    with pytest.raises(ValueError, match="No eigenvalue of the kernel estimate"):
+        FederatedKernelKMeans(2, n_random_features=10, threshold=1e6, max_iter=2).fit(X)
