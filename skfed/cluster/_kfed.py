@@ -97,9 +97,19 @@ class KFed(
         more floats per client (the sizes). ``"uniform"`` is the paper's
         unweighted mean of the local centers and uploads only k(z)·d floats.
 
+    n_init : int, default=3
+        Number of k-means++ seedings, each refined by Lloyd iterations, that
+        a client runs on its k(z)-dimensional projection (step 2 of
+        Algorithm 1); the one with the lowest cost there seeds the pruning.
+        The paper only asks for a constant-factor approximation on the
+        projection; several runs there are cheap next to the SVD and avoid
+        most bad local seedings. 0 means a single k-means++ seeding without
+        Lloyd refinement.
+
     max_iter : int, default=300
-        Maximum number of local Lloyd iterations (step 4 of Algorithm 1) on
-        each client, as in :class:`~sklearn.cluster.KMeans`.
+        Maximum number of Lloyd iterations, on the projection and in the
+        full space (step 4 of Algorithm 1), as in
+        :class:`~sklearn.cluster.KMeans`.
 
     tol : float, default=1e-4
         Relative tolerance of the local Lloyd iterations, as in
@@ -193,13 +203,14 @@ class KFed(
     Notes
     -----
     Local step on client z (Algorithm 1): V = top-k(z) right singular vectors
-    of the uncentered client data (randomized SVD); k-means++ on the
-    projection P = X V gives ν; pruning keeps S_r = {i : ‖P_i − ν_r‖ ≤ ⅓ ‖P_i −
-    ν_s‖ for all s ≠ r} and sets θ_r = mean of the rows in S_r (ν_r Vᵀ if S_r
-    is empty); Lloyd's method from θ in the full space gives Θ(z). A client
-    with at most k(z) distinct samples uses them as its centers. Each client
-    processes its rows in a canonical (content-defined) order, so the result
-    does not depend on the order of the samples either.
+    of the uncentered client data (randomized SVD); the best of ``n_init``
+    k-means++ + Lloyd runs on the projection P = X V gives ν; pruning keeps
+    S_r = {i : ‖P_i − ν_r‖ ≤ ⅓ ‖P_i − ν_s‖ for all s ≠ r} and sets θ_r = mean
+    of the rows in S_r (ν_r Vᵀ if S_r is empty); Lloyd's method from θ in the
+    full space gives Θ(z). A client with at most k(z) distinct samples uses
+    them as its centers. Each client processes its rows in a canonical
+    (content-defined) order, so the result does not depend on the order of
+    the samples either.
 
     Server (Algorithm 2): M starts as the centers of the client with the
     most local centers (among ties, one drawn with ``random_state`` from an
@@ -241,6 +252,7 @@ class KFed(
         "n_clusters": [Interval(Integral, 1, None, closed="left")],
         "n_local_clusters": [Interval(Integral, 1, None, closed="left"), Mapping, None],
         "center_weighting": [StrOptions({"size", "uniform"})],
+        "n_init": [Interval(Integral, 0, None, closed="left")],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
         "allow_raw_upload": ["boolean"],
@@ -256,6 +268,7 @@ class KFed(
         *,
         n_local_clusters=None,
         center_weighting="size",
+        n_init=3,
         max_iter=300,
         tol=1e-4,
         allow_raw_upload=True,
@@ -267,6 +280,7 @@ class KFed(
         self.n_clusters = n_clusters
         self.n_local_clusters = n_local_clusters
         self.center_weighting = center_weighting
+        self.n_init = n_init
         self.max_iter = max_iter
         self.tol = tol
         self.allow_raw_upload = allow_raw_upload
@@ -614,6 +628,7 @@ class KFed(
         step = functools.partial(
             _local_step,
             n_local_clusters=local,
+            n_init=self.n_init,
             max_iter=self.max_iter,
             tol=self.tol,
             allow_raw_upload=self.allow_raw_upload,
@@ -698,6 +713,7 @@ def _local_step(
     message,
     *,
     n_local_clusters,
+    n_init,
     max_iter,
     tol,
     allow_raw_upload,
@@ -734,7 +750,12 @@ def _local_step(
         n_iter = 0
     else:
         centers, sorted_labels, n_iter = _awasthi_sheffet(
-            X, n_local_clusters, max_iter=max_iter, tol=tol, client=client
+            X,
+            n_local_clusters,
+            n_init=n_init,
+            max_iter=max_iter,
+            tol=tol,
+            client=client,
         )
     local_labels = np.empty(X.shape[0], dtype=np.intp)
     local_labels[order] = sorted_labels
@@ -765,7 +786,7 @@ def _induce_labels_step(client, state, message):
     return state, None
 
 
-def _awasthi_sheffet(X, n_clusters, *, max_iter, tol, client):
+def _awasthi_sheffet(X, n_clusters, *, n_init, max_iter, tol, client):
     """Algorithm 1 (Awasthi & Sheffet, 2012) on one client's rows.
 
     Returns the local centers Θ(z), the local labels U(z) and the number of
@@ -785,9 +806,27 @@ def _awasthi_sheffet(X, n_clusters, *, max_iter, tol, client):
         basis = None  # k(z) >= d: projecting onto all of R^d changes nothing
         projected = X.toarray() if sp.issparse(X) else X
 
-    nu, _ = kmeans_plusplus(
-        projected, n_clusters, random_state=client.random_state(_SEEDING_STREAM)
-    )
+    # Seeding ν on the projection (the paper asks for any constant-factor
+    # approximation): the best of n_init k-means++ runs, each refined by
+    # Lloyd on the k(z)-dimensional projection, which is cheap next to the
+    # SVD and avoids most bad local seedings. Projections with too few
+    # distinct rows only get k-means++ (KMeans would warn about them).
+    if n_init and len(np.unique(_row_hashes(projected))) > n_clusters:
+        nu = (
+            KMeans(
+                n_clusters,
+                n_init=n_init,
+                max_iter=max_iter,
+                tol=tol,
+                random_state=client.seed(_SEEDING_STREAM),
+            )
+            .fit(projected)
+            .cluster_centers_
+        )
+    else:
+        nu, _ = kmeans_plusplus(
+            projected, n_clusters, random_state=client.random_state(_SEEDING_STREAM)
+        )
 
     # Pruning: keep the points at least three times closer to their nearest
     # seed than to any other, so that the first means are not pulled by
