@@ -168,7 +168,12 @@ class _Failure:
 def _run_client_step(step, client, state, message):
     """Run one client step where the backend puts it; never let it raise."""
     try:
-        return step(client, state, message)
+        # The clients are the unit of parallelism. Without this, scikit-learn
+        # helpers called by a step (n_jobs=None) would inherit the enclosing
+        # joblib configuration, split their work differently per backend and
+        # round differently, breaking "same seed, same model".
+        with parallel_config(backend="sequential"):
+            return step(client, state, message)
     except Exception as exc:  # surfaced by Federation.run_round
         return _Failure(exc, traceback.format_exc())
 
@@ -263,9 +268,15 @@ class Federation:
             self._config.__enter__()
         self._parallel = Parallel(n_jobs=self.n_jobs, prefer="threads")
         self._parallel.__enter__()
+        # The pool above has taken the enclosing joblib configuration; the
+        # server steps that run in this thread from now on must not (see
+        # _run_client_step).
+        self._server_config = parallel_config(backend="sequential")
+        self._server_config.__enter__()
         return self
 
     def __exit__(self, *exc_info):
+        self._server_config.__exit__(*exc_info)
         parallel, self._parallel = self._parallel, None
         try:
             return parallel.__exit__(*exc_info)

@@ -5,6 +5,7 @@ joblib backends must import a client step by name in a worker process.
 """
 
 __all__ = [
+    "INTEGRATION_CASES",
     "client_data_received",
     "fail_on",
     "keep_message_as_labels",
@@ -47,3 +48,27 @@ def client_data_received():
     from . import _federation
 
     return _federation.N_CLIENT_DATA_RECEIVED
+
+
+# Estimator name -> (small, fast constructor params, a grid over the
+# estimator for searches, kind: "cluster", "transform" or "classify"); shared
+# by the integration and scale-out tests.
+INTEGRATION_CASES = {
+    "KFed": ({"n_clusters": 3, "random_state": 0}, {"n_clusters": [2, 3]}, "cluster"),
+    "DistributedKMeans": (
+        {"n_clusters": 3, "coreset_size": 60, "random_state": 0},
+        {"n_clusters": [2, 3]},
+        "cluster",
+    ),
+    "FederatedKernelKMeans": (
+        {"n_clusters": 3, "n_random_features": 30, "max_iter": 5, "random_state": 0},
+        {"n_clusters": [2, 3]},
+        "cluster",
+    ),
+    "DistributedKernelPCA": (
+        {"n_components": 2, "n_representatives": 40, "random_state": 0},
+        {"n_components": [2, 3]},
+        "transform",
+    ),
+    "FederatedRKHSClassifier": ({"random_state": 0}, {}, "classify"),
+}

@@ -3,9 +3,12 @@
 import numpy as np
 import pytest
 from joblib import parallel_config
+from sklearn.datasets import make_blobs
+from threadpoolctl import threadpool_limits
 
+import skfed
 from skfed._federation import Federation
-from skfed._testing import client_data_received, noisy_sum
+from skfed._testing import INTEGRATION_CASES, client_data_received, noisy_sum
 from skfed._validation import check_partitions
 
 distributed = pytest.importorskip("distributed")
@@ -53,3 +56,30 @@ def test_dask_gives_the_sequential_result_and_ships_data_once(dask_client):
     # Each client's data reaches each worker once per fit (broadcast scatter),
     # not once per round (which would be n_rounds * n_clients here).
     assert shipped == 5 * N_WORKERS
+
+
+@pytest.mark.parametrize("name", [n for n in INTEGRATION_CASES if n in skfed.__all__])
+def test_estimators_on_dask_match_the_sequential_fit(name, dask_client):
+    X, y = make_blobs(n_samples=240, centers=3, n_features=4, random_state=1)
+    y = (y == 0).astype(int) if INTEGRATION_CASES[name][2] == "classify" else y
+    partitions = np.arange(240) % 6
+    params = INTEGRATION_CASES[name][0]
+
+    # dask workers run BLAS on one thread; so does the reference, because a
+    # multithreaded BLAS sums in another order (differences of ~1e-14).
+    with threadpool_limits(limits=1):
+        expected = getattr(skfed, name)(**params).fit(X, y, partitions=partitions)
+    before = sum(dask_client.run(client_data_received).values())
+    with parallel_config(backend="dask"):
+        got = getattr(skfed, name)(**params).fit(X, y, partitions=partitions)
+    shipped = sum(dask_client.run(client_data_received).values()) - before
+
+    for method in ("predict", "transform", "decision_function"):
+        if hasattr(expected, method):
+            np.testing.assert_array_equal(
+                getattr(got, method)(X), getattr(expected, method)(X)
+            )
+    assert got.communication_.to_records() == expected.communication_.to_records()
+    # Each client's data is received at most once per worker in the fit,
+    # however many rounds the algorithm runs.
+    assert 6 <= shipped <= 6 * N_WORKERS

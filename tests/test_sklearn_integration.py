@@ -19,29 +19,10 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 import skfed
+from skfed._testing import INTEGRATION_CASES as CASES
 
 CLIENTS = np.array(["north", "south", "east", "west"])
 
-# name -> (constructor params, grid over the estimator, kind)
-CASES = {
-    "KFed": ({"n_clusters": 3, "random_state": 0}, {"n_clusters": [2, 3]}, "cluster"),
-    "DistributedKMeans": (
-        {"n_clusters": 3, "coreset_size": 60, "random_state": 0},
-        {"n_clusters": [2, 3]},
-        "cluster",
-    ),
-    "FederatedKernelKMeans": (
-        {"n_clusters": 3, "n_random_features": 30, "max_iter": 5, "random_state": 0},
-        {"n_clusters": [2, 3]},
-        "cluster",
-    ),
-    "DistributedKernelPCA": (
-        {"n_components": 2, "n_representatives": 40, "random_state": 0},
-        {"n_components": [2, 3]},
-        "transform",
-    ),
-    "FederatedRKHSClassifier": ({"random_state": 0}, {}, "classify"),
-}
 AVAILABLE = [name for name in CASES if name in skfed.__all__]
 
 
