@@ -6,8 +6,9 @@ In one run, on the same data and the same partitions:
    k-means cost of ``DistributedKMeans`` relative to ``KMeans``, the agreement
    of the two clusterings (ARI), wall time and peak traced memory as ratios
    to ``KMeans``, and the floats uploaded (which must not grow with N).
-2. Coreset size sweep at fixed N: cost ratio against total floats sent,
-   next to the floats it would take to upload the data itself.
+2. Coreset size sweep at fixed N, with 0, 1 and 3 rounds of distributed
+   Lloyd refinement: cost ratio against total floats sent, also relative to
+   the N d floats it would take to upload the data itself.
 
 BLAS and OpenMP are pinned to one thread; the machine is shared, so wall times are noisy
 and only their ratios are reported as meaningful.
@@ -116,23 +117,31 @@ def run_sweep(n, coreset_sizes, args):
     ref = KMeans(args.n_clusters, n_init=args.n_init, random_state=0).fit(X)
     rows = []
     for t in coreset_sizes:
-        ratios, floats = [], []
-        for seed in range(args.seeds):
-            est = DistributedKMeans(
-                args.n_clusters, coreset_size=t, n_init=args.n_init, random_state=seed
-            ).fit(X, partitions=partitions)
-            ratios.append(est.inertia_ / ref.inertia_)
-            floats.append(est.communication_.total_floats)
-        rows.append(
-            {
-                "coreset size": t,
-                "cost ratio (mean)": float(np.mean(ratios)),
-                "cost ratio (max)": float(np.max(ratios)),
-                "total floats": int(np.mean(floats)),
-                "floats / (N d)": float(np.mean(floats)) / X.size,
-            }
-        )
-        print(rows[-1], flush=True)
+        for refine_iter in (0, 1, 3):
+            ratios, floats, rounds = [], [], []
+            for seed in range(args.seeds):
+                est = DistributedKMeans(
+                    args.n_clusters,
+                    coreset_size=t,
+                    n_init=args.n_init,
+                    refine_iter=refine_iter,
+                    random_state=seed,
+                ).fit(X, partitions=partitions)
+                ratios.append(est.inertia_ / ref.inertia_)
+                floats.append(est.communication_.total_floats)
+                rounds.append(est.communication_.n_rounds)
+            rows.append(
+                {
+                    "coreset size": t,
+                    "refine_iter": refine_iter,
+                    "rounds (mean)": float(np.mean(rounds)),
+                    "cost ratio (mean)": float(np.mean(ratios)),
+                    "cost ratio (max)": float(np.max(ratios)),
+                    "total floats": int(np.mean(floats)),
+                    "floats / (N d)": float(np.mean(floats)) / X.size,
+                }
+            )
+            print(rows[-1], flush=True)
     return rows
 
 
@@ -144,7 +153,7 @@ def markdown(rows):
         for k in keys:
             v = r[k]
             if isinstance(v, float):
-                cells.append(f"{v:.4g}")
+                cells.append(f"{v:.6g}")
             elif isinstance(v, (int, np.integer)):
                 cells.append(f"{v:,}")
             else:
@@ -168,15 +177,19 @@ def plot(scaling, sweep, path):
     axes[0].set_xlabel("N")
     axes[0].set_ylabel("DistributedKMeans / KMeans")
     axes[0].legend()
-    axes[1].plot(
-        [r["total floats"] for r in sweep],
-        [r["cost ratio (mean)"] for r in sweep],
-        "o-",
-    )
-    for r in sweep:
-        axes[1].annotate(
-            str(r["coreset size"]), (r["total floats"], r["cost ratio (mean)"])
+    for refine_iter in sorted({r["refine_iter"] for r in sweep}):
+        part = [r for r in sweep if r["refine_iter"] == refine_iter]
+        axes[1].plot(
+            [r["total floats"] for r in part],
+            [r["cost ratio (mean)"] for r in part],
+            "o-",
+            label=f"refine_iter={refine_iter}",
         )
+        for r in part:
+            axes[1].annotate(
+                str(r["coreset size"]), (r["total floats"], r["cost ratio (mean)"])
+            )
+    axes[1].legend()
     axes[1].set_xscale("log")
     axes[1].set_xlabel("total floats communicated")
     axes[1].set_ylabel("cost / KMeans cost")
