@@ -703,29 +703,37 @@ def _embedding_step(
     X = client.X
     n_features = X.shape[1]
     shared = check_random_state(int(seed))
+    # Leverage scores are only needed to a constant factor, so the embedding
+    # is computed in float32: half the time and memory of the dominant cost
+    # (n_m · D cosines or FFTs).
+    f32 = np.float32
     if kernel in ("rbf", "laplacian"):
         omega, offset = sample_fourier_weights(
-            shared, n_features, n_random_features, gamma, kernel=kernel
+            shared, n_features, n_random_features, gamma, kernel=kernel, dtype=f32
         )
 
         def features(B):
-            return random_fourier_features(B, omega, offset)
+            return random_fourier_features(B.astype(f32), omega, offset)
 
         dim = n_random_features
     elif kernel == "poly":
         hashes = sample_tensor_sketch(shared, n_features, n_random_features, degree)
 
         def features(B):
-            return tensor_sketch(B, hashes, n_random_features, gamma=gamma, coef0=coef0)
+            return tensor_sketch(
+                B, hashes, n_random_features, gamma=gamma, coef0=coef0, dtype=f32
+            )
 
         dim = n_random_features
     else:
 
         def features(B):
-            return B
+            return B.astype(f32)
 
         dim = n_features
-    S = shared.standard_normal((dim, embedding_dim)) / np.sqrt(embedding_dim)
+    S = (shared.standard_normal((dim, embedding_dim)) / np.sqrt(embedding_dim)).astype(
+        f32
+    )
     Et = np.empty((X.shape[0], embedding_dim))
     for start in range(0, X.shape[0], _BLOCK):
         block = slice(start, start + _BLOCK)
@@ -872,9 +880,13 @@ def _lowrank_step(client, state, mean):
         if mean is not None:
             factor = factor - np.outer(mean, sketch[-1])
         return state, factor
-    lam, U = np.linalg.eigh(gram)
-    q = min(local_rank, n, gram.shape[0])
-    lam, U = lam[::-1][:q], U[:, ::-1][:, :q]
+    r = gram.shape[0]
+    q = min(local_rank, n, r)
+    if q == 0:
+        return state, np.zeros((r, 0))
+    # Only the top q eigenpairs are needed (q ≈ 2k ≪ r).
+    lam, U = scipy.linalg.eigh(gram, subset_by_index=[r - q, r - 1])
+    lam, U = lam[::-1], U[:, ::-1]
     return state, U * np.sqrt(np.clip(lam, 0, None))
 
 

@@ -85,7 +85,7 @@ def sample_tensor_sketch(random_state, n_features, n_components, degree):
     ]
 
 
-def tensor_sketch(X, hashes, n_components, *, gamma=1.0, coef0=0.0):
+def tensor_sketch(X, hashes, n_components, *, gamma=1.0, coef0=0.0, dtype=np.float64):
     """TensorSketch (Pham & Pagh, 2013) of the polynomial kernel.
 
     Maps rows x to z(x) ∈ R^D with E[z(x)ᵀz(y)] = (γ xᵀy + c)^q: the q
@@ -102,20 +102,24 @@ def tensor_sketch(X, hashes, n_components, *, gamma=1.0, coef0=0.0):
         D, the sketch dimension.
     gamma, coef0 : float
         Kernel parameters γ and c.
+    dtype : {np.float64, np.float32}, default=np.float64
+        Precision of the FFTs (float32 halves time and memory).
 
     Returns
     -------
-    Z : ndarray of shape (n_samples, n_components), float64
+    Z : ndarray of shape (n_samples, n_components) of ``dtype``
     """
     n_features = X.shape[1]
     root_gamma, root_coef0 = np.sqrt(gamma), np.sqrt(max(coef0, 0.0))
     product = None
     for buckets, signs in hashes:
-        C = count_sketch_matrix(buckets[:n_features], signs[:n_features], n_components)
+        C = count_sketch_matrix(
+            buckets[:n_features], signs[:n_features], n_components, dtype=dtype
+        )
         P = X @ C
-        P = P.toarray() if sp.issparse(P) else np.asarray(P, dtype=np.float64)
-        P = P.astype(np.float64, copy=False) * root_gamma
-        P[:, buckets[n_features]] += signs[n_features] * root_coef0
+        P = P.toarray() if sp.issparse(P) else np.asarray(P)
+        P = P.astype(dtype, copy=False) * dtype(root_gamma)
+        P[:, buckets[n_features]] += dtype(signs[n_features] * root_coef0)
         F = np.fft.rfft(P, axis=1)
         product = F if product is None else product * F
     return np.fft.irfft(product, n=n_components, axis=1)
