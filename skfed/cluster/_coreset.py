@@ -416,7 +416,9 @@ class DistributedKMeans(
         """
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, **self._test_data_args())
-        labels, _ = _assign(X, row_norms(X, squared=True), self.cluster_centers_)
+        labels, _ = _assign(
+            X, row_norms(X, squared=True), self.cluster_centers_, return_d2=False
+        )
         return labels.astype(np.int32, copy=False)
 
     def transform(self, X):
@@ -786,7 +788,7 @@ def _cluster_sums_step(client, state, message, *, rows, weights, state_key):
     """
     X = rows(client, state)
     centers = np.asarray(message, dtype=np.float64)
-    labels, _ = _assign(X, row_norms(X, squared=True), centers)
+    labels, _ = _assign(X, row_norms(X, squared=True), centers, return_d2=False)
     w = _client_weights(client, state, weights, X.shape[0])
     sums, totals = _cluster_sums(X, w, labels, centers.shape[0])
     return state, (sums, totals)
@@ -1025,7 +1027,7 @@ def _weighted_lloyd(X, w, centers, x_sq, max_iter, tol_abs):
     scale = _WEIGHT_EPS * np.abs(w).sum()
     for iteration in range(1, max_iter + 1):
         n_iter = iteration
-        new_labels, _ = _assign(X, x_sq, centers)
+        new_labels, _ = _assign(X, x_sq, centers, return_d2=False)
         if labels is not None and np.array_equal(new_labels, labels):
             break
         labels = new_labels
@@ -1044,23 +1046,27 @@ def _weighted_lloyd(X, w, centers, x_sq, max_iter, tol_abs):
 def _cluster_sums(X, w, labels, n_clusters):
     """Weighted sum of the rows of each cluster, and its total weight."""
     totals = np.bincount(labels, weights=w, minlength=n_clusters)
-    indicator = sp.csr_matrix(
-        (w, (labels, np.arange(X.shape[0]))), shape=(n_clusters, X.shape[0])
+    # One entry per column: built directly in CSC form, no COO sort.
+    indicator = sp.csc_matrix(
+        (w, labels, np.arange(X.shape[0] + 1)), shape=(n_clusters, X.shape[0])
     )
     sums = indicator @ X
     sums = sums.toarray() if sp.issparse(sums) else np.asarray(sums)
     return sums.astype(np.float64, copy=False), totals
 
 
-def _assign(X, x_sq, centers):
-    """Closest center of each row and the squared distance to it."""
+def _assign(X, x_sq, centers, *, return_d2=True):
+    """Closest center of each row and (optionally) the squared distance."""
     n = X.shape[0]
     labels = np.empty(n, dtype=np.intp)
-    d2 = np.empty(n, dtype=np.float64)
     c_sq = row_norms(centers, squared=True)
     for batch in gen_batches(n, _CHUNK):
-        dist = _sq_dist(X[batch], x_sq[batch], centers, c_sq)
+        # ‖x‖² is the same for every center: not needed for the argmin.
+        dist = c_sq - 2.0 * safe_sparse_dot(X[batch], centers.T, dense_output=True)
         labels[batch] = np.argmin(dist, axis=1)
+    if not return_d2:
+        return labels, None
+    d2 = np.empty(n, dtype=np.float64)
     if n:
         if sp.issparse(X):
             d2 = _sq_dist_to_own(X, x_sq, centers, labels)
