@@ -267,6 +267,30 @@ def test_allocation_is_proportional_to_cost():
         assert np.all(np.abs(counts - t * costs / costs.sum()) < 1)
         assert not counts[costs == 0].any()
     assert not allocate_samples(np.zeros(3), 10).any()
+    # The split follows the clients when they are listed in another order.
+    costs = rng.exponential(size=9)
+    perm = rng.permutation(9)
+    np.testing.assert_array_equal(
+        allocate_samples(costs[perm], 101), allocate_samples(costs, 101)[perm]
+    )
+
+
+def test_client_with_zero_local_cost_sends_only_its_centers(blobs):
+    X, y = blobs
+    partitions = np.arange(X.shape[0]) % 3
+    # Client 3 holds 20 copies of one point: cost 0, so it draws nothing.
+    X = np.vstack([X, np.tile(X[:1], (20, 1))])
+    y = np.concatenate([y, np.repeat(y[:1], 20)])
+    partitions = np.concatenate([partitions, np.full(20, 3)])
+    km = DistributedKMeans(K, coreset_size=100, random_state=0)
+    km.fit(X, partitions=partitions)
+    lone = list(km.client_ids_).index(3)
+    assert km.coreset_sample_counts_[lone] == 0
+    assert km.coreset_client_weight_sums_[lone] == 20
+    assert km.coreset_sample_counts_.sum() == 100
+    sent = _upload_floats(km.communication_, "coreset sampling")[3]
+    assert sent == K * (X.shape[1] + 1)
+    assert adjusted_rand_score(y, km.labels_) == pytest.approx(1.0)
 
 
 # --------------------------------------------------------------------------
