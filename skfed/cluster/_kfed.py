@@ -41,6 +41,7 @@ from sklearn.utils.validation import (
     check_is_fitted,
     validate_data,
 )
+from threadpoolctl import threadpool_limits
 
 from .._federation import FederatedMixin
 
@@ -317,7 +318,7 @@ class KFed(
         X = self._validate_training_data(X, reset=True)
         rng = check_random_state(self.random_state)
         fed = self._federation(X, None, partitions, random_state=rng)
-        with fed:
+        with _restore_thread_limits(), fed:
             ids, centers, weights = self._local_round(fed, "local centers")
             n_pooled = sum(len(c) for c in centers)
             if n_pooled < self.n_clusters:
@@ -404,7 +405,7 @@ class KFed(
         fed = self._federation(
             X, None, partitions, random_state=rng, log=self.communication_
         )
-        with fed:
+        with _restore_thread_limits(), fed:
             ids, centers, weights = self._local_round(fed, "local centers (new)")
             if not ids:
                 raise ValueError(
@@ -415,7 +416,10 @@ class KFed(
             cluster_centers, assignment, cluster_weights = _assign_new_centers(
                 self.cluster_centers_, self._cluster_weights, pooled, pooled_weights
             )
-            cluster_centers = cluster_centers.astype(X.dtype, copy=False)
+            # The model keeps the dtype it was fitted with.
+            cluster_centers = cluster_centers.astype(
+                self.cluster_centers_.dtype, copy=False
+            )
             center_labels = _split_by_owner(assignment, owner, len(ids))
             self._send_cluster_map(fed, center_labels, cluster_centers)
 
@@ -690,6 +694,16 @@ class KFed(
         self.n_iter_ = int(
             max(fed.local_results(lambda state: state["kfed_n_iter"]).values())
         )
+
+
+def _restore_thread_limits():
+    """Snapshot the BLAS/OpenMP thread limits and restore them on exit.
+
+    The local steps call KMeans, which limits BLAS threads while it runs;
+    from several client threads at once those limits interleave and can
+    leave the process with one BLAS thread after the fit.
+    """
+    return threadpool_limits(limits=None)
 
 
 def _failure_note(failed):

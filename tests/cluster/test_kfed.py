@@ -16,8 +16,10 @@ from sklearn.datasets import make_blobs
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import adjusted_rand_score, confusion_matrix
 from sklearn.metrics.pairwise import euclidean_distances
+from sklearn.model_selection import GroupKFold, cross_validate
 from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import StandardScaler
+from threadpoolctl import threadpool_info
 
 import skfed.cluster._kfed as kfed_module
 from skfed import KFed
@@ -539,3 +541,39 @@ def test_no_warning_on_regular_fit(structured):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _fit_structured(X, partitions)
+
+
+def test_single_seeding_without_refinement(structured):
+    # n_init=0: one k-means++ seeding on the projection, as in the paper's
+    # minimal Algorithm 1; still exact on this well-separated mixture.
+    X, y, partitions = structured
+    kfed = _fit_structured(X, partitions, n_init=0)
+    assert matched_accuracy(y, kfed.labels_) == 1.0
+
+
+def test_thread_limits_restored_after_threaded_fit(structured):
+    # Client steps call KMeans from several threads; their BLAS limits must
+    # not leak out of the fit.
+    X, _, partitions = structured
+    before = {(i["filepath"], i["num_threads"]) for i in threadpool_info()}
+    with joblib.parallel_config(backend="threading"):
+        _fit_structured(X, partitions, n_jobs=2)
+    after = {(i["filepath"], i["num_threads"]) for i in threadpool_info()}
+    assert after == before
+
+
+def test_leave_clients_out_cross_validation(blobs):
+    X, _ = blobs
+    partitions = np.arange(len(X)) % 6
+    cv = GroupKFold(n_splits=3)
+    scores = cross_validate(
+        KFed(n_clusters=4, random_state=0),
+        X,
+        groups=partitions,
+        cv=cv,
+        params={"partitions": partitions},
+    )["test_score"]
+    # Each test fold holds two unseen clients (about a third of the data);
+    # the score is minus their k-means cost against the trained centers.
+    full = KFed(n_clusters=4, random_state=0).fit(X, partitions=partitions)
+    assert_allclose(scores.sum(), -full.inertia_, rtol=0.05)
