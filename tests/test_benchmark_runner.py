@@ -1,0 +1,64 @@
+"""The benchmark runner gathers every script's output into one report."""
+
+import importlib.util
+import os
+from pathlib import Path
+
+RUNNER = Path(__file__).resolve().parents[1] / "benchmarks" / "run.py"
+
+FAKE = """
+import sys
+from pathlib import Path
+out = Path(__file__).parent / "results"
+out.mkdir(exist_ok=True)
+profile = "quick" if "--quick" in sys.argv else "full"
+(out / "fake.md").write_text(f"| profile |\\n|---|\\n| {profile} |\\n")
+(out / "fake.png").write_bytes(b"\\x89PNG fake")
+print("fake done")
+"""
+
+BROKEN = "raise SystemExit('no data')\n"
+
+
+def _load_runner():
+    spec = importlib.util.spec_from_file_location("skfed_bench_runner", RUNNER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_runner_collects_tables_plots_and_failures(tmp_path):
+    (tmp_path / "bench_fake.py").write_text(FAKE)
+    (tmp_path / "bench_broken.py").write_text(BROKEN)
+    (tmp_path / "results").mkdir()
+    old = tmp_path / "results" / "old.md"
+    old.write_text("stale")
+    os.utime(old, (0, 0))  # written by an earlier run
+    out = tmp_path / "results" / "report"
+    runner = _load_runner()
+
+    code = runner.main(["--quick", "--bench-dir", str(tmp_path), "--out", str(out)])
+
+    assert code == 1, "a failed benchmark must fail the run"
+    report = (out / "report.md").read_text()
+    assert "quick profile" in report
+    assert "| fake | ok |" in report
+    assert "| broken | failed (1) |" in report and "no data" in report
+    assert "| quick |" in report, "the script's own table is inlined"
+    assert "![fake](fake/fake.png)" in report
+    assert (out / "fake" / "fake.png").exists()
+    assert not (out / "fake" / "old.md").exists(), "files from earlier runs"
+
+
+def test_runner_only_selects_scripts(tmp_path):
+    (tmp_path / "bench_fake.py").write_text(FAKE)
+    (tmp_path / "bench_broken.py").write_text(BROKEN)
+    out = tmp_path / "report"
+    runner = _load_runner()
+    code = runner.main(
+        ["--only", "fake", "--bench-dir", str(tmp_path), "--out", str(out)]
+    )
+    assert code == 0
+    report = (out / "report.md").read_text()
+    assert "full profile" in report and "| full |" in report
+    assert "broken" not in report
