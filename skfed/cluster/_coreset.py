@@ -417,7 +417,7 @@ class DistributedKMeans(
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, **self._test_data_args())
         labels, _ = _assign(
-            X, row_norms(X, squared=True), self.cluster_centers_, return_d2=False
+            X, row_norms(X, squared=True), self.cluster_centers_, d2=None
         )
         return labels.astype(np.int32, copy=False)
 
@@ -788,7 +788,7 @@ def _cluster_sums_step(client, state, message, *, rows, weights, state_key):
     """
     X = rows(client, state)
     centers = np.asarray(message, dtype=np.float64)
-    labels, _ = _assign(X, row_norms(X, squared=True), centers, return_d2=False)
+    labels, _ = _assign(X, row_norms(X, squared=True), centers, d2=None)
     w = _client_weights(client, state, weights, X.shape[0])
     sums, totals = _cluster_sums(X, w, labels, centers.shape[0])
     return state, (sums, totals)
@@ -1014,30 +1014,38 @@ def _weighted_lloyd(X, w, centers, x_sq, max_iter, tol_abs):
 
     A cluster with no point, or with non-positive total weight, keeps its
     previous center (its weighted mean is undefined or would be pushed away
-    from its points). Stops on unchanged labels or a squared center shift
-    at most ``tol_abs``.
+    from its points). With negative weights an update may raise the weighted
+    cost, and plain Lloyd can then cycle between two labellings without
+    ever meeting the tolerance; so an update that does not lower the cost
+    is rejected and the iterations stop. With non-negative weights this
+    never happens before convergence (Lloyd's cost cannot increase), so the
+    iterations are those of ordinary weighted Lloyd: they stop on unchanged
+    labels or a squared center shift of at most ``tol_abs``.
 
     Returns
     -------
     centers, labels, d2, n_iter
         ``labels`` and ``d2`` are consistent with the returned centers.
     """
-    labels = None
-    n_iter = 0
+    n_clusters = centers.shape[0]
     scale = _WEIGHT_EPS * np.abs(w).sum()
+    labels, d2 = _assign(X, x_sq, centers, d2="expanded")
+    cost = w @ d2
+    n_iter = 0
     for iteration in range(1, max_iter + 1):
         n_iter = iteration
-        new_labels, _ = _assign(X, x_sq, centers, return_d2=False)
-        if labels is not None and np.array_equal(new_labels, labels):
-            break
-        labels = new_labels
-        sums, totals = _cluster_sums(X, w, labels, centers.shape[0])
+        sums, totals = _cluster_sums(X, w, labels, n_clusters)
         movable = totals > scale
         new_centers = centers.copy()
         new_centers[movable] = sums[movable] / totals[movable, None]
+        new_labels, d2 = _assign(X, x_sq, new_centers, d2="expanded")
+        new_cost = w @ d2
+        if new_cost > cost:
+            break
         shift = float(((new_centers - centers) ** 2).sum())
-        centers = new_centers
-        if shift <= tol_abs:
+        converged = shift <= tol_abs or np.array_equal(new_labels, labels)
+        centers, labels, cost = new_centers, new_labels, new_cost
+        if converged:
             break
     labels, d2 = _assign(X, x_sq, centers)
     return centers, labels, d2, n_iter
@@ -1055,17 +1063,25 @@ def _cluster_sums(X, w, labels, n_clusters):
     return sums.astype(np.float64, copy=False), totals
 
 
-def _assign(X, x_sq, centers, *, return_d2=True):
-    """Closest center of each row and (optionally) the squared distance."""
+def _assign(X, x_sq, centers, *, d2="exact"):
+    """Closest center of each row and the squared distance to it.
+
+    ``d2`` is ``"exact"`` (computed from the difference), ``"expanded"``
+    (‖x‖² − 2 x·c + ‖c‖², free but with rounding noise) or None.
+    """
     n = X.shape[0]
     labels = np.empty(n, dtype=np.intp)
+    expanded = np.empty(n, dtype=np.float64) if d2 == "expanded" else None
     c_sq = row_norms(centers, squared=True)
     for batch in gen_batches(n, _CHUNK):
         # ‖x‖² is the same for every center: not needed for the argmin.
         dist = c_sq - 2.0 * safe_sparse_dot(X[batch], centers.T, dense_output=True)
         labels[batch] = np.argmin(dist, axis=1)
-    if not return_d2:
-        return labels, None
+        if expanded is not None:
+            closest = dist[np.arange(dist.shape[0]), labels[batch]]
+            expanded[batch] = np.maximum(closest + x_sq[batch], 0.0)
+    if d2 != "exact":
+        return labels, expanded
     d2 = np.empty(n, dtype=np.float64)
     if n:
         if sp.issparse(X):

@@ -337,6 +337,38 @@ def test_lloyd_keeps_center_of_non_positive_cluster():
     np.testing.assert_allclose(d2, (X[:, 0] - centers[labels, 0]) ** 2)
 
 
+def test_lloyd_with_negative_weights_never_goes_uphill_or_cycles():
+    """Plain Lloyd can cycle on a coreset with negative weights (it used to
+    run all max_iter iterations on this data); updates that raise the
+    weighted cost are rejected, so it stops, below its starting cost."""
+    from sklearn.utils.extmath import row_norms
+
+    X, _ = make_blobs(
+        20000,
+        n_features=20,
+        centers=10,
+        cluster_std=3.0,
+        center_box=(-10, 10),
+        random_state=0,
+    )
+    km = DistributedKMeans(10, n_init=3, random_state=0)
+    km.fit(X, partitions=power_law(20000, 10, exponent=1.0, random_state=0))
+    assert (km.coreset_weights_ < 0).any()
+    assert km.n_iter_ < 50
+
+    rng = np.random.RandomState(0)
+    points = rng.normal(size=(300, 2))
+    w = rng.uniform(0.2, 2.0, size=300)
+    w[:30] = -rng.uniform(0.5, 3.0, size=30)
+    x_sq = row_norms(points, squared=True)
+    for seed in range(10):
+        init = points[np.random.RandomState(seed).choice(300, 5, replace=False)]
+        _, init_d2 = _weighted_lloyd(points, w, init, x_sq, 0, 0.0)[1:3]
+        centers, labels, d2, n_iter = _weighted_lloyd(points, w, init, x_sq, 300, 0.0)
+        assert w @ d2 <= w @ init_d2 + 1e-9
+        assert n_iter < 300
+
+
 def test_weighted_kmeans_rejects_no_positive_weight():
     with pytest.raises(ValueError, match="positive"):
         weighted_kmeans(
