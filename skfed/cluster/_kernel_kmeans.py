@@ -299,7 +299,7 @@ class FederatedKernelKMeans(FederatedMixin, ClusterMixin, BaseEstimator):
             fed.run_round("kernel width broadcast", _receive_gamma_step, gamma)
 
             run = self._dspgd_cem if self.use_cem else self._dspgd_no_cem
-            eigvals, lam = run(fed, n_samples, feature_seeds, lanczos_rng)
+            eigvals, lam, server_U = run(fed, n_samples, feature_seeds, lanczos_rng)
 
             n_kept = eigvals.shape[0]
             if n_kept == 0:
@@ -322,7 +322,14 @@ class FederatedKernelKMeans(FederatedMixin, ClusterMixin, BaseEstimator):
             if self.use_cem:
                 fed.run_round("embedding", _embedding_step, scales)
             else:
-                self._send_embedding(fed, scales)
+                # The server holds U and sends each client its rows of H.
+                H = server_U[:, :n_components] * scales
+                del server_U
+                fed.run_round(
+                    "embedding",
+                    _receive_embedding_step,
+                    messages=np.split(H, np.cumsum(fed.client_sizes)[:-1]),
+                )
 
             result = federated_coreset_kmeans(
                 fed,
@@ -401,7 +408,7 @@ class FederatedKernelKMeans(FederatedMixin, ClusterMixin, BaseEstimator):
         return 1.0 / t if self.step_size == "1/t" else 2.0 / (t + 1)
 
     def _dspgd_cem(self, fed, n_samples, feature_seeds, lanczos_rng):
-        """DSPGD with CEM; returns the kernel-eigenvalue estimates and λ.
+        """DSPGD with CEM; returns the kernel-eigenvalue estimates, λ, None.
 
         The eigen-problem of each iteration is on G = Σ_m W[m]ᵀW[m]; clients
         keep W[m], B[m] and U[m].
@@ -464,14 +471,15 @@ class FederatedKernelKMeans(FederatedMixin, ClusterMixin, BaseEstimator):
             if _converged(history, self._s(), self.tol):
                 break
         self._record_iterations(ranks, steps, history)
-        return history[-1], lam
+        return history[-1], lam, None
 
     def _dspgd_no_cem(self, fed, n_samples, feature_seeds, lanczos_rng):
         """The paper's baseline: Lanczos on the N x N matrix R_t.
 
         The server keeps B (N x r_t, rows in client order) and computes
         (1 − η) B Bᵀ c itself; the clients compute their part of
-        (η / D) A Aᵀ c in two half rounds.
+        (η / D) A Aᵀ c in two half rounds. Returns the kernel-eigenvalue
+        estimates, λ and the server's U (N x s_T).
         """
         D, k = self.n_random_features, self.n_clusters
         sizes = fed.client_sizes
@@ -514,8 +522,8 @@ class FederatedKernelKMeans(FederatedMixin, ClusterMixin, BaseEstimator):
             keep = mu > eta * lam
             ranks.append(B.shape[1])
             steps.append(res.n_iter)
-            B = U[:, keep] * np.sqrt(mu[keep] - eta * lam)
-            self._server_U = U[:, keep]
+            U = U[:, keep]
+            B = U * np.sqrt(mu[keep] - eta * lam)
             estimate = mu[keep] + (1.0 - eta) * lam
             history.append(estimate)
             if hook is not None:
@@ -529,14 +537,7 @@ class FederatedKernelKMeans(FederatedMixin, ClusterMixin, BaseEstimator):
             if _converged(history, self._s(), self.tol):
                 break
         self._record_iterations(ranks, steps, history)
-        return history[-1], lam
-
-    def _send_embedding(self, fed, scales):
-        """No CEM: the server holds U and sends each client its rows of H."""
-        H = self._server_U[:, : scales.shape[0]] * scales
-        del self._server_U
-        parts = np.split(H, np.cumsum(fed.client_sizes)[:-1])
-        fed.run_round("embedding", _receive_embedding_step, messages=parts)
+        return history[-1], lam, U
 
     def _s(self):
         return self.n_clusters if self.n_components is None else self.n_components
@@ -715,7 +716,9 @@ def _cluster_feature_sums_step(client, state, seed, *, n_clusters, n_features):
     sums = np.zeros((n_clusters, n_features))
     for start in range(0, X.shape[0], _CHUNK):
         Z = random_fourier_features(X[start : start + _CHUNK], omega, offset)
-        np.add.at(sums, labels[start : start + _CHUNK], Z)
+        chunk = labels[start : start + _CHUNK]
+        for label in np.unique(chunk):
+            sums[label] += Z[chunk == label].sum(axis=0)
     counts = np.bincount(labels, minlength=n_clusters).astype(np.float64)
     return state, (sums, counts)
 
