@@ -111,7 +111,7 @@ class AtomDictionary:
         self.X = np.asarray(X, dtype=dtype)
         self.centers = np.asarray(centers, dtype=dtype)
         self.widths = np.asarray(widths, dtype=np.float64)
-        self.dtype = dtype
+        self.dtype = dtype = np.dtype(dtype)
         self.n_centers = self.centers.shape[0]
         self.n_atoms = self.n_centers * len(self.widths)
         budget = get_config()["working_memory"] * 2**20
@@ -119,14 +119,13 @@ class AtomDictionary:
         n = self.X.shape[0]
         self._full = None
         if n * self.n_atoms * itemsize <= budget:
-            self._full = np.hstack(
-                [
-                    gaussian_atoms(
-                        self.X, self.centers, np.full(self.n_centers, w), dtype=dtype
-                    )
-                    for w in self.widths
-                ]
-            )
+            # One distance matrix serves every width.
+            sq = _sq_distances(self.X, self.centers, dtype)
+            self._full = np.empty((n, self.n_atoms), dtype=dtype)
+            for k, w in enumerate(self.widths):
+                block = self._full[:, k * self.n_centers : (k + 1) * self.n_centers]
+                np.multiply(sq, dtype.type(-0.5 / w**2), out=block)
+                np.exp(block, out=block)
         # Column chunk: distances plus one exponentiated block in the budget.
         self._chunk = max(1, int(budget // (2 * max(n, 1) * itemsize)))
 
@@ -471,19 +470,31 @@ def solve_sparse_dual(
     }
 
 
-def active_set_dual(dictionary, y, lam0=None, *, gamma, epsilon, upper, max_iter, tol):
-    """Maximise D(λ) (with the bias) by exact quadratic steps on the active set.
+def active_set_dual(
+    dictionary, y, lam0=None, *, gamma, epsilon, upper, max_iter, tol, patience=10
+):
+    """Sparse dual by exact quadratic steps on the active set (with the bias).
 
     At λ the atoms with |c_a| > τ are active and, while they stay so, D is
     the concave quadratic of a linear SVM on their features Φ_A. Each
     iteration solves that quadratic model exactly (libsvm's SMO, which is
-    indifferent to the conditioning that slows gradient methods), then moves
-    from λ towards the model's maximiser with an exact line search on the
-    true, piecewise-quadratic D along that segment. Near λ the model and D
-    have the same slope, so the direction ascends and D never decreases.
-    The iteration ends when the active set reproduces itself with a full
-    step (a fixed point: λ is then optimal), or when D gains less than
-    ``tol`` relatively (at a kink, where atoms sit exactly at |c| = τ).
+    indifferent to the conditioning that stalls gradient methods), then
+    moves from λ towards the model's maximiser with an exact line search on
+    the true, piecewise-quadratic D along the segment. Near λ the model and
+    D have the same slope, so D never decreases. The line search stops just
+    past the first kink it meets, so that the atom crossing the threshold
+    there joins the next model rather than stalling it.
+
+    Every quadratic step is also a candidate model: the SVM solution on the
+    active set A is the refit of the thresholded support A, with sparse
+    primal value P(A) = γ |A| + β/2 ‖α‖² + C Σ hinge. The iteration keeps
+    the candidate with the smallest P, and D bounds P from below, so
+    P − D is a certificate of the duality gap. It stops at a fixed point
+    (the active set reproduces itself with a full step: λ is optimal), when
+    the gap is within ``tol``, or when in ``patience`` steps P has not
+    improved by ``tol`` nor D by ``10 tol`` (relatively): atoms pinned at
+    |c| = τ leave D creeping up in tiny steps that no longer change the
+    best support.
 
     Parameters
     ----------
@@ -496,29 +507,32 @@ def active_set_dual(dictionary, y, lam0=None, *, gamma, epsilon, upper, max_iter
     max_iter : int
         Largest number of quadratic steps.
     tol : float
-        Relative gain of D under which the iteration stops; also the
-        tolerance of the quadratic solves.
+        Relative tolerance on the gap and on the progress of D and P; also
+        the tolerance of the quadratic solves.
+    patience : int, default=10
+        Steps without progress before stopping.
 
     Returns
     -------
     result : dict
-        As :func:`solve_sparse_dual`.
+        ``lam`` (the dual iterate), ``atoms`` (the best support A),
+        ``coef`` and ``intercept`` (its refitted α and b), ``support_lam``
+        (λ of that refit), ``trace`` (D per step), ``primal_trace`` (best P
+        per step), ``n_iter``, ``converged``.
     """
     y = np.asarray(y, dtype=np.float64)
     beta = 1.0 - gamma
     tau = np.sqrt(2 * gamma * beta)
     lam, c = _start(dictionary, y, lam0, gamma=gamma, epsilon=epsilon, upper=upper)
     value = dual_value(lam, c, gamma=gamma, beta=beta, epsilon=epsilon)
-    trace, converged, n_iter = [value], False, 0
+    best = None
+    trace, primal_trace, converged, n_iter, stale = [value], [], False, 0, 0
     while n_iter < max_iter:
         n_iter += 1
         active = np.flatnonzero(np.abs(c) > tau)
-        if active.size == 0:
-            # No atom is worth its cost: the model is the bias alone.
-            converged = True
-            break
-        target = dense_dual(
-            dictionary.columns(active),
+        Phi = dictionary.columns(active)
+        fit = dense_dual(
+            Phi,
             y,
             beta=beta,
             epsilon=epsilon,
@@ -526,30 +540,62 @@ def active_set_dual(dictionary, y, lam0=None, *, gamma, epsilon, upper, max_iter
             bias=True,
             max_iter=max_iter,
             tol=tol,
-        )["lam"]
-        direction = target - lam
+        )
+        primal = gamma * len(active) + _primal_value(
+            Phi, y, fit, beta=beta, epsilon=epsilon, upper=upper
+        )
+        improved = best is None or primal < best[0] - tol * abs(best[0])
+        if best is None or primal < best[0]:
+            best = (primal, active, fit)
+        primal_trace.append(best[0])
+        if active.size == 0:
+            # No atom passes the threshold: D is linear here, rising with
+            # Σλ; head for the box corner until atoms enter.
+            reach = upper if np.isfinite(upper) else 10 * max(lam.max(), 1.0)
+            direction = project(lam + reach, y, upper, True) - lam
+            if not np.any(direction > 0):
+                converged = True  # at the top: the bias alone is the model
+                break
+        else:
+            direction = fit["lam"] - lam
         e = dictionary.rmatvec(y * direction)
         t = _line_search(c, e, direction.sum(), gamma=gamma, epsilon=epsilon)
         lam = lam + t * direction
         c = c + t * e
         new_value = dual_value(lam, c, gamma=gamma, beta=beta, epsilon=epsilon)
         trace.append(new_value)
+        # D creeps up at kinks; only a clear gain counts as progress.
+        improved |= new_value > value + 10 * tol * abs(value)
+        value = max(value, new_value)
+        stale = 0 if improved else stale + 1
         fixed = t == 1.0 and np.array_equal(active, np.flatnonzero(np.abs(c) > tau))
-        gain = new_value - value
-        value = new_value
-        if fixed or gain <= tol * max(abs(value), 1e-12):
+        gap = best[0] - value
+        if fixed or gap <= tol * abs(best[0]) or stale >= patience:
             converged = True
             break
-    alpha = threshold(c, gamma, beta)
-    atoms = np.flatnonzero(alpha)
+    _, atoms, fit = best
     return {
         "lam": lam,
         "atoms": atoms,
-        "coef": alpha[atoms],
+        "coef": fit["coef"],
+        "intercept": fit["intercept"],
+        "support_lam": fit["lam"],
         "trace": np.asarray(trace),
+        "primal_trace": np.asarray(primal_trace),
         "n_iter": n_iter,
         "converged": converged,
     }
+
+
+def _primal_value(Phi, y, fit, *, beta, epsilon, upper):
+    """β/2 ‖α‖² + C Σ_n (1 − ε − y_n f(x_n))₊ of a fitted support."""
+    coef = np.asarray(fit["coef"], dtype=np.float64)
+    f = np.asarray(Phi, dtype=np.float64) @ coef + fit["intercept"]
+    slack = np.maximum(1 - epsilon - y * f, 0)
+    # The hard margin is solved as libsvm's large finite C; rank the
+    # supports by the same surrogate so that infeasible ones still compare.
+    weight = upper if np.isfinite(upper) else _HARD_MARGIN_C * beta * (1 - epsilon)
+    return 0.5 * beta * coef @ coef + weight * slack.sum()
 
 
 def _line_search(c, e, direction_sum, *, gamma, epsilon):
@@ -557,7 +603,8 @@ def _line_search(c, e, direction_sum, *, gamma, epsilon):
 
     D is concave along the segment, so its slope
     (1 − ε) Σd − Σ_a e_a h'(c_a + t e_a) is non-increasing (it jumps where
-    atoms cross the threshold); bisection finds where it changes sign.
+    atoms cross the threshold); bisection finds where it changes sign and
+    returns the point just past it (2⁻⁵⁰ of the segment).
     """
     beta = 1.0 - gamma
     tau = np.sqrt(2 * gamma * beta)
@@ -579,7 +626,7 @@ def _line_search(c, e, direction_sum, *, gamma, epsilon):
             lo = mid
         else:
             hi = mid
-    return lo
+    return hi
 
 
 def _start(dictionary, y, lam0, *, gamma, epsilon, upper, bias=True):

@@ -1,0 +1,507 @@
+"""Tests of FederatedRKHSClassifier against SVC, the centralized learner and
+the formulas of ALGORITHMS.md §4."""
+
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.datasets import load_breast_cancer, load_digits
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.model_selection import train_test_split
+from sklearn.preprocessing import StandardScaler
+from sklearn.svm import SVC
+
+from skfed import FederatedRKHSClassifier
+from skfed._federation import ClientData
+from skfed.classification._rkhs import _local_dual_step, _server_pool, _server_solve
+from skfed.classification._sparse_dual import (
+    AtomDictionary,
+    dense_dual,
+    dual_value,
+    gaussian_atoms,
+    threshold,
+)
+
+
+def paper_data(n, *, noise=0.05, n_clients=4, seed=0):
+    """The paper's synthetic set: uniform 2-D signal, a sine boundary,
+    clients on overlapping vertical strips, Gaussian noise after labelling."""
+    rng = np.random.RandomState(seed)
+    X = rng.uniform(0, 1, (n, 2))
+    y = (X[:, 1] > 0.5 + 0.25 * np.sin(2 * np.pi * X[:, 0])).astype(int)
+    width = 2.0 / (n_clients + 1)
+    lo = np.arange(n_clients) * width / 2
+    inside = (X[:, :1] >= lo) & (X[:, :1] <= lo + width)
+    partitions = np.array([rng.choice(np.flatnonzero(row)) for row in inside])
+    return X + noise * rng.standard_normal(X.shape), y, partitions
+
+
+def svc_score(X, y, X_test, y_test):
+    # The reference: SVC's defaults (RBF, C=1, gamma="scale"), untuned.
+    return SVC(kernel="rbf").fit(X, y).score(X_test, y_test)
+
+
+@pytest.fixture(scope="module")
+def synthetic():
+    X, y, partitions = paper_data(500, seed=0)
+    X_test, y_test, _ = paper_data(2000, seed=1)
+    return X, y, partitions, X_test, y_test
+
+
+@pytest.fixture(scope="module")
+def centralized(synthetic):
+    X, y, _, _, _ = synthetic
+    return FederatedRKHSClassifier(random_state=0).fit(X, y)
+
+
+@pytest.fixture(scope="module")
+def federated(synthetic):
+    X, y, partitions, _, _ = synthetic
+    return FederatedRKHSClassifier(random_state=0).fit(X, y, partitions=partitions)
+
+
+# --------------------------------------------------------------------------
+# Accuracy against SVC and the centralized learner
+
+
+@pytest.mark.parametrize("noise", [0.0, 0.1])
+def test_accuracy_close_to_svc_on_synthetic_data(noise):
+    X, y, partitions = paper_data(400, noise=noise, seed=2)
+    X_test, y_test, _ = paper_data(2000, noise=noise, seed=3)
+    reference = svc_score(X, y, X_test, y_test)
+    for parts in (None, partitions):
+        clf = FederatedRKHSClassifier(random_state=0).fit(X, y, partitions=parts)
+        assert clf.score(X_test, y_test) >= reference - 0.02
+        # Sparse: far fewer kernels than the samples it learned from.
+        assert clf.n_kernels_ < X.shape[0] / 5
+
+
+def test_accuracy_close_to_svc_on_breast_cancer():
+    X, y = load_breast_cancer(return_X_y=True)
+    X_train, X_test, y_train, y_test = train_test_split(
+        X, y, test_size=0.3, random_state=0, stratify=y
+    )
+    scaler = StandardScaler().fit(X_train)
+    X_train, X_test = scaler.transform(X_train), scaler.transform(X_test)
+    reference = svc_score(X_train, y_train, X_test, y_test)
+    svc = SVC().fit(X_train, y_train)
+    for parts in (None, 4):
+        clf = FederatedRKHSClassifier(random_state=0)
+        clf.fit(X_train, y_train, partitions=parts)
+        assert clf.score(X_test, y_test) >= reference - 0.02
+        assert clf.n_kernels_ < svc.n_support_.sum()
+
+
+def test_accuracy_close_to_svc_on_digits_one_vs_rest():
+    X, y = load_digits(n_class=5, return_X_y=True)
+    X = X / 16.0
+    X_train, X_test, y_train, y_test = train_test_split(
+        X, y, train_size=250, test_size=400, random_state=0, stratify=y
+    )
+    reference = svc_score(X_train, y_train, X_test, y_test)
+    clf = FederatedRKHSClassifier(random_state=0).fit(X_train, y_train, partitions=3)
+    assert clf.score(X_test, y_test) >= reference - 0.02
+    assert clf.kernel_coef_.shape == (5, clf.n_kernels_)
+    assert clf.decision_function(X_test).shape == (400, 5)
+    # A sample is sent when critical for any class: λ travels for every class.
+    critical = sum(len(v) for v in clf.critical_samples_.values())
+    d = X.shape[1]
+    upload = clf.communication_.floats_by_name()["critical samples"]
+    assert upload == critical * (d + 1 + 5)
+
+
+def test_federated_close_to_centralized(synthetic, centralized, federated):
+    _, _, _, X_test, y_test = synthetic
+    assert abs(federated.score(X_test, y_test) - centralized.score(X_test, y_test)) <= (
+        0.02
+    )
+    assert federated.n_clients_ == 4
+    assert centralized.n_clients_ == 1
+    # Clients with a few hundred samples send a minority of them.
+    assert federated.communication_reduction_ >= 0.4
+    assert centralized.communication_reduction_ == 0.0
+
+
+def test_kernels_fall_as_sparsity_rises():
+    X, y, _ = paper_data(400, seed=4)
+    X_test, y_test, _ = paper_data(2000, seed=5)
+    reference = svc_score(X, y, X_test, y_test)
+    fits = [
+        FederatedRKHSClassifier(sparsity, random_state=0).fit(X, y)
+        for sparsity in (0.1, 0.5, 0.9)
+    ]
+    n_kernels = [clf.n_kernels_ for clf in fits]
+    assert n_kernels[0] > n_kernels[1] > n_kernels[2] > 0
+    for clf in fits:
+        assert clf.score(X_test, y_test) >= reference - 0.03
+
+
+def test_more_widths_than_one_can_be_selected(centralized):
+    assert len(np.unique(centralized.kernel_widths_)) >= 2
+    assert set(np.unique(centralized.kernel_widths_)) <= set(centralized.widths_)
+
+
+# --------------------------------------------------------------------------
+# Critical samples and Proposition 2
+
+
+def _client(X, y):
+    return ClientData(0, X, y, np.arange(len(y)), (1, 2, 3))
+
+
+def test_client_sends_exactly_its_samples_with_positive_dual():
+    X, y, _ = paper_data(200, seed=6)
+    widths = np.array([0.05, 0.1, 0.2])
+    state, (X_sent, y_sent, lam_sent) = _local_dual_step(
+        _client(X, y),
+        None,
+        None,
+        widths=widths,
+        n_problems=1,
+        epsilon=0.0,
+        upper=1.0,
+        max_iter=200,
+        tol=1e-6,
+    )
+    lam = state["local_dual"][:, 0]
+    critical = np.flatnonzero(lam > 0)
+    np.testing.assert_array_equal(state["sent"], critical)
+    np.testing.assert_array_equal(X_sent, X[critical])
+    np.testing.assert_allclose(lam_sent[:, 0], lam[critical])
+    assert 0 < len(critical) < len(y)
+    # Complementary slackness of the local (γ = 0) model: every sample left
+    # behind meets its constraint y f(x) ≥ 1 - ε; critical ones are on or
+    # inside the margin.
+    ypm = np.where(y == 1, 1.0, -1.0)
+    dictionary = AtomDictionary(X, X, widths, dtype=np.float64)
+    Phi = dictionary.columns(np.arange(dictionary.n_atoms))
+    fit = dense_dual(
+        Phi, ypm, beta=1.0, epsilon=0.0, upper=1.0, bias=True, max_iter=200, tol=1e-6
+    )
+    margin = ypm * (Phi @ fit["coef"] + fit["intercept"])
+    assert np.all(margin[lam == 0] >= 1 - 1e-2)
+    assert np.all(margin[lam > 0] <= 1 + 1e-2)
+
+
+def test_removing_a_non_critical_sample_leaves_the_model_unchanged():
+    """Proposition 2 where it holds exactly.
+
+    (a) The final model is the γ = 0 refit on the selected atoms; removing a
+    sample with λ = 0 there leaves its coefficients and bias unchanged.
+    (b) At the sparse dual's λ, a sample with λ_n = 0 whose own atoms are
+    below the threshold contributes nothing to D or to c on the other atoms,
+    so the reduced problem has the same dual value and thresholded α.
+    """
+    X, y, _ = paper_data(300, seed=7)
+    y_code = y.astype(np.intp)
+    widths = np.array([0.08, 0.15, 0.3])
+    gamma = 0.5
+    model = _server_solve(
+        X,
+        y_code,
+        np.zeros((len(y), 1)),
+        widths=widths,
+        n_problems=1,
+        gamma=gamma,
+        epsilon=0.0,
+        upper=1.0,
+        max_iter=100,
+        tol=1e-6,
+        solver="active-set",
+        step=None,
+    )
+    ypm = np.where(y == 1, 1.0, -1.0)
+    Phi = gaussian_atoms(
+        X, model["centers"], model["widths"], dtype=np.float64
+    )  # the kernels of the final model
+    full = dense_dual(
+        Phi,
+        ypm,
+        beta=1 - gamma,
+        epsilon=0.0,
+        upper=1.0,
+        bias=True,
+        max_iter=1,
+        tol=1e-8,
+    )
+    non_critical = np.flatnonzero(full["lam"] == 0)
+    assert len(non_critical) > 0
+    keep = np.setdiff1d(np.arange(len(y)), non_critical[::3])
+    reduced = dense_dual(
+        Phi[keep],
+        ypm[keep],
+        beta=1 - gamma,
+        epsilon=0.0,
+        upper=1.0,
+        bias=True,
+        max_iter=1,
+        tol=1e-8,
+    )
+    np.testing.assert_allclose(reduced["coef"], full["coef"], rtol=1e-3, atol=1e-4)
+    assert reduced["intercept"] == pytest.approx(full["intercept"], abs=1e-3)
+
+    # (b) on the sparse dual of the same data.
+    dictionary = AtomDictionary(X, X, widths, dtype=np.float64)
+    lam = np.zeros(len(y))
+    lam[:] = full["lam"]
+    c = dictionary.rmatvec(ypm * lam)
+    tau = np.sqrt(2 * gamma * (1 - gamma))
+    n_centers = len(y)
+    own_atoms_inactive = np.all(np.abs(c.reshape(len(widths), n_centers)) <= tau, 0)
+    removable = np.flatnonzero((lam == 0) & own_atoms_inactive)
+    assert len(removable) > 0
+    n = removable[0]
+    rest = np.delete(np.arange(len(y)), n)
+    small = AtomDictionary(X[rest], X[rest], widths, dtype=np.float64)
+    c_small = small.rmatvec(ypm[rest] * lam[rest])
+    kept_atoms = np.delete(
+        np.arange(dictionary.n_atoms), n + n_centers * np.arange(len(widths))
+    )
+    np.testing.assert_allclose(c_small, c[kept_atoms], atol=1e-10)
+    kw = {"gamma": gamma, "beta": 1 - gamma, "epsilon": 0.0}
+    assert dual_value(lam[rest], c_small, **kw) == pytest.approx(
+        dual_value(lam, c, **kw)
+    )
+    np.testing.assert_allclose(
+        threshold(c_small, gamma, 1 - gamma),
+        threshold(c, gamma, 1 - gamma)[kept_atoms],
+        rtol=1e-12,
+        atol=1e-12,
+    )
+
+
+def test_support_is_the_samples_with_positive_dual(centralized, synthetic):
+    X, y, _, _, _ = synthetic
+    assert 0 < len(centralized.support_) < len(y)
+    # Samples off the support are outside the margin of the final model.
+    f = centralized.decision_function(X)
+    ypm = np.where(y == centralized.classes_[1], 1.0, -1.0)
+    outside = np.setdiff1d(np.arange(len(y)), centralized.support_)
+    assert np.mean(ypm[outside] * f[outside] >= 1 - 1e-2) > 0.99
+
+
+# --------------------------------------------------------------------------
+# Communication
+
+
+def test_ledger_matches_the_protocol(synthetic, federated):
+    X, _, partitions, _, _ = synthetic
+    n, d = X.shape
+    log = federated.communication_
+    m = len(np.unique(partitions))
+    n_widths = len(federated.widths_)
+    assert log.floats_by_name("upload")["data scale"] == m * (d + 2)
+    assert log.floats_by_name("download")["critical samples"] == m * n_widths
+    critical = sum(len(v) for v in federated.critical_samples_.values())
+    sent = sum(len(v) for v in federated.sent_samples_.values())
+    assert sent == federated.n_samples_sent_
+    assert log.floats_by_name("upload")["critical samples"] == critical * (d + 2)
+    # Refinement: (x, class) per violating sample up; the model down to every
+    # client: n_kernels (d + 1) + n_problems (n_kernels + 1) floats.
+    rounds = federated.n_refinement_rounds_
+    assert 1 <= rounds <= federated.refinement_rounds
+    violations = [
+        r.total_floats
+        for r in log.records
+        if r.name == "violating samples" and r.direction == "upload"
+    ]
+    assert len(violations) == rounds
+    assert log.n_upload_rounds == 2 + sum(f > 0 for f in violations)
+    if rounds < federated.refinement_rounds:
+        # Stopped early: no client had a sample violating the global model.
+        assert violations[-1] == 0
+    assert log.floats_by_name("upload").get("violating samples", 0) == (
+        (sent - critical) * (d + 1)
+    )
+    models = [
+        r
+        for r in log.records
+        if r.name == "violating samples" and r.direction == "download"
+    ]
+    assert len(models) == rounds
+    for record in models:
+        assert len(set(record.floats)) == 1 and len(record.floats) == m
+        assert (record.floats[0] - 1) % (d + 2) == 0
+    assert federated.communication_reduction_ == pytest.approx(1 - sent / n)
+    for cid, idx in federated.sent_samples_.items():
+        assert np.all(partitions[idx] == cid)
+        assert set(federated.critical_samples_[cid]) <= set(idx)
+
+
+def test_centralized_ledger_and_given_widths(synthetic):
+    X, y, _, _, _ = synthetic
+    n, d = X.shape
+    clf = FederatedRKHSClassifier(widths=[0.1, 0.3], random_state=0).fit(X, y)
+    # No data-scale round when the widths are given; one client sends all.
+    assert clf.communication_.floats_by_name() == {"all samples": n * (d + 1)}
+    np.testing.assert_array_equal(clf.widths_, [0.1, 0.3])
+
+
+def test_widths_from_the_federated_data_scale(synthetic, centralized, federated):
+    X = synthetic[0]
+    rms = np.sqrt(np.mean(((X[:, None, :] - X[None, :, :]) ** 2).sum(-1)))
+    np.testing.assert_allclose(
+        centralized.widths_, rms * np.geomspace(0.2, 1.0, 5), rtol=1e-8
+    )
+    np.testing.assert_allclose(federated.widths_, centralized.widths_, rtol=1e-8)
+
+
+# --------------------------------------------------------------------------
+# Invariances and API
+
+
+@settings(max_examples=4, deadline=None)
+@given(st.permutations(range(4)), st.sampled_from(["str", "int"]))
+def test_client_relabelling_invariance(synthetic, federated, perm, kind):
+    X, y, partitions, X_test, _ = synthetic
+    names = np.array(perm)[partitions]
+    if kind == "str":
+        names = np.array([f"client-{p}" for p in names])
+    clf = FederatedRKHSClassifier(random_state=0).fit(X, y, partitions=names)
+    np.testing.assert_allclose(
+        clf.decision_function(X_test), federated.decision_function(X_test), atol=1e-8
+    )
+    assert clf.n_samples_sent_ == federated.n_samples_sent_
+
+
+def test_string_labels_and_integer_labels_agree(synthetic, federated):
+    X, y, partitions, X_test, _ = synthetic
+    names = np.array(["no", "yes"])[y]
+    clf = FederatedRKHSClassifier(random_state=0).fit(X, names, partitions=partitions)
+    np.testing.assert_array_equal(clf.classes_, ["no", "yes"])
+    np.testing.assert_array_equal(
+        clf.predict(X_test), np.array(["no", "yes"])[federated.predict(X_test)]
+    )
+
+
+def test_float32_in_float32_out(synthetic):
+    X, y, _, X_test, _ = synthetic
+    clf = FederatedRKHSClassifier(random_state=0).fit(X.astype(np.float32), y)
+    assert clf.decision_function(X_test.astype(np.float32)).dtype == np.float32
+    assert clf.kernel_centers_.dtype == np.float32
+
+
+def test_n_jobs_does_not_change_the_model(synthetic, federated):
+    X, y, partitions, X_test, _ = synthetic
+    clf = FederatedRKHSClassifier(random_state=0, n_jobs=2)
+    clf.fit(X, y, partitions=partitions)
+    np.testing.assert_allclose(
+        clf.decision_function(X_test), federated.decision_function(X_test)
+    )
+
+
+def test_predict_proba_is_not_offered(centralized):
+    assert not hasattr(centralized, "predict_proba")
+
+
+def test_dual_objective_and_iterations_are_reported(centralized):
+    (trace,) = centralized.dual_objective_
+    assert centralized.n_iter_ == len(trace) - 1 or centralized.n_iter_ >= 1
+    # The active-set ascent never lowers the dual.
+    assert np.all(np.diff(trace) >= -1e-8 * np.abs(trace[1:]))
+
+
+@pytest.mark.parametrize("solver", ["fista", "ascent"])
+def test_gradient_solvers_run(solver):
+    X, y, _ = paper_data(150, seed=8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        clf = FederatedRKHSClassifier(solver=solver, max_iter=300, random_state=0)
+        clf.fit(X, y)
+    assert clf.score(X, y) > 0.85
+
+
+def test_not_converged_warns():
+    X, y, _ = paper_data(150, seed=9)
+    with pytest.warns(ConvergenceWarning, match="max_iter"):
+        FederatedRKHSClassifier(max_iter=1, random_state=0).fit(X, y)
+
+
+def test_hard_margin_on_separable_data():
+    X, y, _ = paper_data(200, noise=0.0, seed=10)
+    clf = FederatedRKHSClassifier(C=np.inf, random_state=0).fit(X, y)
+    assert clf.score(X, y) >= 0.98
+
+
+# --------------------------------------------------------------------------
+# Bad input
+
+
+def test_one_class_raises():
+    X, _, _ = paper_data(50)
+    with pytest.raises(ValueError, match="one class"):
+        FederatedRKHSClassifier().fit(X, np.zeros(50))
+
+
+def test_client_with_one_class_only_solves_without_bias(synthetic, centralized):
+    X, y, _, X_test, y_test = synthetic
+    # Client 0 holds only class 0, client 1 only class 1, client 2 a mix.
+    partitions = np.where(y == 0, 0, 1)
+    partitions[::5] = 2
+    clf = FederatedRKHSClassifier(random_state=0).fit(X, y, partitions=partitions)
+    for cid in (0, 1):
+        sent = clf.critical_samples_[cid]
+        assert 0 < len(sent) < np.sum(partitions == cid)
+    assert clf.score(X_test, y_test) >= centralized.score(X_test, y_test) - 0.03
+
+
+def test_client_with_one_sample(synthetic):
+    X, y, _, X_test, y_test = synthetic
+    partitions = np.ones(len(y), dtype=int)
+    partitions[0] = 0
+    clf = FederatedRKHSClassifier(random_state=0).fit(X, y, partitions=partitions)
+    # A lone sample is critical for its one-label problem: it is sent.
+    np.testing.assert_array_equal(clf.critical_samples_[0], [0])
+    assert clf.score(X_test, y_test) > 0.9
+
+
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        ({"sparsity": 1.0}, "sparsity"),
+        ({"sparsity": -0.1}, "sparsity"),
+        ({"widths": 0}, "widths"),
+        ({"widths": [0.1, 0.0]}, "widths must be finite and > 0"),
+        ({"widths": [0.1, -1.0]}, "widths must be finite and > 0"),
+        ({"widths": [0.1, np.nan]}, "widths must be finite and > 0"),
+        ({"widths": [[0.1, 0.2]]}, "1-D"),
+        ({"epsilon": 1.0}, "epsilon"),
+        ({"C": 0.0}, "C"),
+    ],
+)
+def test_bad_parameters(params, match):
+    X, y, _ = paper_data(40)
+    with pytest.raises(ValueError, match=match):
+        FederatedRKHSClassifier(**params).fit(X, y)
+
+
+def test_nan_and_wrong_length_raise():
+    X, y, _ = paper_data(40)
+    X_nan = X.copy()
+    X_nan[3, 1] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        FederatedRKHSClassifier().fit(X_nan, y)
+    with pytest.raises(ValueError, match="inconsistent numbers of samples"):
+        FederatedRKHSClassifier().fit(X, y[:-1])
+    with pytest.raises(ValueError, match="partitions has"):
+        FederatedRKHSClassifier().fit(X, y, partitions=np.zeros(39))
+
+
+def test_identical_samples_with_derived_widths_raise():
+    X = np.ones((10, 2))
+    y = np.arange(10) % 2
+    with pytest.raises(ValueError, match="identical"):
+        FederatedRKHSClassifier().fit(X, y)
+
+
+def test_server_pool_is_order_free():
+    rng = np.random.RandomState(0)
+    a = (rng.rand(3, 2), np.array([0.0, 1.0, 1.0]), rng.rand(3, 1))
+    b = (rng.rand(2, 2), np.array([1.0, 0.0]), rng.rand(2, 1))
+    X1, y1, l1, o1 = _server_pool([a, b], 1, np.float64)
+    X2, y2, l2, o2 = _server_pool([b, a], 1, np.float64)
+    np.testing.assert_array_equal(X1, X2)
+    np.testing.assert_array_equal(y1, y2)
+    np.testing.assert_array_equal(l1, l2)
