@@ -869,7 +869,21 @@ def _awasthi_sheffet(X, n_clusters, *, n_init, max_iter, tol, client):
         tol=tol,
         random_state=client.seed(_LLOYD_STREAM),
     ).fit(X)
-    return lloyd.cluster_centers_, lloyd.labels_, int(lloyd.n_iter_)
+    # Algorithm 1 returns the means of the final clusters U_r. KMeans stops
+    # on a tolerance and reassigns labels afterwards, so its centers can be
+    # one update behind its labels; recompute them from the labels.
+    labels = lloyd.labels_
+    sizes = np.bincount(labels, minlength=n_clusters)
+    indicator = sp.csr_matrix(
+        (np.ones(len(labels), dtype=X.dtype), (labels, np.arange(len(labels)))),
+        shape=(n_clusters, len(labels)),
+    )
+    centers = lloyd.cluster_centers_.copy()
+    filled = sizes > 0
+    sums = indicator @ X
+    sums = sums.toarray() if sp.issparse(sums) else np.asarray(sums)
+    centers[filled] = sums[filled] / sizes[filled, None]
+    return centers, labels, int(lloyd.n_iter_)
 
 
 # Fixed odd multipliers: row hashes must be identical on every client.

@@ -577,3 +577,15 @@ def test_leave_clients_out_cross_validation(blobs):
     # the score is minus their k-means cost against the trained centers.
     full = KFed(n_clusters=4, random_state=0).fit(X, partitions=partitions)
     assert_allclose(scores.sum(), -full.inertia_, rtol=0.05)
+
+
+def test_local_centers_are_means_of_local_clusters_after_early_stop():
+    # With max_iter=1 the local Lloyd stops before converging; the uploaded
+    # centers must still be the means of the final local clusters, so the
+    # size-weighted global centers are the centroids of labels_.
+    X, _ = make_blobs(400, centers=6, n_features=4, cluster_std=2.5, random_state=0)
+    kfed = KFed(n_clusters=6, max_iter=1, random_state=0).fit(X, partitions=3)
+    centroids = np.array([X[kfed.labels_ == r].mean(axis=0) for r in range(6)])
+    assert_allclose(kfed.cluster_centers_, centroids, rtol=1e-10, atol=1e-10)
+    expected = ((X - kfed.cluster_centers_[kfed.labels_]) ** 2).sum()
+    assert kfed.inertia_ == pytest.approx(expected, rel=1e-10)
