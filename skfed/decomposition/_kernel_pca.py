@@ -11,6 +11,7 @@ from functools import partial
 
 import numpy as np
 import scipy.linalg
+import scipy.linalg.blas
 import scipy.sparse as sp
 from sklearn.base import (
     BaseEstimator,
@@ -353,6 +354,13 @@ class DistributedKernelPCA(
             else:
                 Y = self._leverage_adaptive_sample(fed, rng, spec, n_rep)
             Y = _unique_rows(Y)
+            if Y.shape[0] == 0:
+                raise ValueError(
+                    "No representative point could be sampled: κ(x, x) = 0 for "
+                    "every sample (all-zero data with a linear kernel or a "
+                    "polynomial kernel with coef0=0), so there is no principal "
+                    "component. Check the data, or use coef0 > 0."
+                )
             R = _span_basis(_kernel(Y, Y, spec))
             rank = R.shape[1]
             q = 2 * k if self.local_rank is None else self.local_rank
@@ -821,7 +829,7 @@ def _project_step(client, state, message, *, spec, upload, local_rank, sketch_wi
     n = X.shape[0]
     R = _span_basis(_kernel(Y, Y, spec))
     r = R.shape[1]
-    gram = np.zeros((r, r))
+    gram = np.zeros((r, r), order="F")
     colsum = np.zeros(r)
     sketch = cs = None
     state = dict(state or {})
@@ -842,7 +850,8 @@ def _project_step(client, state, message, *, spec, upload, local_rank, sketch_wi
     for start in range(0, n, _BLOCK):
         block = slice(start, start + _BLOCK)
         Pt = _kernel(X[block], Y, spec) @ R
-        gram += Pt.T @ Pt
+        # Upper triangle only (BLAS syrk): half the flops of Ptᵀ Pt.
+        gram = scipy.linalg.blas.dsyrk(1.0, Pt.T, beta=1.0, c=gram, overwrite_c=True)
         colsum += Pt.sum(axis=0)
         if sketch is not None:
             aug = np.hstack([Pt, np.ones((Pt.shape[0], 1))])
@@ -850,6 +859,7 @@ def _project_step(client, state, message, *, spec, upload, local_rank, sketch_wi
                 sketch[block] = aug
             else:
                 sketch += cs[:, block] @ aug
+    gram = np.triu(gram) + np.triu(gram, 1).T
     if cs is None and sketch is not None:
         sketch = sketch[order]
     state["kpca_gram"] = gram
@@ -911,7 +921,7 @@ def _error_step(client, state, W):
 def _leverage_basis(sketches, embedding_dim):
     """disLS, master: QR of [G[1] … G[M]]ᵀ = U Z; returns Z (t × t)."""
     stacked = np.hstack(sketches).T
-    Z = scipy.linalg.qr(stacked, mode="r")[0]
+    Z = np.linalg.qr(stacked, mode="r")
     if Z.shape[0] < embedding_dim:  # fewer sketched points than t
         Z = np.vstack([Z, np.zeros((embedding_dim - Z.shape[0], Z.shape[1]))])
     return Z[:embedding_dim]

@@ -8,6 +8,7 @@ so its cost follows nnz(X).
 """
 
 import numpy as np
+import scipy.fft
 import scipy.sparse as sp
 from sklearn.utils import check_random_state
 
@@ -109,20 +110,31 @@ def tensor_sketch(X, hashes, n_components, *, gamma=1.0, coef0=0.0, dtype=np.flo
     -------
     Z : ndarray of shape (n_samples, n_components) of ``dtype``
     """
-    n_features = X.shape[1]
+    n_samples, n_features = X.shape
     root_gamma, root_coef0 = np.sqrt(gamma), np.sqrt(max(coef0, 0.0))
+    if sp.issparse(X):
+        X = sp.csr_matrix(X)
+        rows = np.repeat(np.arange(n_samples), np.diff(X.indptr)) * n_components
     product = None
     for buckets, signs in hashes:
-        C = count_sketch_matrix(
-            buckets[:n_features], signs[:n_features], n_components, dtype=dtype
-        )
-        P = X @ C
-        P = P.toarray() if sp.issparse(P) else np.asarray(P)
+        if sp.issparse(X):
+            # Scatter-add each nonzero into its bucket: O(nnz), and no sparse
+            # intermediate to densify.
+            P = np.bincount(
+                rows + buckets[X.indices],
+                weights=signs[X.indices] * X.data,
+                minlength=n_samples * n_components,
+            ).reshape(n_samples, n_components)
+        else:
+            C = count_sketch_matrix(
+                buckets[:n_features], signs[:n_features], n_components
+            )
+            P = np.asarray(X @ C)
         P = P.astype(dtype, copy=False) * dtype(root_gamma)
         P[:, buckets[n_features]] += dtype(signs[n_features] * root_coef0)
-        F = np.fft.rfft(P, axis=1)
+        F = scipy.fft.rfft(P, axis=1)
         product = F if product is None else product * F
-    return np.fft.irfft(product, n=n_components, axis=1)
+    return scipy.fft.irfft(product, n=n_components, axis=1)
 
 
 def sketch_columns(M, n_out, random_state, *, oversampling=4):

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from numpy.testing import assert_allclose
 from scipy.linalg import subspace_angles
+from sklearn import config_context
 from sklearn.datasets import load_digits
 from sklearn.decomposition import KernelPCA
 from sklearn.linear_model import LogisticRegression
@@ -14,9 +15,11 @@ from sklearn.metrics.pairwise import (
     euclidean_distances,
     laplacian_kernel,
     linear_kernel,
+    manhattan_distances,
     polynomial_kernel,
     rbf_kernel,
 )
+from sklearn.model_selection import GroupKFold, cross_validate
 from sklearn.pipeline import Pipeline
 from threadpoolctl import threadpool_limits
 
@@ -431,8 +434,6 @@ def test_laplacian_median_heuristic_on_sparse_input(varying_norms):
     est = DistributedKernelPCA(
         2, kernel="laplacian", n_representatives=10, median_factor=1.0, random_state=0
     ).fit(X, partitions=3)
-    from sklearn.metrics.pairwise import manhattan_distances
-
     med = np.median(manhattan_distances(X)[np.triu_indices(X.shape[0], 1)])
     assert est.gamma_ == pytest.approx(1 / med, rel=0.15)
     # Rows were sent as CSR: the ledger counts nnz + indices + indptr.
@@ -544,3 +545,40 @@ def test_nan_is_rejected():
     X[3, 1] = np.nan
     with pytest.raises(ValueError, match="NaN"):
         DistributedKernelPCA(2, n_representatives=10).fit(X)
+
+
+def test_leave_clients_out_cross_validation_with_routing(digits):
+    X, y = digits[:300], load_digits().target[:300]
+    parts = power_law(300, 4, random_state=0)
+    with config_context(enable_metadata_routing=True):
+        pipe = Pipeline(
+            [
+                (
+                    "kpca",
+                    DistributedKernelPCA(
+                        8, n_representatives=40, median_factor=1.0, random_state=0
+                    ),
+                ),
+                ("clf", LogisticRegression(max_iter=200)),
+            ]
+        )
+        cv = GroupKFold(2).set_split_request(groups="partitions")
+        scores = cross_validate(
+            pipe, X, y, cv=cv, params={"partitions": parts}, return_estimator=True
+        )
+    # Each client is held out once, so the two training folds together hold
+    # every client once.
+    assert sum(e.named_steps["kpca"].n_clients_ for e in scores["estimator"]) == 4
+    assert np.mean(scores["test_score"]) > 0.5
+
+
+def test_all_zero_data_in_feature_space():
+    X = np.zeros((30, 4))
+    with pytest.raises(ValueError, match="κ\\(x, x\\) = 0 for every sample"):
+        DistributedKernelPCA(2, kernel="linear", n_representatives=5).fit(X)
+    # With coef0 > 0 the polynomial kernel is constant: one direction.
+    with pytest.warns(UserWarning, match="Only 1 directions"):
+        est = DistributedKernelPCA(
+            2, kernel="poly", n_representatives=5, random_state=0
+        ).fit(X, partitions=3)
+    assert est.approximation_error_ == pytest.approx(0, abs=1e-9)
