@@ -29,7 +29,7 @@ FAST_PARAMS = {
         "n_init": 2,
         "n_predict_features": 200,
     },
-    "FederatedRKHSClassifier": {"widths": 3, "max_iter": 50},
+    "FederatedRKHSClassifier": {"widths": 3, "max_iter": 20},
     "KFed": {"n_clusters": 3, "max_iter": 50},
 }
 

@@ -43,11 +43,12 @@ from sklearn.svm import SVC
 # Atoms whose |c_a| comes within this factor of the threshold join the
 # candidate set, so that few extra passes over the dictionary are needed.
 _CANDIDATE_MARGIN = 0.5
-# libsvm needs a finite C: the hard margin (C = inf) becomes a C no
-# reasonable dual value reaches, with a cap on SMO iterations in case the
-# data are not separable after all.
-_HARD_MARGIN_C = 1e8
-_SMO_MAX_ITER = 10_000_000
+# libsvm needs a finite C: the hard margin (C = inf) becomes a C far above
+# the dual values these problems reach (λ stays near 1 with C = 1). Larger
+# values made SMO crawl on supports too sparse to separate the data, which
+# the active-set solver visits on its way; the iteration cap is a backstop.
+_HARD_MARGIN_C = 1e4
+_SMO_MAX_ITER = 1_000_000
 
 
 # --------------------------------------------------------------------------

@@ -68,7 +68,7 @@ def federated(synthetic):
 
 @pytest.mark.parametrize("noise", [0.0, 0.1])
 def test_accuracy_close_to_svc_on_synthetic_data(noise):
-    X, y, partitions = paper_data(400, noise=noise, seed=2)
+    X, y, partitions = paper_data(300, noise=noise, seed=2)
     X_test, y_test, _ = paper_data(2000, noise=noise, seed=3)
     reference = svc_score(X, y, X_test, y_test)
     for parts in (None, partitions):
@@ -125,7 +125,7 @@ def test_federated_close_to_centralized(synthetic, centralized, federated):
 
 
 def test_kernels_fall_as_sparsity_rises():
-    X, y, _ = paper_data(400, seed=4)
+    X, y, _ = paper_data(300, seed=4)
     X_test, y_test, _ = paper_data(2000, seed=5)
     reference = svc_score(X, y, X_test, y_test)
     fits = [
@@ -331,7 +331,7 @@ def test_ledger_matches_the_protocol(synthetic, federated):
 
 
 def test_centralized_ledger_and_given_widths(synthetic):
-    X, y, _, _, _ = synthetic
+    X, y = synthetic[0][:200], synthetic[1][:200]
     n, d = X.shape
     clf = FederatedRKHSClassifier(widths=[0.1, 0.3], random_state=0).fit(X, y)
     # No data-scale round when the widths are given; one client sends all.
@@ -352,7 +352,7 @@ def test_widths_from_the_federated_data_scale(synthetic, centralized, federated)
 # Invariances and API
 
 
-@settings(max_examples=4, deadline=None)
+@settings(max_examples=3, deadline=None)
 @given(st.permutations(range(4)), st.sampled_from(["str", "int"]))
 def test_client_relabelling_invariance(synthetic, federated, perm, kind):
     X, y, partitions, X_test, _ = synthetic
@@ -378,6 +378,7 @@ def test_string_labels_and_integer_labels_agree(synthetic, federated):
 
 def test_float32_in_float32_out(synthetic):
     X, y, _, X_test, _ = synthetic
+    X, y = X[:200], y[:200]
     clf = FederatedRKHSClassifier(random_state=0).fit(X.astype(np.float32), y)
     assert clf.decision_function(X_test.astype(np.float32)).dtype == np.float32
     assert clf.kernel_centers_.dtype == np.float32
@@ -420,7 +421,7 @@ def test_not_converged_warns():
 
 
 def test_hard_margin_on_separable_data():
-    X, y, _ = paper_data(200, noise=0.0, seed=10)
+    X, y, _ = paper_data(120, noise=0.0, seed=10)
     clf = FederatedRKHSClassifier(C=np.inf, random_state=0).fit(X, y)
     assert clf.score(X, y) >= 0.98
 
@@ -437,6 +438,7 @@ def test_one_class_raises():
 
 def test_client_with_one_class_only_solves_without_bias(synthetic, centralized):
     X, y, _, X_test, y_test = synthetic
+    X, y = X[:300], y[:300]
     # Client 0 holds only class 0, client 1 only class 1, client 2 a mix.
     partitions = np.where(y == 0, 0, 1)
     partitions[::5] = 2
@@ -449,6 +451,7 @@ def test_client_with_one_class_only_solves_without_bias(synthetic, centralized):
 
 def test_client_with_one_sample(synthetic):
     X, y, _, X_test, y_test = synthetic
+    X, y = X[:300], y[:300]
     partitions = np.ones(len(y), dtype=int)
     partitions[0] = 0
     clf = FederatedRKHSClassifier(random_state=0).fit(X, y, partitions=partitions)
