@@ -582,3 +582,13 @@ def test_all_zero_data_in_feature_space():
             2, kernel="poly", n_representatives=5, random_state=0
         ).fit(X, partitions=3)
     assert est.approximation_error_ == pytest.approx(0, abs=1e-9)
+
+
+def test_verbose_reports_each_round(capsys):
+    X = np.random.RandomState(0).normal(size=(60, 3))
+    DistributedKernelPCA(2, n_representatives=10, verbose=1, random_state=0).fit(
+        X, partitions=2
+    )
+    err = capsys.readouterr().err
+    for name in ("median sample", "embedding", "leverage scores", "disLR", "error"):
+        assert f"'{name}'" in err
