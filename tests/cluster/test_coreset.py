@@ -414,6 +414,7 @@ def test_invariant_to_client_names_and_sample_order(
     assert km2.communication_.upload_floats == km.communication_.upload_floats
 
 
+@pytest.mark.slow  # starts a loky pool
 def test_backend_and_n_jobs_do_not_change_the_model(blobs):
     X, _ = blobs
     partitions = np.arange(X.shape[0]) % 4
