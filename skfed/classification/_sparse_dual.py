@@ -707,8 +707,10 @@ def dense_dual(Phi, y, *, beta, epsilon, upper, bias, max_iter, tol):
     c_svc = upper / (beta * margin) if np.isfinite(upper) else _HARD_MARGIN_C
     Phi64 = np.asarray(Phi, dtype=np.float64)
     if Phi.shape[1] > n:
+        # More atoms than samples: libsvm reads the n × n Gram matrix, formed
+        # in Φ's precision (float32 halves the dominant n² · n_atoms cost).
         svc = SVC(kernel="precomputed", C=c_svc, tol=tol, max_iter=_SMO_MAX_ITER)
-        features = Phi64 @ Phi64.T
+        features = (Phi @ Phi.T).astype(np.float64)
     else:
         svc = SVC(kernel="linear", C=c_svc, tol=tol, max_iter=_SMO_MAX_ITER)
         features = Phi64

@@ -282,6 +282,38 @@ def test_support_is_the_samples_with_positive_dual(centralized, synthetic):
     assert np.mean(ypm[outside] * f[outside] >= 1 - 1e-2) > 0.99
 
 
+def test_exact_refinement_leaves_only_samples_meeting_the_constraints(synthetic):
+    """With ρ = 1, early-stopped refinement certifies Proposition 2's premise:
+    every sample the server never saw meets y f(x) ≥ 1 - ε for the final
+    model, so it would have λ = 0 there."""
+    X, y, partitions, _, _ = synthetic
+    clf = FederatedRKHSClassifier(
+        refinement_margin=1.0, refinement_rounds=10, random_state=0
+    ).fit(X, y, partitions=partitions)
+    assert clf.n_refinement_rounds_ < 10
+    sent = np.concatenate(list(clf.sent_samples_.values()))
+    unsent = np.setdiff1d(np.arange(len(y)), sent)
+    ypm = np.where(y == clf.classes_[1], 1.0, -1.0)
+    margins = ypm[unsent] * clf.decision_function(X[unsent])
+    assert len(unsent) > 0 and np.all(margins >= 1 - 1e-4)
+
+
+def test_one_shot_protocol(synthetic, federated):
+    X, y, partitions, X_test, y_test = synthetic
+    clf = FederatedRKHSClassifier(refinement_rounds=0, random_state=0)
+    clf.fit(X, y, partitions=partitions)
+    assert clf.n_refinement_rounds_ == 0
+    assert set(clf.communication_.floats_by_name()) == {
+        "data scale",
+        "critical samples",
+    }
+    for cid, idx in clf.sent_samples_.items():
+        np.testing.assert_array_equal(idx, clf.critical_samples_[cid])
+    # The paper's one-shot protocol works but refinement is what brings the
+    # federated model to the centralized one (see refinement_rounds).
+    assert 0.7 < clf.score(X_test, y_test) < federated.score(X_test, y_test)
+
+
 # --------------------------------------------------------------------------
 # Communication
 
