@@ -195,9 +195,9 @@ class DistributedKernelPCA(
     ====================  ======================  ========================
     median sample [1]_    2 (seed, quota s_m)     s_m · min(d, 64) [1]_
     embedding             2 (seed, γ)             t · min(n_m, p)
-    leverage scores       t² (Z)                  1 (Σ ℓ)
+    leverage scores       t² (Z)                  1 + min(m₁, n_m) [5]_
     leverage sample       1 (quota)               quota · d (rows)
-    adaptive residuals    |P| · d + 1 (P, γ)      1 (Σ residuals)
+    adaptive residuals    |P| · d + 1 (P, γ)      1 + min(m₂, n_m) [5]_
     adaptive sample       1 (quota)               quota · d (rows)
     uniform sample [2]_   1 (quota)               quota · d (rows)
     feature mean [3]_     |Y| · d + 1 (Y, γ)      r
@@ -215,6 +215,9 @@ class DistributedKernelPCA(
        "disLR" download is the projected mean (r floats).
     .. [4] For ``lowrank_upload="local_svd"``; r · min(w, n_m) for
        ``"sketch"``.
+    .. [5] The score sum (the paper's one scalar) and the client's m
+       largest scores, with m the round's budget (m₁ = ⌈f |Y|⌉ with f =
+       ``leverage_fraction``, m₂ = |Y| − m₁): see the sampling bullet below.
 
     Privacy: RepSample uploads raw sampled rows (Y) and the server
     broadcasts them to every client; this is inherent to disKPCA. The
@@ -223,14 +226,21 @@ class DistributedKernelPCA(
 
     Choices where the paper is silent or loose:
 
-    * Sample budgets (m₁, m₂, uniform |Y|) are split over clients in
-      proportion to their score sums (or sizes) by largest-remainder
-      rounding, capped at what each client holds, instead of a multinomial
-      draw: the expected share is the same, the variance lower, and the
-      split does not depend on the clients' names or order. Clients draw
-      without replacement, so each client's points are distinct; Y is then
-      deduplicated (equal rows held by several clients) and put in a
-      canonical order.
+    * Sampling "in proportion to the scores" s_j (leverage scores,
+      residuals) is done without replacement with inclusion probabilities
+      π_j = min(1, c s_j), Σ π_j = m: a point whose share exceeds one draw
+      is taken once instead of absorbing several draws. Each client sends
+      its score sum and its m largest scores, from which the server finds c
+      and each client's expected count (the paper's split ∝ score sums gave
+      a client holding one dominant point almost all draws, spent on its
+      small points, and missed large points on other clients: error ratio
+      1.35 instead of 1.00 on sparse data with 50 clients). Budgets are
+      split by largest-remainder rounding of the expected counts (uniform
+      sampling: of the client sizes), capped at what each client holds, not
+      by a multinomial draw: lower variance, and the split does not depend
+      on the clients' names or order. Clients draw by systematic sampling;
+      Y is then deduplicated (equal rows held by several clients) and put
+      in a canonical order.
     * Every client indexes its rows in a canonical order (by a hash of their
       values) before drawing or sketching, so the model depends on the data
       each client holds, not on row order or client ids.
@@ -506,32 +516,31 @@ class DistributedKernelPCA(
             (seed, spec["gamma"]),
         )
         Z = _leverage_basis(sketches, self.embedding_dim)
-        sums = fed.run_round("leverage scores", _leverage_step, Z)
         sizes = fed.client_sizes
         m1 = int(np.ceil(self.leverage_fraction * n_rep))
+        m2 = n_rep - m1
+        summaries = fed.run_round(
+            "leverage scores", partial(_leverage_step, budget=m1), Z
+        )
         P = None
         if m1 > 0:
-            quota = allocate_quota(m1, sums, sizes)
+            quota = _inclusion_quota(summaries, m1, sizes)
             rows = fed.run_round(
                 "leverage sample",
                 partial(_sample_step, scores_key="kpca_scores", stream=1),
                 messages=[int(s) for s in quota],
             )
             P = _unique_rows(_stack_rows(rows))
-        m2 = n_rep - m1
         if m2 == 0:
             return P
-        sums = fed.run_round(
-            "adaptive residuals", partial(_residual_step, spec=spec), (P, spec["gamma"])
+        summaries = fed.run_round(
+            "adaptive residuals",
+            partial(_residual_step, spec=spec, budget=m2),
+            (P, spec["gamma"]),
         )
         # Points already taken have zero residual, so they cannot be drawn
-        # again; the caps keep quotas within what is left on each client.
-        taken = (
-            np.zeros(len(sizes), dtype=np.intp)
-            if P is None
-            else np.asarray([int(s) for s in quota])
-        )
-        quota2 = allocate_quota(m2, sums, sizes - taken)
+        # again and count for nothing in the expected shares.
+        quota2 = _inclusion_quota(summaries, m2, sizes)
         rows = fed.run_round(
             "adaptive sample",
             partial(_sample_step, scores_key="kpca_scores", stream=2),
@@ -781,8 +790,9 @@ def _embedding_step(
     return state, sketch_columns(Et.T, sketch_size, client.random_state(10))
 
 
-def _leverage_step(client, state, Z):
-    """disLS, worker part 2: ℓ_j = ‖Z⁻ᵀ E_{:,j}‖², upload Σ_j ℓ_j."""
+def _leverage_step(client, state, Z, *, budget):
+    """disLS, worker part 2: ℓ_j = ‖Z⁻ᵀ E_{:,j}‖²; upload Σ_j ℓ_j and the
+    ``budget`` largest scores (see :func:`_score_summary`)."""
     state = dict(state)
     Et = state.pop("kpca_embedding")
     diag = np.abs(np.diag(Z))
@@ -795,12 +805,52 @@ def _leverage_step(client, state, Z):
         keep = s > 1e-10 * s.max() if s.size and s.max() > 0 else s > np.inf
         scores = np.sum((Et @ Vt[keep].T / s[keep]) ** 2, axis=1)
     state["kpca_scores"] = scores
-    return state, float(scores.sum())
+    return state, _score_summary(scores, budget)
+
+
+def _score_summary(scores, budget):
+    """(Σ_j s_j, the min(budget, n_m) largest s_j): enough for the server to
+    find which points every draw would take anyway (π_j = 1 below)."""
+    top = np.sort(scores)[::-1][:budget]
+    return float(scores.sum()), np.ascontiguousarray(top)
+
+
+def _inclusion_probabilities(scores, size):
+    """π_j = min(1, c s_j) with Σ_j π_j = size: sampling without replacement
+    "in proportion to s", where points whose share would exceed one draw
+    are taken for sure instead of wasting draws on them."""
+    pi = np.zeros(scores.shape[0])
+    positive = scores > 0
+    if size >= np.count_nonzero(positive):
+        pi[positive] = 1.0
+        return pi
+    c = _saturation_scale(np.sort(scores[positive])[::-1], scores.sum(), size)
+    return np.minimum(1.0, c * scores)
+
+
+def _saturation_scale(top, total, size):
+    """c with Σ_j min(1, c s_j) = size, from the largest scores ``top``
+    (sorted decreasingly) and the sum of all scores. Every saturated score is
+    among the ``size`` largest, so ``top`` needs no more than that."""
+    head = np.concatenate([[0.0], np.cumsum(top)])
+    c = 0.0
+    for n_sat in range(min(size, top.shape[0]) + 1):
+        # The points counted as saturated must stay so, also when rounding
+        # leaves (almost) nothing for the others.
+        floor = 1.0 / top[n_sat - 1] if n_sat else 0.0
+        rest = total - head[n_sat]
+        if rest <= 0:
+            return floor
+        c = max((size - n_sat) / rest, floor)
+        if n_sat == top.shape[0] or top[n_sat] * c < 1:
+            return c
+    return c
 
 
 def _sample_step(client, state, quota, *, scores_key, stream):
     """RepSample, worker part: draw ``quota`` rows without replacement,
-    uniformly or in proportion to the stored scores, and upload them.
+    uniformly or with inclusion probabilities min(1, c s_j) from the stored
+    scores s, and upload them.
 
     Fewer rows are sent when fewer rows have a positive score (e.g. every
     point already lies in the span of P).
@@ -812,13 +862,15 @@ def _sample_step(client, state, quota, *, scores_key, stream):
         idx = rng.choice(n, size=min(int(quota), n), replace=False)
     else:
         scores = state[scores_key]
-        positive = np.count_nonzero(scores > 0)
-        size = min(int(quota), positive)
-        idx = (
-            rng.choice(n, size=size, replace=False, p=scores / scores.sum())
-            if size
-            else np.zeros(0, dtype=np.intp)
-        )
+        size = min(int(quota), np.count_nonzero(scores > 0))
+        idx = np.zeros(0, dtype=np.intp)
+        if size:
+            # Systematic sampling: exactly ``size`` distinct points, point j
+            # included with probability π_j.
+            cum = np.cumsum(_inclusion_probabilities(scores, size))
+            cum *= size / cum[-1]
+            idx = np.searchsorted(cum, rng.uniform() + np.arange(size), side="right")
+            idx = np.unique(np.minimum(idx, n - 1))
         scores = scores.copy()
         scores[idx] = 0.0  # taken: not drawn again by a later round
         state[scores_key] = scores
@@ -826,9 +878,10 @@ def _sample_step(client, state, quota, *, scores_key, stream):
     return state, rows
 
 
-def _residual_step(client, state, message, *, spec):
+def _residual_step(client, state, message, *, spec, budget):
     """RepSample, adaptive part: d_j = κ(a_j, a_j) − ‖R_Pᵀ k_P(a_j)‖², the
-    squared feature-space distance of a_j to span φ(P); upload Σ_j d_j."""
+    squared feature-space distance of a_j to span φ(P); upload Σ_j d_j and
+    the ``budget`` largest d_j."""
     P, gamma = message
     spec = dict(spec, gamma=gamma)
     X = client.X
@@ -845,7 +898,7 @@ def _residual_step(client, state, message, *, spec):
     resid[resid <= _RESIDUAL_RTOL * diag] = 0.0
     state = dict(state or {})
     state["kpca_scores"] = resid[_row_order(client, state)]
-    return state, float(resid.sum())
+    return state, _score_summary(resid, budget)
 
 
 def _project_step(client, state, message, *, spec, upload, local_rank, sketch_width):
@@ -962,6 +1015,31 @@ def _lowrank_solve(factors, n_components):
     U, s, _ = np.linalg.svd(stacked, full_matrices=False)
     rank = int(np.sum(s > _EIG_RTOL * s[0])) if s.size and s[0] > 0 else 0
     return U[:, : min(n_components, rank)]
+
+
+def _inclusion_quota(summaries, total, sizes):
+    """RepSample, master: split ``total`` draws over clients by the expected
+    number of points each would contribute when every point j is drawn with
+    probability min(1, c s_j), Σ_j min(1, c s_j) = total over all clients.
+
+    A proportional split of the score sums would give a client holding one
+    dominant point nearly every draw, which it can only spend on its small
+    points (draws are without replacement), while large points elsewhere go
+    unsampled.
+    """
+    sums = np.array([s for s, _ in summaries])
+    tops = [np.asarray(t) for _, t in summaries]
+    pooled = np.sort(np.concatenate(tops))[::-1]
+    c = _saturation_scale(pooled, sums.sum(), total) if sums.sum() > 0 else 0.0
+    expected = np.empty(len(summaries))
+    for m, (sum_m, top) in enumerate(summaries):
+        top = np.asarray(top)
+        saturated = top * c >= 1
+        expected[m] = saturated.sum() + c * (sum_m - top[saturated].sum())
+    # A client cannot contribute more points than it has with positive score,
+    # and its expected count never exceeds that number.
+    caps = np.minimum(sizes, np.ceil(expected - 1e-9)).astype(np.intp)
+    return allocate_quota(total, expected, caps)
 
 
 def _error_totals(stats):

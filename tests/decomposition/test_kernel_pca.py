@@ -23,6 +23,7 @@ from sklearn.model_selection import GroupKFold, cross_validate
 from sklearn.pipeline import Pipeline
 from threadpoolctl import threadpool_limits
 
+import skfed.decomposition._kernel_pca as kpca_module
 from skfed import DistributedKernelPCA
 from skfed.kernel import allocate_quota
 from skfed.partition import power_law
@@ -273,10 +274,10 @@ def test_ledger_matches_per_round_formulas(upload):
         ("embedding", "download"): [2] * 6,
         ("embedding", "upload"): [t * min(s, p) for s in sizes],
         ("leverage scores", "download"): [t * t] * 6,
-        ("leverage scores", "upload"): [1] * 6,
+        ("leverage scores", "upload"): [1 + min(m1, s) for s in sizes],
         ("leverage sample", "download"): [1] * 6,
         ("adaptive residuals", "download"): [m1 * d + 1] * 6,
-        ("adaptive residuals", "upload"): [1] * 6,
+        ("adaptive residuals", "upload"): [1 + min(n_rep - m1, s) for s in sizes],
         ("adaptive sample", "download"): [1] * 6,
         ("disLR", "download"): [n_y * d + 1] * 6,
         ("disLR", "upload"): [
@@ -592,3 +593,79 @@ def test_verbose_reports_each_round(capsys):
     err = capsys.readouterr().err
     for name in ("median sample", "embedding", "leverage scores", "disLR", "error"):
         assert f"'{name}'" in err
+
+
+# ---------------------------------------------------------------------------
+# RepSample's inclusion probabilities
+
+
+class _FakeClient:
+    def __init__(self, X, seed):
+        self.X, self.n_samples, self._seed = X, X.shape[0], seed
+
+    def random_state(self, *keys):
+        return np.random.RandomState([self._seed, *keys])
+
+
+def test_systematic_draws_have_the_inclusion_probabilities():
+    scores = np.array([50.0, 1.0, 2.0, 0.0, 3.0, 1.0, 4.0, 0.5])
+    pi = kpca_module._inclusion_probabilities(scores, 3)
+    assert pi.sum() == pytest.approx(3)
+    assert pi[0] == 1 and pi[3] == 0
+    # Unsaturated points keep the proportions of their scores.
+    positive = scores > 0
+    positive[0] = False
+    assert_allclose(pi[positive] / scores[positive], pi[1] / scores[1])
+    X = np.arange(8.0)[:, None]
+    counts = np.zeros(8)
+    for seed in range(1500):
+        client = _FakeClient(X, seed)
+        state = {"kpca_scores": scores, "kpca_order": np.arange(8)}
+        _, rows = kpca_module._sample_step(
+            client, state, 3, scores_key="kpca_scores", stream=0
+        )
+        assert rows.shape[0] == 3
+        counts[rows[:, 0].astype(int)] += 1
+    assert_allclose(counts / 1500, pi, atol=0.05)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    # Scores within a dynamic range of 1e6 (scores below the rounding of
+    # their sum cannot be told from zero).
+    st.lists(st.one_of(st.just(0.0), st.floats(1e-3, 1e3)), min_size=2, max_size=40),
+    st.integers(1, 10),
+    st.integers(2, 5),
+)
+def test_server_quota_matches_pooled_inclusion_probabilities(scores, total, n_clients):
+    scores = np.array(scores)
+    clients = np.arange(len(scores)) % n_clients
+    summaries = [
+        kpca_module._score_summary(scores[clients == m], total)
+        for m in range(n_clients)
+    ]
+    sizes = np.bincount(clients, minlength=n_clients)
+    quota = kpca_module._inclusion_quota(summaries, total, sizes)
+    pi = kpca_module._inclusion_probabilities(scores, total)
+    expected = np.bincount(clients, weights=pi, minlength=n_clients)
+    assert quota.sum() == min(total, np.count_nonzero(scores > 0))
+    assert np.all(np.abs(quota - expected) < 1 + 1e-6)
+
+
+def test_many_clients_still_find_the_dominant_rows(varying_norms):
+    X, gamma = varying_norms
+    k = 5
+    parts = power_law(X.shape[0], 40, random_state=0)
+    K = polynomial_kernel(X, gamma=gamma, degree=3, coef0=1.0)
+    opt, _ = optimum(K, k)
+    for seed in range(2):
+        est = DistributedKernelPCA(
+            k,
+            kernel="poly",
+            degree=3,
+            gamma=gamma,
+            n_representatives=40,
+            random_state=seed,
+        ).fit(X, partitions=parts)
+        assert est.n_clients_ == 40
+        assert est.approximation_error_ / opt < 1.1
