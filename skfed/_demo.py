@@ -334,8 +334,11 @@ def plot(rows, path):
     plt.close(fig)
 
 
-def run(args, out=sys.stdout, progress=sys.stderr):
+def run(args, out=None, progress=None):
     """Run the chosen estimators and print the table; return the rows."""
+    # Looked up at call time so that redirected streams are honoured.
+    out = sys.stdout if out is None else out
+    progress = sys.stderr if progress is None else progress
     names = args.estimators or list(ESTIMATORS)
     rows = []
     for i, name in enumerate(names, start=1):
