@@ -558,7 +558,15 @@ def _server_widths(uploads, n_widths):
 
     ``gamma_from_moments`` gives 1 / (2 · mean squared distance).
     """
-    rms = np.sqrt(0.5 / gamma_from_moments(uploads))
+    try:
+        rms = np.sqrt(0.5 / gamma_from_moments(uploads))
+    except ValueError as exc:
+        # The shared message speaks of ``gamma``; here the knob is ``widths``.
+        raise ValueError(
+            "All samples are identical, so the data scale that an int "
+            "``widths`` derives the kernel widths from is zero; pass widths "
+            "as a list of positive floats or check the data."
+        ) from exc
     return rms * np.geomspace(*_WIDTH_RANGE, num=n_widths)
 
 
