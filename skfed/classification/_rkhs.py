@@ -166,7 +166,12 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         1 − n_samples_sent_ / n_samples: the share of samples that stayed on
         the clients (0 with one client, which sends everything).
     dual_objective_ : list of ndarray
-        Sparse dual value D(λ) at every ascent iteration, per problem.
+        Sparse dual value D(λ) at every ascent iteration, per problem (of
+        the server's last solve).
+    primal_objective_ : list of ndarray
+        Best sparse primal value P = γ·n_kernels + (1 − γ)/2 ‖α‖² + C Σ
+        hinge over the supports visited, per step and problem ("active-set"
+        only; empty otherwise). P − D bounds the suboptimality of the model.
     n_iter_ : int
         Largest number of ascent iterations over the problems.
     n_clients_ : int
@@ -372,6 +377,7 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         self.n_samples_sent_ = int(len(pool_index))
         self.communication_reduction_ = 1.0 - self.n_samples_sent_ / X.shape[0]
         self.dual_objective_ = model["traces"]
+        self.primal_objective_ = model["primal_traces"]
         self.n_iter_ = int(max(model["n_iter"]))
         self.communication_ = fed.log
         if not all(model["converged"]):
@@ -615,6 +621,7 @@ def _server_solve(
     dictionary = AtomDictionary(X, X, widths)
     beta = 1.0 - gamma
     selected, fits, traces, n_iter, converged = [], [], [], [], []
+    primal_traces = []
     lam = np.zeros((len(y_code), n_problems))
     support = np.zeros(len(y_code), dtype=bool)
     for p in range(n_problems):
@@ -670,6 +677,7 @@ def _server_solve(
         selected.append(atoms)
         fits.append(fit)
         traces.append(sparse["trace"])
+        primal_traces.append(sparse.get("primal_trace", np.empty(0)))
         n_iter.append(sparse["n_iter"])
         converged.append(sparse["converged"] and fit["converged"])
     # Drop atoms the refit left at zero, then merge the problems' atoms.
@@ -687,6 +695,7 @@ def _server_solve(
         "support": np.flatnonzero(support),
         "lam": lam,
         "traces": traces,
+        "primal_traces": primal_traces,
         "n_iter": n_iter,
         "converged": converged,
     }

@@ -709,21 +709,24 @@ def dense_dual(Phi, y, *, beta, epsilon, upper, bias, max_iter, tol):
             "converged": True,
         }
     c_svc = upper / (beta * margin) if np.isfinite(upper) else _HARD_MARGIN_C
-    Phi64 = np.asarray(Phi, dtype=np.float64)
     if Phi.shape[1] > n:
         # More atoms than samples: libsvm reads the n × n Gram matrix, formed
-        # in Φ's precision (float32 halves the dominant n² · n_atoms cost).
+        # in Φ's precision (float32 halves the dominant n² · n_atoms cost and
+        # no float64 copy of Φ is made).
         svc = SVC(kernel="precomputed", C=c_svc, tol=tol, max_iter=_SMO_MAX_ITER)
         features = (Phi @ Phi.T).astype(np.float64)
     else:
         svc = SVC(kernel="linear", C=c_svc, tol=tol, max_iter=_SMO_MAX_ITER)
-        features = Phi64
+        features = np.asarray(Phi, dtype=np.float64)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ConvergenceWarning)
         svc.fit(features, y)
     lam = np.zeros(n)
     lam[svc.support_] = beta * margin * np.abs(svc.dual_coef_[0])
-    coef = Phi64.T @ (y * lam) / beta
+    support = svc.support_
+    coef = (Phi[support].T @ (y * lam)[support].astype(Phi.dtype)).astype(
+        np.float64
+    ) / beta
     return {
         "lam": lam,
         "coef": coef,

@@ -432,11 +432,26 @@ def test_predict_proba_is_not_offered(centralized):
     assert not hasattr(centralized, "predict_proba")
 
 
-def test_dual_objective_and_iterations_are_reported(centralized):
+def test_dual_objective_and_iterations_are_reported(centralized, synthetic):
     (trace,) = centralized.dual_objective_
-    assert centralized.n_iter_ == len(trace) - 1 or centralized.n_iter_ >= 1
-    # The active-set ascent never lowers the dual.
+    (primal,) = centralized.primal_objective_
+    assert centralized.n_iter_ == len(primal) >= len(trace) - 1 >= 1
+    # The active-set ascent never lowers the dual; the best primal never
+    # rises, and weak duality holds: D ≤ P.
     assert np.all(np.diff(trace) >= -1e-8 * np.abs(trace[1:]))
+    assert np.all(np.diff(primal) <= 0)
+    assert trace.max() <= primal[-1] * (1 + 1e-6)
+    # P is the objective of the returned model.
+    clf = centralized
+    X, y = synthetic[:2]
+    ypm = np.where(y == clf.classes_[1], 1.0, -1.0)
+    coef = clf.kernel_coef_[0]
+    value = (
+        clf.sparsity * clf.n_kernels_
+        + 0.5 * (1 - clf.sparsity) * coef @ coef
+        + clf.C * np.maximum(1 - ypm * clf.decision_function(X), 0).sum()
+    )
+    assert value == pytest.approx(primal[-1], rel=1e-4)
 
 
 @pytest.mark.parametrize("solver", ["fista", "ascent"])
