@@ -41,6 +41,8 @@ __all__ = ["FederatedKernelKMeans"]
 _SEED_MAX = np.iinfo(np.int32).max
 # Rows per block when clients or predict map many points to many features.
 _CHUNK = 4096
+# Eigenvalues below this fraction of the largest are numerically zero.
+_ROUNDOFF = 1e-10
 
 
 class FederatedKernelKMeans(FederatedMixin, ClusterMixin, BaseEstimator):
@@ -519,7 +521,7 @@ class FederatedKernelKMeans(FederatedMixin, ClusterMixin, BaseEstimator):
             mu, U = res.eigenvalues, res.eigenvectors
             if lam is None:
                 lam = default_threshold(mu, k)
-            keep = mu > eta * lam
+            keep = _above(mu, eta * lam)
             ranks.append(B.shape[1])
             steps.append(res.n_iter)
             U = U[:, keep]
@@ -758,9 +760,19 @@ def soft_threshold(mu, V, shift):
     to form U and B_{t+1}: the kept eigenvectors divided by √μ_i, the shrunk
     scales √(μ_i − η_t λ), and the kept μ.
     """
-    keep = mu > shift
+    keep = _above(mu, shift)
     mu, V = mu[keep], V[:, keep]
     return V / np.sqrt(mu), np.sqrt(mu - shift), mu
+
+
+def _above(mu, shift):
+    """Server: which eigenvalues exceed the shift and are not roundoff.
+
+    With λ = 0 (e.g. a rank-one kernel) eigenvalues of order 1e-16 would
+    otherwise pass as signal.
+    """
+    floor = _ROUNDOFF * max(float(np.max(mu, initial=0.0)), 0.0)
+    return mu > max(shift, floor)
 
 
 def _converged(history, s, tol):
