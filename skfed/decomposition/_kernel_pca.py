@@ -94,9 +94,10 @@ class DistributedKernelPCA(
         κ. "rbf" exp(−γ‖x − y‖²) and "laplacian" exp(−γ‖x − y‖₁) use random
         Fourier features in disLS, "poly" (γ xᵀy + c)^q uses a TensorSketch,
         "linear" xᵀy uses the data itself. The solve and ``transform`` always
-        use the exact kernel. Sigmoid and cosine kernels have no
-        random-feature expansion with a subspace-embedding guarantee, so they
-        are not offered.
+        use the exact kernel. Not offered: "sigmoid" is not positive
+        semi-definite (no feature space to do PCA in), "cosine" is "linear"
+        on normalised rows (use ``Normalizer`` first), and the paper's
+        arc-cosine kernel is left for later.
     gamma : float, default=None
         γ. None: for "rbf" and "laplacian" the paper's median heuristic,
         σ = ``median_factor`` × the median pairwise distance (Euclidean for
