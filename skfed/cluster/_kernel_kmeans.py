@@ -102,7 +102,10 @@ class FederatedKernelKMeans(FederatedMixin, ClusterMixin, BaseEstimator):
         so reaching ``max_iter`` is normal and raises no warning.
     threshold : float, default=None
         λ, the soft threshold of the proximal step. ``None`` sets it to the
-        (k+2)-th largest eigenvalue of G at t = 1, as in the paper.
+        (k+2)-th largest eigenvalue of G at t = 1, as in the paper. Only
+        eigenpairs above λ survive, so with ``n_components > n_clusters + 1``
+        the embedding may end with fewer than s columns (a
+        ``ConvergenceWarning`` says so); pass a lower λ in that case.
     step_size : {"1/t", "2/(t+1)"}, default="1/t"
         η_t, the learning-rate rule; both give η_1 = 1 and 0 < η_t ≤ 1.
     use_cem : bool, default=True
