@@ -112,6 +112,8 @@ class ClientData:
         The client's samples.
     y : ndarray of shape (n_m,) or None
         The client's targets.
+    sample_weight : ndarray of shape (n_m,) or None
+        The client's sample weights.
     sample_indices : ndarray of int
         Positions of the client's samples in the training data (bookkeeping
         of the simulation, used to reassemble per-sample local outputs).
@@ -119,10 +121,11 @@ class ClientData:
         Seed material for the client's random streams.
     """
 
-    def __init__(self, client_id, X, y, sample_indices, entropy):
+    def __init__(self, client_id, X, y, sample_indices, entropy, sample_weight=None):
         self.client_id = client_id
         self.X = X
         self.y = y
+        self.sample_weight = sample_weight
         self.sample_indices = sample_indices
         self.entropy = tuple(int(e) for e in entropy)
 
@@ -220,14 +223,24 @@ class Federation:
 
     @classmethod
     def from_arrays(
-        cls, X, y, partitioning, *, random_state, n_jobs=None, verbose=0, log=None
+        cls,
+        X,
+        y,
+        partitioning,
+        *,
+        random_state,
+        sample_weight=None,
+        n_jobs=None,
+        verbose=0,
+        log=None,
     ):
-        """Cut ``X`` (and ``y``) into clients, once.
+        """Cut ``X`` (and ``y``, ``sample_weight``) into clients, once.
 
         Parameters
         ----------
         X : {ndarray, sparse matrix} of shape (n_samples, n_features)
         y : ndarray of shape (n_samples,) or None
+        sample_weight : ndarray of shape (n_samples,), default=None
         partitioning : Partitioning
             From :func:`skfed._validation.check_partitions`.
         random_state : int or RandomState
@@ -249,6 +262,7 @@ class Federation:
                     None if y is None else y[idx],
                     idx,
                     (base, fp & 0xFFFFFFFF, fp >> 32),
+                    sample_weight=None if sample_weight is None else sample_weight[idx],
                 )
             )
         return cls(clients, n_jobs=n_jobs, verbose=verbose, log=log)
@@ -452,7 +466,17 @@ class FederatedMixin:
     __metadata_request__fit = {"partitions": True}
     __metadata_request__partial_fit = {"partitions": True}
 
-    def _federation(self, X, y, partitions, *, random_state, min_samples=1, log=None):
+    def _federation(
+        self,
+        X,
+        y,
+        partitions,
+        *,
+        random_state,
+        sample_weight=None,
+        min_samples=1,
+        log=None,
+    ):
         """Validate ``partitions`` and open the simulated network.
 
         Parameters
@@ -463,6 +487,9 @@ class FederatedMixin:
         random_state : RandomState
             The fit's generator: used for an int ``partitions`` and to seed
             the clients.
+        sample_weight : validated array or None, default=None
+            Cut with the data; each client sees its own as
+            ``client.sample_weight``.
         min_samples : int, default=1
             Smallest client size the estimator accepts.
         log : CommunicationLog, default=None
@@ -484,6 +511,7 @@ class FederatedMixin:
             y,
             partitioning,
             random_state=random_state,
+            sample_weight=sample_weight,
             n_jobs=getattr(self, "n_jobs", None),
             verbose=getattr(self, "verbose", 0),
             log=log,

@@ -167,3 +167,16 @@ def test_clients_hold_copies_cut_once(data):
     assert not np.shares_memory(client.X, X)
     np.testing.assert_array_equal(client.X, X[ids == 0])
     np.testing.assert_array_equal(fed.client_sizes, np.bincount(ids))
+
+
+def test_sample_weight_is_cut_with_the_data(data):
+    X, ids = data
+    w = np.arange(len(ids), dtype=float)
+    p = check_partitions(ids, X.shape[0])
+    fed = Federation.from_arrays(X, None, p, random_state=0, sample_weight=w)
+    for cid in fed.client_ids:
+        np.testing.assert_array_equal(fed._clients[cid].sample_weight, w[ids == cid])
+    assert (
+        Federation.from_arrays(X, None, p, random_state=0)._clients[0].sample_weight
+        is None
+    )

@@ -322,7 +322,9 @@ class DistributedKMeans(
         rng = check_random_state(self.random_state)
         # The federation slices its ``y`` per client; the weights ride there so
         # that each client's weights stay with its samples.
-        fed = self._federation(X, sample_weight, partitions, random_state=rng)
+        fed = self._federation(
+            X, None, partitions, random_state=rng, sample_weight=sample_weight
+        )
         with fed:
             result = federated_coreset_kmeans(
                 fed,
@@ -677,8 +679,8 @@ def client_rows(client, state):
 
 
 def client_sample_weight(client, state):
-    """Row weights carried in the client's ``y`` slot (see ``fit``)."""
-    return client.y
+    """The client's own sample weights (they never leave the client)."""
+    return client.sample_weight
 
 
 def _client_weights(client, state, weights, n_rows):
