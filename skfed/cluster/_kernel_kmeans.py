@@ -117,8 +117,11 @@ class FederatedKernelKMeans(FederatedMixin, ClusterMixin, BaseEstimator):
         one round per step. ``"gram"``: every client uploads W[m]ᵀW[m] once
         per iteration (one round; often fewer floats when Lanczos needs many
         steps). Requires ``use_cem=True``.
-    eigen_tol : float, default=1e-6
-        Relative residual tolerance of a converged Lanczos Ritz pair.
+    eigen_tol : float, default=1e-4
+        Relative residual tolerance of a converged Lanczos Ritz pair (times
+        the largest Ritz value). DSPGD's own noise dwarfs it: on digits,
+        1e-6 gave the same recovery error with about 35% more Lanczos
+        rounds, while 1e-3 raised the error.
     coreset_size : int, default=1000
         Points drawn over all clients by the final coreset k-means.
     n_init : int, default=10
@@ -235,7 +238,7 @@ class FederatedKernelKMeans(FederatedMixin, ClusterMixin, BaseEstimator):
         step_size="1/t",
         use_cem=True,
         eigen_solver="lanczos",
-        eigen_tol=1e-6,
+        eigen_tol=1e-4,
         coreset_size=1000,
         n_init=10,
         n_predict_features=1000,

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from joblib import parallel_config
 from sklearn.cluster import KMeans
-from sklearn.datasets import load_digits, make_circles, make_moons
+from sklearn.datasets import load_digits, make_blobs, make_circles, make_moons
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import adjusted_rand_score as ari
 from sklearn.metrics import normalized_mutual_info_score as nmi
@@ -337,17 +337,22 @@ def test_backends_give_the_same_model(backend):
 
 
 def test_float32_and_sparse_input():
-    X, _ = _rings(120)
-    params = {"gamma": 3.0, "n_random_features": 15, "max_iter": 4, "random_state": 0}
-    ref = FederatedKernelKMeans(2, **params).fit(X, partitions=2)
-    km32 = FederatedKernelKMeans(2, **params).fit(X.astype(np.float32), partitions=2)
+    # Well-separated blobs: the clustering is determined, so dense, sparse
+    # and float32 fits must agree on it, not only on the spectrum.
+    X, _ = make_blobs(120, centers=3, cluster_std=0.5, random_state=0)
+    params = {"n_random_features": 15, "max_iter": 4, "random_state": 0}
+    ref = FederatedKernelKMeans(3, **params).fit(X, partitions=2)
+    km32 = FederatedKernelKMeans(3, **params).fit(X.astype(np.float32), partitions=2)
     assert km32.embedding_.dtype == np.float32
     assert km32.cluster_centers_.dtype == np.float32
     np.testing.assert_allclose(km32.eigenvalues_, ref.eigenvalues_, rtol=1e-4)
-    assert km32.predict(X.astype(np.float32)).shape == (120,)
+    assert ari(km32.predict(X.astype(np.float32)), ref.predict(X)) == 1.0
 
-    kms = FederatedKernelKMeans(2, **params).fit(sp.csr_matrix(X), partitions=2)
+    kms = FederatedKernelKMeans(3, **params).fit(sp.csr_matrix(X), partitions=2)
     np.testing.assert_allclose(kms.eigenvalues_, ref.eigenvalues_, rtol=1e-8)
+    np.testing.assert_allclose(
+        np.abs(kms.embedding_), np.abs(ref.embedding_), atol=1e-10
+    )
     assert ari(kms.predict(sp.csr_matrix(X)), ref.predict(X)) == 1.0
 
 
