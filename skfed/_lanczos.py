@@ -129,7 +129,8 @@ def lanczos(
         if q == basis.shape[0]:
             basis = np.concatenate([basis, np.empty_like(basis)])[:max_iter]
         basis[q] = c
-        g = np.asarray(matvec(c), dtype=np.float64).reshape(-1)
+        # A copy: g is updated in place and must not alias the caller's data.
+        g = np.array(matvec(c), dtype=np.float64).reshape(-1)
         alpha = float(c @ g)
         g -= alpha * c
         if q:
