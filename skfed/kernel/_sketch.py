@@ -114,17 +114,20 @@ def tensor_sketch(X, hashes, n_components, *, gamma=1.0, coef0=0.0, dtype=np.flo
     root_gamma, root_coef0 = np.sqrt(gamma), np.sqrt(max(coef0, 0.0))
     if sp.issparse(X):
         X = sp.csr_matrix(X)
-        rows = np.repeat(np.arange(n_samples), np.diff(X.indptr)) * n_components
     product = None
     for buckets, signs in hashes:
         if sp.issparse(X):
-            # Scatter-add each nonzero into its bucket: O(nnz), and no sparse
-            # intermediate to densify.
-            P = np.bincount(
-                rows + buckets[X.indices],
-                weights=signs[X.indices] * X.data,
-                minlength=n_samples * n_components,
-            ).reshape(n_samples, n_components)
+            # Each nonzero moved to its bucket: a CSR matrix with the same
+            # row pointers, whose densification sums the collisions; O(nnz)
+            # with no sparse-sparse product.
+            P = sp.csr_matrix(
+                (
+                    (signs[X.indices] * X.data).astype(dtype),
+                    buckets[X.indices],
+                    X.indptr,
+                ),
+                shape=(n_samples, n_components),
+            ).toarray()
         else:
             C = count_sketch_matrix(
                 buckets[:n_features], signs[:n_features], n_components
