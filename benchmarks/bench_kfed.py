@@ -20,9 +20,10 @@ shared, so read ratios, not absolute times.
 
 Usage::
 
-    python benchmarks/bench_kfed.py [--quick] [--only a b c]
+    python benchmarks/bench_kfed.py [--quick] [--only a b c] [--out kfed.md]
 
-Writes ``benchmarks/results/kfed.md`` and PNG figures next to it.
+Writes ``benchmarks/results/kfed.md`` (or ``--out``) and PNG figures next
+to it.
 """
 
 import argparse
@@ -311,6 +312,9 @@ def main():
     parser.add_argument(
         "--only", nargs="+", choices=["a", "b", "c"], default=["a", "b", "c"]
     )
+    parser.add_argument(
+        "--out", default="kfed.md", help="name of the markdown file in results/"
+    )
     args = parser.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
     quick = args.quick
@@ -413,7 +417,7 @@ def main():
         ]
 
     out += ["", f"Total benchmark time: {time.perf_counter() - start:.0f} s."]
-    path = RESULTS / "kfed.md"
+    path = RESULTS / args.out
     path.write_text("\n".join(out) + "\n")
     print("\n".join(out))
     print(f"\nwrote {path}")
