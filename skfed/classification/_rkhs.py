@@ -3,7 +3,8 @@
 Clients solve a sparse multi-width kernel dual on their own data and send
 only their critical samples (λ > 0); the server solves the same problem on
 the pooled critical samples (ALGORITHMS.md §4, seed 004, after Peifer,
-Chamon, Paternain & Ribeiro's sparse RKHS representations).
+Chamon, Paternain & Ribeiro's sparse RKHS representations), and optional
+refinement rounds send the samples the global model violates.
 """
 
 import numbers
@@ -50,7 +51,7 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
     refitted with the γ = 0 problem (the margins of the thresholded model
     are otherwise off). Multiclass problems are solved one-vs-rest.
 
-    Federated protocol (one shot):
+    Federated protocol (steps 1-3 are the paper's one-shot protocol):
 
     1. If ``widths`` is an int, the clients send (n_m, Σx, Σ‖x‖²) so that
        the server learns the mean squared distance between samples and
@@ -114,17 +115,19 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         when the rounds stop early, every unsent sample meets the global
         constraints, so it has λ = 0 and could not change the model. Smaller
         ρ sends only samples near or beyond the boundary. On the paper's
-        synthetic set (8 clients, N = 2000 / 10000) ρ = 1 sent 43-56% of
-        the samples, ρ = 0.5 about 30% / 50%, ρ = 0.25 26% / 31% and
-        ρ = 0 (misclassified samples only) 21% / 24%, all within 0.1 point
-        of SVC's accuracy except ρ = 0 at N = 10000 (-0.4 point).
+        synthetic set with 8 clients, ρ = 1 sent 43-56% of the samples
+        (N = 250 to 4000); at N = 2000 / 10000, ρ = 0.5 sent 31% / 50%,
+        ρ = 0.25 26% / 31% and ρ = 0 (misclassified samples only)
+        21% / 24%, all within 0.1 point of SVC's accuracy except ρ = 0 at
+        N = 10000 (-0.4 point).
     max_iter : int, default=1000
         Largest number of iterations of the sparse solve (per one-vs-rest
         problem).
     tol : float, default=1e-4
-        Stopping tolerance: relative gain of D per step ("active-set") or
-        relative change of λ ("fista", "ascent"); also the tolerance of the
-        dense (γ = 0) solves.
+        Stopping tolerance: relative progress of the primal P and dual D
+        ("active-set", see ``primal_objective_``) or relative change of λ
+        ("fista", "ascent"); also the tolerance of the dense (γ = 0)
+        solves.
     random_state : int, RandomState instance or None, default=None
         Seeds the clients and the random split of an int ``partitions``.
     n_jobs : int, default=None
