@@ -14,6 +14,7 @@ The module reads top-down: the estimator, the client steps, the server steps.
 # The local Lloyd iterations reuse scikit-learn's KMeans (with an explicit
 # initialisation) and kmeans_plusplus; the projection uses randomized_svd.
 
+import contextlib
 import functools
 import hashlib
 import numbers
@@ -41,7 +42,7 @@ from sklearn.utils.validation import (
     check_is_fitted,
     validate_data,
 )
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController, threadpool_limits
 
 from .._federation import FederatedMixin
 
@@ -343,6 +344,7 @@ class KFed(
 
             self.cluster_centers_ = cluster_centers
             self._cluster_weights = cluster_weights
+            self._fitted_weighting = self.center_weighting
             self.local_centers_ = dict(zip(ids, centers))
             self.local_center_labels_ = dict(zip(ids, center_labels))
             self.failed_clients_ = dict(fed.failed_clients)
@@ -400,6 +402,14 @@ class KFed(
                 f"n_clusters={self.n_clusters} differs from the "
                 f"{self.cluster_centers_.shape[0]} clusters of the fitted model; "
                 "call fit to change the number of clusters."
+            )
+        if self.center_weighting != self._fitted_weighting:
+            # The server's running weights of the τ_r are counts of local
+            # centers or sums of sizes; they cannot be mixed.
+            raise ValueError(
+                f"center_weighting={self.center_weighting!r} differs from the "
+                f"{self._fitted_weighting!r} the model was fitted with; call "
+                "fit to change it."
             )
         rng = check_random_state(self.random_state)
         fed = self._federation(
@@ -638,6 +648,7 @@ class KFed(
             allow_raw_upload=self.allow_raw_upload,
             send_sizes=self.center_weighting == "size",
             dropout=float(self.client_dropout),
+            single_threaded=fed.n_clients > 1,
         )
         uploads = fed.run_round(name, step, tolerate=True)
 
@@ -733,6 +744,7 @@ def _local_step(
     allow_raw_upload,
     send_sizes,
     dropout,
+    single_threaded,
 ):
     """Client step of round "local centers": Algorithm 1 (local k(z)-means).
 
@@ -741,6 +753,9 @@ def _local_step(
     distinct samples uploads those samples (and their multiplicities)
     instead, or the marker ``"refused: raw rows"`` (0 floats) when
     ``allow_raw_upload`` is False. Kept: the local label of each sample.
+    With ``single_threaded`` the client's KMeans runs use one OpenMP
+    thread: the clients already run in parallel, and OpenMP teams inside
+    parallel clients oversubscribe the cores.
     """
     if dropout and client.random_state(_DROPOUT_STREAM).random_sample() < dropout:
         raise _SimulatedDropout(f"simulated dropout (client_dropout={dropout})")
@@ -763,14 +778,15 @@ def _local_step(
         centers = centers.toarray() if sp.issparse(centers) else centers.copy()
         n_iter = 0
     else:
-        centers, sorted_labels, n_iter = _awasthi_sheffet(
-            X,
-            n_local_clusters,
-            n_init=n_init,
-            max_iter=max_iter,
-            tol=tol,
-            client=client,
-        )
+        with _one_openmp_thread() if single_threaded else contextlib.nullcontext():
+            centers, sorted_labels, n_iter = _awasthi_sheffet(
+                X,
+                n_local_clusters,
+                n_init=n_init,
+                max_iter=max_iter,
+                tol=tol,
+                client=client,
+            )
     local_labels = np.empty(X.shape[0], dtype=np.intp)
     local_labels[order] = sorted_labels
 
@@ -782,6 +798,22 @@ def _local_step(
     if send_sizes:
         upload["sizes"] = np.bincount(sorted_labels, minlength=len(centers))
     return state, upload
+
+
+_THREADPOOL_CONTROLLER = None
+
+
+def _one_openmp_thread():
+    """Limit OpenMP to one thread in the calling thread only.
+
+    OpenMP's thread count is per calling thread, so unlike a BLAS limit this
+    is safe from concurrent client threads. The controller is built once:
+    inspecting the loaded libraries costs milliseconds.
+    """
+    global _THREADPOOL_CONTROLLER
+    if _THREADPOOL_CONTROLLER is None:
+        _THREADPOOL_CONTROLLER = ThreadpoolController()
+    return _THREADPOOL_CONTROLLER.limit(limits=1, user_api="openmp")
 
 
 def _induce_labels_step(client, state, message):

@@ -589,3 +589,12 @@ def test_local_centers_are_means_of_local_clusters_after_early_stop():
     assert_allclose(kfed.cluster_centers_, centroids, rtol=1e-10, atol=1e-10)
     expected = ((X - kfed.cluster_centers_[kfed.labels_]) ** 2).sum()
     assert kfed.inertia_ == pytest.approx(expected, rel=1e-10)
+
+
+def test_partial_fit_refuses_changed_settings(blobs):
+    X, _ = blobs
+    kfed = KFed(n_clusters=4, random_state=0).fit(X[:300], partitions=2)
+    with pytest.raises(ValueError, match="center_weighting='uniform' differs"):
+        kfed.set_params(center_weighting="uniform").partial_fit(X[300:])
+    with pytest.raises(ValueError, match="n_clusters=3 differs"):
+        kfed.set_params(center_weighting="size", n_clusters=3).partial_fit(X[300:])
