@@ -27,7 +27,7 @@ import traceback
 
 import numpy as np
 import scipy.sparse as sp
-from joblib import parallel_config
+from joblib import effective_n_jobs, parallel_config
 from joblib.parallel import get_active_backend
 from sklearn.utils import check_random_state
 from sklearn.utils.parallel import Parallel, delayed
@@ -220,6 +220,7 @@ class Federation:
         self.verbose = verbose
         self.log = CommunicationLog() if log is None else log
         self._parallel = None
+        self._sequential = True
 
     @classmethod
     def from_arrays(
@@ -280,6 +281,7 @@ class Federation:
                 scatter=list(self._clients.values()),
             )
             self._config.__enter__()
+        self._sequential = effective_n_jobs(self.n_jobs) == 1
         self._parallel = Parallel(n_jobs=self.n_jobs, prefer="threads")
         self._parallel.__enter__()
         # The pool above has taken the enclosing joblib configuration; the
@@ -367,13 +369,15 @@ class Federation:
                 bytes={c: b for c, (_, b) in zip(ids, down)},
                 round=rnd,
             )
-        parallel = self._parallel
-        if parallel is None:
-            parallel = Parallel(n_jobs=self.n_jobs, prefer="threads")
-        results = parallel(
-            delayed(_run_client_step)(step, self._clients[c], self._states[c], m)
-            for c, m in zip(ids, messages)
-        )
+        calls = [
+            (step, self._clients[c], self._states[c], m) for c, m in zip(ids, messages)
+        ]
+        if self._sequential:
+            # Iterative protocols (Lanczos) run thousands of tiny rounds; the
+            # pool's dispatch overhead would dominate them.
+            results = [_run_client_step(*call) for call in calls]
+        else:
+            results = self._parallel(delayed(_run_client_step)(*call) for call in calls)
         uploads, up = [], {}
         for cid, result in zip(ids, results):
             if isinstance(result, _Failure):

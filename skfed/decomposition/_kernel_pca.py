@@ -1030,17 +1030,27 @@ def _inclusion_quota(summaries, total, sizes):
     unsampled.
     """
     sums = np.array([s for s, _ in summaries])
-    tops = [np.asarray(t) for _, t in summaries]
+    tops = [np.asarray(t)[np.asarray(t) > 0] for _, t in summaries]
+    # A client's summary lists all its positive scores when it shows fewer
+    # than it was asked for (the rest are zero); otherwise it has at least
+    # as many as it showed, and at most its size.
+    n_positive = np.array(
+        [top.size if top.size < min(total, n) else n for top, n in zip(tops, sizes)],
+        dtype=np.intp,
+    )
+    if total >= n_positive.sum():
+        # Every point with a positive score is drawn (π_j = 1); zero scores
+        # never are, so the pooled scale would be infinite here.
+        return n_positive
     pooled = np.sort(np.concatenate(tops))[::-1]
-    c = _saturation_scale(pooled, sums.sum(), total) if sums.sum() > 0 else 0.0
+    c = _saturation_scale(pooled, sums.sum(), total)
     expected = np.empty(len(summaries))
-    for m, (sum_m, top) in enumerate(summaries):
-        top = np.asarray(top)
+    for m, (sum_m, top) in enumerate(zip(sums, tops)):
         saturated = top * c >= 1
         expected[m] = saturated.sum() + c * (sum_m - top[saturated].sum())
     # A client cannot contribute more points than it has with positive score,
     # and its expected count never exceeds that number.
-    caps = np.minimum(sizes, np.ceil(expected - 1e-9)).astype(np.intp)
+    caps = np.minimum(n_positive, np.ceil(expected - 1e-9)).astype(np.intp)
     return allocate_quota(total, expected, caps)
 
 
