@@ -108,10 +108,13 @@ class DistributedKernelPCA(
         q, the degree of the "poly" kernel (the paper uses 4).
     coef0 : float, default=1
         c of the "poly" kernel.
-    median_factor : float, default=0.2
-        σ / median distance for the default γ (0.2 in the paper's
-        experiments; 1.0 is the common textbook median heuristic and gives a
-        smoother kernel).
+    median_factor : float, default=1.0
+        σ / median distance for the default γ. 1.0 is the common median
+        heuristic. The paper's experiments use 0.2, which on sklearn digits
+        makes the RBF kernel nearly diagonal: the top 10 components then
+        hold under 4% of trace(K), and even an exact solve is barely better
+        than no projection at all (the error ratio of L = 0 is 1.04). With
+        1.0, |Y| = 400 captures 99.96% of the optimal rank-10 energy there.
     n_representatives : int, default=400
         |Y|, the number of representative points (before removal of
         duplicates). Must not exceed the number of samples.
@@ -310,7 +313,7 @@ class DistributedKernelPCA(
         gamma=None,
         degree=3,
         coef0=1.0,
-        median_factor=0.2,
+        median_factor=1.0,
         n_representatives=400,
         leverage_fraction=0.5,
         sampling="leverage+adaptive",

@@ -419,15 +419,20 @@ def test_float32_is_kept_and_close_to_float64(kernel):
     assert_allclose(est32.approximation_error_, est64.approximation_error_, rtol=0.02)
 
 
-@pytest.mark.parametrize("kernel, n_features", [("rbf", 20), ("rbf", 150)])
-def test_median_heuristic_gamma_matches_the_papers_rule(kernel, n_features):
+@pytest.mark.parametrize("n_features", [20, 150])
+@pytest.mark.parametrize(
+    "params, factor",
+    [({"median_factor": 0.2}, 0.2), ({}, 1.0)],
+    ids=["paper", "default"],
+)
+def test_median_heuristic_gamma_matches_the_papers_rule(n_features, params, factor):
     rng = np.random.RandomState(6)
     X = rng.normal(size=(600, n_features)) * rng.uniform(0.5, 2, n_features)
-    est = DistributedKernelPCA(2, n_representatives=10, random_state=0).fit(
+    est = DistributedKernelPCA(2, n_representatives=10, random_state=0, **params).fit(
         X, partitions=power_law(600, 4, random_state=0)
     )
     med = np.median(euclidean_distances(X)[np.triu_indices(600, 1)])
-    assert est.gamma_ == pytest.approx(1 / (2 * (0.2 * med) ** 2), rel=0.15)
+    assert est.gamma_ == pytest.approx(1 / (2 * (factor * med) ** 2), rel=0.15)
 
 
 def test_laplacian_median_heuristic_on_sparse_input(varying_norms):
