@@ -15,21 +15,29 @@ has the concave dual
 where Φ[n, a] = k_{w_a}(x_n, s_a). Its maximiser gives the hard-thresholded
 primal α_a = c_a / β if |c_a| > τ = √(2γβ), else 0.
 
-Solver choices, each from a measurement (see ``benchmarks/bench_rkhs.py``):
+Solver choices, each from a measurement (see ``benchmarks/bench_rkhs.py``,
+section 4: N = 1000, γ = 0.5):
 
 * Start from the best scalar point λ = μ·w (w balances the classes so that
   yᵀλ = 0). Along that ray D is piecewise quadratic in μ with breakpoints at
   τ / |d_a|, d = Φᵀ(y ∘ w), so it is maximised exactly by one sort. From
-  λ = 0 no atom passes the threshold and plain ascent idles for hundreds of
-  steps.
-* FISTA with step 1/L, L = σ_max(Φ)² / β (power iteration), and a
-  function-value restart: the dual is badly conditioned (wide atoms
-  dominate) and has kinks where atoms cross the threshold.
-* Column generation over atoms: the solve runs on a candidate set of atoms
-  and one pass over the whole dictionary (chunked, never stored) checks that
-  no other atom passes the threshold. Leaving out atoms that stay below τ
-  does not change D near λ, so a clean pass certifies the solution for the
-  full dictionary while the iterations touch only N × |candidates| numbers.
+  λ = 0 no atom passes the threshold and plain ascent idles.
+* Default, :func:`active_set_dual`: exact quadratic (SVM) steps on the atoms
+  above the threshold with an exact line search on D, keeping the support
+  of smallest sparse primal value. 73 steps, 1.3 s, D = 137.1 against a
+  primal P = 145.3 of the returned 22-kernel model (gap 6%).
+* :func:`solve_sparse_dual`: FISTA with step 1/L, L = σ_max(Φ)² / β (power
+  iteration), function-value restart and column generation over the atoms
+  (the solve runs on a candidate set and a chunked pass over the whole
+  dictionary checks that no other atom passes the threshold). After 3000
+  iterations (4.4 s) it had not converged: the candidate set had grown to
+  over a thousand atoms and D on the full dictionary was still negative.
+  The dual is badly conditioned (wide atoms dominate σ_max) and has kinks
+  where atoms cross the threshold.
+* The paper's fixed-step projected ascent (``accelerate=False``): after 3000
+  iterations D = 4.8 and a 2-kernel model (89% accuracy against 94%).
+* The γ = 0 problems (the clients' dense solve, the refit of a support) are
+  SVMs on the atoms' features and go to libsvm (:func:`dense_dual`).
 """
 
 import warnings
