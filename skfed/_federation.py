@@ -33,6 +33,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.parallel import Parallel, delayed
 
 from ._ledger import DOWNLOAD, UPLOAD, CommunicationLog, count_payload
+from ._rows import row_hashes
 from ._validation import check_partitions
 
 __all__ = [
@@ -76,27 +77,11 @@ class ClientValueError(ClientStepError, ValueError):
 def _fingerprint(X):
     """An order-free fingerprint of a client's rows.
 
-    Each row is hashed exactly (its bit pattern times fixed per-column odd
-    constants, summed modulo 2**64), the row hashes are sorted and the result
-    digested. Reordering rows or renaming the client does not change it.
+    The exact row hashes (:func:`skfed._rows.row_hashes`) are sorted and
+    digested with the shape and dtype. Reordering rows or renaming the
+    client does not change it.
     """
-    n_features = X.shape[1]
-    consts = np.random.RandomState(0).randint(
-        1, 2**62, size=n_features, dtype=np.int64
-    ).astype(np.uint64) | np.uint64(1)
-    width = np.uint64 if X.dtype.itemsize == 8 else np.uint32
-    if sp.issparse(X):
-        X = X.tocsr()
-        bits = np.ascontiguousarray(X.data).view(width).astype(np.uint64)
-        terms = bits * consts[X.indices]
-        row_hash = np.zeros(X.shape[0], dtype=np.uint64)
-        nonempty = np.diff(X.indptr) > 0
-        if terms.size:
-            row_hash[nonempty] = np.add.reduceat(terms, X.indptr[:-1][nonempty])
-    else:
-        bits = np.ascontiguousarray(X).view(width).astype(np.uint64)
-        row_hash = (bits * consts).sum(axis=1, dtype=np.uint64)
-    digest = hashlib.blake2b(np.sort(row_hash).tobytes(), digest_size=8)
+    digest = hashlib.blake2b(np.sort(row_hashes(X)).tobytes(), digest_size=8)
     digest.update(repr((X.shape, str(X.dtype))).encode())
     return int.from_bytes(digest.digest(), "little")
 

@@ -43,6 +43,7 @@ from sklearn.utils.validation import (
 )
 
 from .._federation import FederatedMixin
+from .._rows import canonical_row_order
 
 __all__ = [
     "CoresetKMeansResult",
@@ -166,19 +167,19 @@ class DistributedKMeans(
     n_clients_ : int
         Number of clients.
 
-    client_ids_ : ndarray of shape (n_clients_,)
+    client_ids_ : ndarray of shape (`n_clients_`,)
         The clients' ids in canonical order; the per-client diagnostics below
         are aligned with it.
 
-    coreset_sample_counts_ : ndarray of shape (n_clients_,)
+    coreset_sample_counts_ : ndarray of shape (`n_clients_`,)
         t_m, the number of points each client drew (they sum to
         ``coreset_size``, unless every local cost was 0).
 
-    coreset_client_weight_sums_ : ndarray of shape (n_clients_,)
+    coreset_client_weight_sums_ : ndarray of shape (`n_clients_`,)
         Sum of the coreset weights each client uploaded: its n_m (its total
         ``sample_weight``), up to floating-point rounding.
 
-    coreset_weights_ : ndarray of shape (coreset_size_,)
+    coreset_weights_ : ndarray of shape (`coreset_size_`,)
         The weights of the coreset the server clustered. Local centers may
         carry negative weights.
 
@@ -196,7 +197,7 @@ class DistributedKMeans(
     n_features_in_ : int
         Number of features seen during ``fit``.
 
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
         Names of features seen during ``fit``, when ``X`` has string column
         names.
 
@@ -716,7 +717,7 @@ def _local_solution_step(
     # Work on the rows in an order fixed by their values alone, so that
     # neither the client's random choices nor the rounding of its sums (and
     # hence its upload, bit for bit) depend on how its samples are stored.
-    order = _canonical_order(X, w)
+    order = canonical_row_order(X, w)
     X, w = X[order], w[order]
     x_sq = row_norms(X, squared=True)
     if n <= n_clusters:
@@ -1133,34 +1134,6 @@ def _tolerance(X, w, tol):
 def _dense_rows(X, idx):
     rows = X[np.asarray(idx)]
     return rows.toarray() if sp.issparse(rows) else np.asarray(rows)
-
-
-def _canonical_order(X, w):
-    """An order of the rows fixed by their values (and weights) alone.
-
-    Rows are sorted by an exact hash of their bit patterns, so the same
-    multiset of rows gives the same order however it is stored. Rows equal
-    in value and weight are interchangeable, so their relative order does
-    not matter.
-    """
-    n, d = X.shape
-    consts = (
-        np.random.RandomState(12345).randint(1, 2**62, size=d + 1, dtype=np.int64)
-    ).astype(np.uint64) | np.uint64(1)
-    width = np.uint64 if X.dtype.itemsize == 8 else np.uint32
-    if sp.issparse(X):
-        data = np.ascontiguousarray(X.data).view(width).astype(np.uint64)
-        terms = data * consts[X.indices]
-        row_hash = np.zeros(n, dtype=np.uint64)
-        nonempty = np.diff(X.indptr) > 0
-        if terms.size:
-            row_hash[nonempty] = np.add.reduceat(terms, X.indptr[:-1][nonempty])
-    else:
-        bits = np.ascontiguousarray(X).view(width).astype(np.uint64)
-        row_hash = (bits * consts[:d]).sum(axis=1, dtype=np.uint64)
-    w_bits = np.ascontiguousarray(w, dtype=np.float64).view(np.uint64)
-    row_hash = row_hash + w_bits * consts[d]
-    return np.argsort(row_hash, kind="stable")
 
 
 def _content_key(weights):

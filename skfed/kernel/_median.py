@@ -29,57 +29,14 @@ import scipy.sparse as sp
 from sklearn.metrics.pairwise import euclidean_distances, manhattan_distances
 from sklearn.utils import check_random_state
 
+from .._rows import canonical_row_order
+
 __all__ = [
     "allocate_quota",
     "canonical_row_order",
     "median_distance",
     "median_sample_step",
 ]
-
-_HASH_CONSTS = {}
-
-
-def canonical_row_order(X):
-    """A permutation sorting the rows of X by an exact hash of their values.
-
-    Client steps that draw rows at random index them in this order, so that
-    the draw depends on which rows a client holds, never on how they are
-    stored. Each row is hashed from its bit pattern (times fixed odd
-    constants per column, summed modulo 2**64): equal rows get equal hashes,
-    sparse and dense copies of a row too.
-
-    Parameters
-    ----------
-    X : {ndarray, sparse matrix} of shape (n_samples, n_features)
-
-    Returns
-    -------
-    order : ndarray of shape (n_samples,), dtype intp
-    """
-    n_features = X.shape[1]
-    if n_features not in _HASH_CONSTS:
-        consts = np.random.RandomState(12345).randint(
-            1, 2**62, size=n_features, dtype=np.int64
-        )
-        _HASH_CONSTS[n_features] = consts.astype(np.uint64) | np.uint64(1)
-    consts = _HASH_CONSTS[n_features]
-    # Hash float64 bits whatever the input dtype (one code path for both).
-    if sp.issparse(X):
-        X = sp.csr_matrix(X)
-        data = np.ascontiguousarray(X.data, dtype=np.float64) + 0.0
-        terms = data.view(np.uint64) * consts[X.indices]
-        hashes = np.zeros(X.shape[0], dtype=np.uint64)
-        nonempty = np.diff(X.indptr) > 0
-        if terms.size:
-            hashes[nonempty] = np.add.reduceat(terms, X.indptr[:-1][nonempty])
-    else:
-        hashes = np.empty(X.shape[0], dtype=np.uint64)
-        for start in range(0, X.shape[0], 4096):
-            block = slice(start, start + 4096)
-            # + 0.0 maps -0.0 to 0.0, whose bits are zero like an absent entry.
-            bits = (np.asarray(X[block], dtype=np.float64) + 0.0).view(np.uint64)
-            hashes[block] = (bits * consts).sum(axis=1, dtype=np.uint64)
-    return np.argsort(hashes, kind="stable")
 
 
 def allocate_quota(total, weights, caps):

@@ -1,0 +1,94 @@
+"""Exact, storage-independent identities for rows of client data.
+
+Client steps that draw rows at random, and the federation's per-client seeds,
+must depend on *which* rows a client holds, never on how they are stored
+(their order, dense or CSR, the client's name). Hashing each row exactly from
+its values gives them that.
+"""
+
+import numpy as np
+import scipy.sparse as sp
+
+__all__ = ["canonical_row_order", "row_hashes"]
+
+_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
+_BLOCK = 4096
+_CONSTANTS = {}
+
+
+def _column_constants(n_columns):
+    """Fixed odd 64-bit multipliers, identical on every client."""
+    if n_columns not in _CONSTANTS:
+        consts = np.random.RandomState(12345).randint(
+            1, 2**62, size=n_columns, dtype=np.int64
+        )
+        _CONSTANTS[n_columns] = consts.astype(np.uint64) | np.uint64(1)
+    return _CONSTANTS[n_columns]
+
+
+def _mix(bits):
+    """A bijective 64-bit mixer with _mix(0) == 0 (in place), so that nearby
+    bit patterns do not give nearby hashes."""
+    bits ^= bits >> np.uint64(31)
+    bits *= _MULTIPLIER
+    bits ^= bits >> np.uint64(29)
+    return bits
+
+
+def _bits(values):
+    # float64 bits whatever the input dtype (float32 converts exactly);
+    # + 0.0 maps -0.0 to 0.0, whose bits are zero like an absent entry.
+    values = np.asarray(values, dtype=np.float64) + 0.0
+    return _mix(np.ascontiguousarray(values).view(np.uint64).copy())
+
+
+def row_hashes(X, weights=None):
+    """An exact 64-bit hash of every row of X.
+
+    Each value's bit pattern is mixed, multiplied by a fixed odd constant of
+    its column and summed modulo 2**64. Equal rows get equal hashes, whatever
+    their position and whether X is dense or sparse; a different value in any
+    column almost surely changes the hash.
+
+    Parameters
+    ----------
+    X : {ndarray, sparse matrix} of shape (n_samples, n_features)
+    weights : ndarray of shape (n_samples,), default=None
+        Folded into the hash as one more column (rows equal in value but not
+        in weight then differ).
+
+    Returns
+    -------
+    hashes : ndarray of shape (n_samples,), dtype uint64
+    """
+    n_samples, n_features = X.shape
+    consts = _column_constants(n_features + 1)
+    with np.errstate(over="ignore"):
+        if sp.issparse(X):
+            X = sp.csr_matrix(X)
+            terms = _bits(X.data) * consts[X.indices]
+            hashes = np.zeros(n_samples, dtype=np.uint64)
+            nonempty = np.diff(X.indptr) > 0
+            if terms.size:
+                hashes[nonempty] = np.add.reduceat(terms, X.indptr[:-1][nonempty])
+        else:
+            hashes = np.empty(n_samples, dtype=np.uint64)
+            for start in range(0, n_samples, _BLOCK):
+                block = slice(start, start + _BLOCK)
+                terms = _bits(X[block]) * consts[:n_features]
+                hashes[block] = terms.sum(axis=1, dtype=np.uint64)
+        if weights is not None:
+            hashes += _bits(weights) * consts[n_features]
+    return hashes
+
+
+def canonical_row_order(X, weights=None):
+    """A permutation sorting the rows of X by :func:`row_hashes`.
+
+    Rows that tie are equal (in value and weight), hence interchangeable.
+
+    Returns
+    -------
+    order : ndarray of shape (n_samples,), dtype intp
+    """
+    return np.argsort(row_hashes(X, weights), kind="stable")
