@@ -65,13 +65,14 @@ def test_estimators_on_dask_match_the_sequential_fit(name, dask_client):
     partitions = np.arange(240) % 6
     params = INTEGRATION_CASES[name][0]
 
-    # dask workers run BLAS on one thread; so does the reference, because a
-    # multithreaded BLAS sums in another order (differences of ~1e-14).
+    # dask workers run BLAS on one thread; so do both fits in this process
+    # (the server's steps run here), because a multithreaded BLAS sums in
+    # another order (differences of ~1e-14).
     with threadpool_limits(limits=1):
         expected = getattr(skfed, name)(**params).fit(X, y, partitions=partitions)
-    before = sum(dask_client.run(client_data_received).values())
-    with parallel_config(backend="dask"):
-        got = getattr(skfed, name)(**params).fit(X, y, partitions=partitions)
+        before = sum(dask_client.run(client_data_received).values())
+        with parallel_config(backend="dask"):
+            got = getattr(skfed, name)(**params).fit(X, y, partitions=partitions)
     shipped = sum(dask_client.run(client_data_received).values()) - before
 
     for method in ("predict", "transform", "decision_function"):

@@ -103,6 +103,6 @@ def gamma_from_moments(uploads):
     if not pair_sum > 1e-12 * max(n * sq, 1e-300):
         raise ValueError(
             "All samples are identical, so the average-distance kernel width "
-            "is undefined; pass gamma explicitly or check the data."
+            "is undefined; set the kernel width explicitly or check the data."
         )
     return n * n / (2 * pair_sum)
