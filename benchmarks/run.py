@@ -16,6 +16,7 @@ import argparse
 import datetime
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -53,24 +54,35 @@ def _git_commit(cwd):
         return "unknown"
 
 
-def _new_files(results, since, exclude):
-    """Files a benchmark wrote under ``results`` (not in the report folder)."""
+def _snapshot(results, exclude):
+    """Modification times of the collectable files under ``results`` (the
+    report folder excluded)."""
     if not results.is_dir():
-        return []
-    return sorted(
-        p
+        return {}
+    return {
+        p: p.stat().st_mtime_ns
         for p in results.rglob("*")
-        if p.is_file()
-        and p.suffix in COLLECTED
-        and p.stat().st_mtime >= since
-        and exclude not in p.parents
-    )
+        if p.is_file() and p.suffix in COLLECTED and exclude not in p.parents
+    }
+
+
+def _written(before, after):
+    """Files created or rewritten between two snapshots."""
+    return sorted(p for p, mtime in after.items() if before.get(p) != mtime)
+
+
+def _inline_markdown(text, folder):
+    """A script's markdown, fitted into the report: headings one level down,
+    relative image links pointing into the script's folder."""
+    text = re.sub(r"^(#+) ", r"#\1 ", text, flags=re.MULTILINE)
+    return re.sub(r"\]\(([^/):]+\.png)\)", rf"]({folder}/\1)", text)
 
 
 def run_benchmark(script, *, quick, results, out, timeout):
     """Run one script; copy what it wrote; return a summary dict."""
     name = script.stem.removeprefix("bench_")
     cmd = [sys.executable, str(script)] + (["--quick"] if quick else [])
+    before = _snapshot(results, out)
     start = time.time()
     try:
         proc = subprocess.run(
@@ -86,7 +98,7 @@ def run_benchmark(script, *, quick, results, out, timeout):
     dest = out / name
     dest.mkdir(parents=True, exist_ok=True)
     copied = []
-    for path in _new_files(results, start - 1, out.resolve()):
+    for path in _written(before, _snapshot(results, out)):
         target = dest / path.relative_to(results)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, target)
@@ -124,10 +136,13 @@ def write_report(summaries, out, *, quick, started):
     for s in summaries:
         lines += ["", f"## {s['name']}", "", f"`{s['command']}` — {s['status']}", ""]
         tables = [f for f in s["files"] if f.suffix == ".md"]
-        for f in tables:
-            lines += [f.read_text().strip(), ""]
+        inlined = [_inline_markdown(f.read_text().strip(), s["name"]) for f in tables]
+        for text in inlined:
+            lines += [text, ""]
         for f in (f for f in s["files"] if f.suffix == ".png"):
-            lines += [f"![{f.stem}]({f.relative_to(out).as_posix()})", ""]
+            link = f.relative_to(out).as_posix()
+            if not any(f"]({link})" in text for text in inlined):
+                lines += [f"![{f.stem}]({link})", ""]
         if not tables:
             lines += ["```", s["stdout"].strip()[-5000:] or "(no output)", "```", ""]
         if not s["status"] == "ok":

@@ -12,7 +12,9 @@ from pathlib import Path
 out = Path(__file__).parent / "results"
 out.mkdir(exist_ok=True)
 profile = "quick" if "--quick" in sys.argv else "full"
-(out / "fake.md").write_text(f"| profile |\\n|---|\\n| {profile} |\\n")
+(out / "fake.md").write_text(
+    f"# Fake\\n\\n| profile |\\n|---|\\n| {profile} |\\n\\n![plot](fake.png)\\n"
+)
 (out / "fake.png").write_bytes(b"\\x89PNG fake")
 print("fake done")
 """
@@ -45,7 +47,9 @@ def test_runner_collects_tables_plots_and_failures(tmp_path):
     assert "| fake | ok |" in report
     assert "| broken | failed (1) |" in report and "no data" in report
     assert "| quick |" in report, "the script's own table is inlined"
-    assert "![fake](fake/fake.png)" in report
+    assert "![plot](fake/fake.png)" in report, "the script's own links are fixed"
+    assert report.count("(fake/fake.png)") == 1, "a linked plot is not repeated"
+    assert "\n## Fake\n" in report, "the script's headings go one level down"
     assert (out / "fake" / "fake.png").exists()
     assert not (out / "fake" / "old.md").exists(), "files from earlier runs"
 
@@ -62,3 +66,18 @@ def test_runner_only_selects_scripts(tmp_path):
     report = (out / "report.md").read_text()
     assert "full profile" in report and "| full |" in report
     assert "broken" not in report
+
+
+def test_runner_collects_only_what_each_script_wrote(tmp_path):
+    (tmp_path / "bench_a.py").write_text(FAKE)
+    (tmp_path / "bench_b.py").write_text("print('b writes nothing')\n")
+    out = tmp_path / "report"
+    runner = _load_runner()
+    (tmp_path / "bench_c.py").write_text(
+        "from pathlib import Path\n"
+        "(Path(__file__).parent / 'results' / 'c.png').write_bytes(b'png')\n"
+    )
+    assert runner.main(["--bench-dir", str(tmp_path), "--out", str(out)]) == 0
+    assert "![c](c/c.png)" in (out / "report.md").read_text(), "unlinked plots shown"
+    assert (out / "a" / "fake.md").exists()
+    assert not (out / "b" / "fake.md").exists()
