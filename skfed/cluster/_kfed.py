@@ -16,7 +16,6 @@ The module reads top-down: the estimator, the client steps, the server steps.
 
 import contextlib
 import functools
-import hashlib
 import numbers
 import warnings
 from collections.abc import Mapping
@@ -45,6 +44,7 @@ from sklearn.utils.validation import (
 from threadpoolctl import ThreadpoolController, threadpool_limits
 
 from .._federation import FederatedMixin
+from .._rows import row_hashes
 
 __all__ = ["KFed"]
 
@@ -765,10 +765,10 @@ def _local_step(
 
     # Work in an order defined by the rows' contents so that the result does
     # not depend on the order of the samples on the client.
-    row_hashes = _row_hashes(X)
-    order = np.argsort(row_hashes, kind="stable")
+    hashes = row_hashes(X)
+    order = np.argsort(hashes, kind="stable")
     X = X[order]
-    distinct = _few_distinct_rows(X, row_hashes[order], n_local_clusters)
+    distinct = _few_distinct_rows(X, hashes[order], n_local_clusters)
 
     if distinct is not None:
         if not allow_raw_upload:
@@ -857,7 +857,7 @@ def _awasthi_sheffet(X, n_clusters, *, n_init, max_iter, tol, client):
     # Lloyd on the k(z)-dimensional projection, which is cheap next to the
     # SVD and avoids most bad local seedings. Projections with too few
     # distinct rows only get k-means++ (KMeans would warn about them).
-    if n_init and len(np.unique(_row_hashes(projected))) > n_clusters:
+    if n_init and len(np.unique(row_hashes(projected))) > n_clusters:
         nu = (
             KMeans(
                 n_clusters,
@@ -918,56 +918,14 @@ def _awasthi_sheffet(X, n_clusters, *, n_init, max_iter, tol, client):
     return centers, labels, int(lloyd.n_iter_)
 
 
-# Fixed odd multipliers: row hashes must be identical on every client.
-_HASH_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
-
-
-def _row_hashes(X):
-    """Exact 64-bit hash of every row (equal rows, equal hashes).
-
-    Each value's bit pattern (with -0.0 read as 0.0) is mixed, multiplied by
-    a per-column odd constant and summed modulo 2**64; a zero contributes
-    nothing, so dense and sparse storage agree.
-    """
-    n_features = X.shape[1]
-    seed = hashlib.blake2b(b"skfed.kfed.row_hashes", digest_size=4).digest()
-    column_constants = np.random.RandomState(int.from_bytes(seed, "little")).randint(
-        1, 2**62, size=n_features, dtype=np.int64
-    ).astype(np.uint64) | np.uint64(1)
-    width = np.uint64 if X.dtype.itemsize == 8 else np.uint32
-    with np.errstate(over="ignore"):
-        if sp.issparse(X):
-            values = np.ascontiguousarray(X.data + X.dtype.type(0.0))
-            terms = _mix(values.view(width).astype(np.uint64))
-            terms *= column_constants[X.indices]
-            hashes = np.zeros(X.shape[0], dtype=np.uint64)
-            nonempty = np.diff(X.indptr) > 0
-            if terms.size:
-                hashes[nonempty] = np.add.reduceat(terms, X.indptr[:-1][nonempty])
-        else:
-            values = np.ascontiguousarray(X + X.dtype.type(0.0))
-            terms = _mix(values.view(width).astype(np.uint64))
-            terms *= column_constants
-            hashes = terms.sum(axis=1, dtype=np.uint64)
-    return hashes
-
-
-def _mix(bits):
-    """A bijective 64-bit mixer with _mix(0) == 0 (in place)."""
-    bits ^= bits >> np.uint64(31)
-    bits *= _HASH_MULTIPLIER
-    bits ^= bits >> np.uint64(29)
-    return bits
-
-
-def _few_distinct_rows(X, row_hashes, n_clusters):
+def _few_distinct_rows(X, hashes, n_clusters):
     """Distinct rows of X if there are at most ``n_clusters`` of them.
 
     Parameters
     ----------
     X : {ndarray, sparse matrix}
-        Rows sorted by ``row_hashes``.
-    row_hashes : ndarray of uint64
+        Rows sorted by ``hashes``.
+    hashes : ndarray of uint64
         Sorted hashes of the rows.
     n_clusters : int
 
@@ -978,9 +936,7 @@ def _few_distinct_rows(X, row_hashes, n_clusters):
         each row's distinct row.
     """
     if X.shape[0] > n_clusters:
-        _, first, inverse = np.unique(
-            row_hashes, return_index=True, return_inverse=True
-        )
+        _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
         if len(first) > n_clusters:
             return None
         # Equal hashes almost surely mean equal rows; make sure.
