@@ -82,7 +82,7 @@ class DistributedKMeans(
     Lloyd with ``n_init`` restarts) on the union of these coresets and
     broadcasts the ``k`` centers; clients label their own samples. Three
     rounds in all, and the upload does not grow with the number of samples
-    (Balcan, Ehrlich & Liang, 2013; ALGORITHMS.md §5).
+    (Balcan, Ehrlich & Liang, 2013).
 
     With ``partitions=None`` the one client still summarises its data by a
     coreset, so the result approximates, rather than equals,
@@ -91,6 +91,8 @@ class DistributedKMeans(
     adds rounds of distributed Lloyd (per-cluster sums, k(d + 1) floats per
     client and round) that close the remaining gap; one round usually
     suffices.
+
+    Read more in the :ref:`User Guide <user_guide_distributed_kmeans>`.
 
     Parameters
     ----------

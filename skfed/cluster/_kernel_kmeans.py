@@ -77,7 +77,7 @@ class FederatedKernelKMeans(FederatedMixin, ClusterMixin, BaseEstimator):
     them ``"embedding"`` (s down), the three coreset k-means rounds, and
     ``"cluster feature means"`` for :meth:`predict` (1 down, k (D' + 1) up).
 
-    Read more in ``ALGORITHMS.md`` §2.
+    Read more in the :ref:`User Guide <user_guide_kernel_kmeans>`.
 
     Parameters
     ----------
@@ -141,21 +141,21 @@ class FederatedKernelKMeans(FederatedMixin, ClusterMixin, BaseEstimator):
     ----------
     labels_ : ndarray of shape (n_samples,)
         Cluster of each training sample (kept by its client; assembled here).
-    cluster_centers_ : ndarray of shape (n_clusters, n_components_)
+    cluster_centers_ : ndarray of shape (n_clusters, `n_components_`)
         Centers in the spectral space of ``embedding_``.
-    embedding_ : ndarray of shape (n_samples, n_components_)
+    embedding_ : ndarray of shape (n_samples, `n_components_`)
         H = U Λ^½ of the training samples: each client's rows stay on that
         client and are assembled here for the user, never communicated
         (except as coreset rows).
-    eigenvalues_ : ndarray of shape (n_components_,)
+    eigenvalues_ : ndarray of shape (`n_components_`,)
         Estimated top eigenvalues of the kernel matrix, μ_i + (1 − η_T) λ.
     eigenvalue_history_ : list of ndarray
         Estimated kernel eigenvalues of every kept pair, per iteration.
     n_components_ : int
         Columns of the embedding actually used (s, or s_T if fewer).
-    ranks_ : ndarray of shape (n_iter_,)
+    ranks_ : ndarray of shape (`n_iter_`,)
         r_t, the rank of Z_t at the start of each iteration (r_1 = 0).
-    lanczos_steps_ : ndarray of shape (n_iter_,)
+    lanczos_steps_ : ndarray of shape (`n_iter_`,)
         Q_t, Lanczos steps (rounds) per iteration; 0 with ``"gram"``.
     gamma_ : float
         The kernel width used.
@@ -171,7 +171,7 @@ class FederatedKernelKMeans(FederatedMixin, ClusterMixin, BaseEstimator):
         Everything that crossed the simulated network.
     n_features_in_ : int
         Number of features seen during fit.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
         Names of features seen during fit, when they are all strings.
 
     See Also
@@ -181,9 +181,11 @@ class FederatedKernelKMeans(FederatedMixin, ClusterMixin, BaseEstimator):
 
     Notes
     -----
-    What crosses the wire: the server can sum a client's Lanczos answers into
-    W[m]ᵀW[m]; for a client with a single sample that reveals its random
-    features at that iteration (the ``"gram"`` solver sends it outright).
+    What crosses the wire: the server learns W[m]ᵀW[m] c for every Lanczos
+    vector c, which is W[m]ᵀW[m] itself once D + r_t independent vectors
+    were sent in one iteration (the ``"gram"`` solver sends it outright);
+    for a client with a single sample that reveals its random features at
+    that iteration, and the server knows the map (it sent the seed).
     The coreset step uploads rows of H and :meth:`predict` needs per-cluster
     sums of random features. Nothing here is differentially private.
 

@@ -73,7 +73,7 @@ class DistributedKernelPCA(
        features or a TensorSketch z, then a shared Gaussian S ∈ R^{t × D}),
        sketches the point side to p columns and uploads it; the server's QR
        factor Z lets every client compute generalized leverage scores.
-    2. **RepSample**: ``leverage_fraction`` of |Y| points are sampled in
+    2. **RepSample**: ``leverage_fraction`` of ``|Y|`` points are sampled in
        proportion to the leverage scores, the rest in proportion to the
        squared distance (in feature space) to the span of the first batch.
        With ``sampling="uniform"`` all of Y is sampled uniformly (the paper's
@@ -85,6 +85,8 @@ class DistributedKernelPCA(
        singular vectors W, and C = R W.
 
     ``transform(x) = Cᵀ k_Y(x)`` needs only Y and C, never a client.
+
+    Read more in the :ref:`User Guide <user_guide_kernel_pca>`.
 
     Parameters
     ----------
@@ -114,12 +116,12 @@ class DistributedKernelPCA(
         makes the RBF kernel nearly diagonal: the top 10 components then
         hold under 4% of trace(K), and even an exact solve is barely better
         than no projection at all (the error ratio of L = 0 is 1.04). With
-        1.0, |Y| = 400 captures 99.96% of the optimal rank-10 energy there.
+        1.0, ``|Y|`` = 400 captures 99.96% of the optimal rank-10 energy there.
     n_representatives : int, default=400
-        |Y|, the number of representative points (before removal of
+        ``|Y|``, the number of representative points (before removal of
         duplicates). Must not exceed the number of samples.
     leverage_fraction : float, default=0.5
-        m₁ / |Y|: share of Y sampled by leverage scores; the rest (m₂) is
+        m₁ / ``|Y|``: share of Y sampled by leverage scores; the rest (m₂) is
         sampled adaptively. Used with ``sampling="leverage+adaptive"``.
     sampling : {"leverage+adaptive", "uniform"}, default="leverage+adaptive"
         How Y is chosen: disLS + RepSample (the paper), or uniformly with
@@ -136,17 +138,17 @@ class DistributedKernelPCA(
         What each client sends in disLR. "sketch": Π[m] T_m with a right
         sketch of width w (Algorithm 3 of the paper). "local_svd": the top
         ``local_rank`` left singular vectors of Π[m] scaled by their singular
-        values (U_q Σ_q), which is exact when q reaches the rank of Π[m] and
-        much smaller than the sketch for q ≈ 2k (our improvement).
+        values (U_h Σ_h), which is exact when h reaches the rank of Π[m] and
+        much smaller than the sketch for h ≈ 2k (our improvement).
     lowrank_sketch_size : int, default=None
-        w, sketch width for ``lowrank_upload="sketch"``; None means |Y| (the
+        w, sketch width for ``lowrank_upload="sketch"``; None means ``|Y|`` (the
         paper). Clients with at most w samples send Π[m] unsketched.
     local_rank : int, default=None
-        q for ``lowrank_upload="local_svd"``; None means 2k.
+        h for ``lowrank_upload="local_svd"``; None means 2k.
     center : bool, default=False
         Center the data in feature space (an extension; the paper is
         uncentered). The mean is projected on span φ(Y) federatedly (one
-        extra round of r floats each way); with |Y| = N this is exactly
+        extra round of r floats each way); with ``|Y|`` = N this is exactly
         :class:`sklearn.decomposition.KernelPCA`'s centering.
     random_state : int, RandomState instance or None, default=None
         Seeds the shared maps, the client sketches and the sampling.
@@ -158,9 +160,9 @@ class DistributedKernelPCA(
     Attributes
     ----------
     representatives_ : {ndarray, sparse matrix} of shape \
-            (n_representatives_, n_features)
+            (`n_representatives_`, n_features)
         Y, the representative points (deduplicated, in a canonical order).
-    dual_coef_ : ndarray of shape (n_representatives_, n_components)
+    dual_coef_ : ndarray of shape (`n_representatives_`, n_components)
         C: the components are φ(Y) C, orthonormal in feature space.
     eigenvalues_ : ndarray of shape (n_components,)
         ‖Cᵀ K_{Y,A}‖² per component (centered if ``center``): the energy each
@@ -172,7 +174,7 @@ class DistributedKernelPCA(
     total_energy_ : float
         trace(K) = Σ κ(a, a) (centered on the projected mean if ``center``).
     approximation_error_ : float
-        ‖φ(A) − L Lᵀ φ(A)‖²_F = trace(K) − Σ eigenvalues_, computed
+        ‖φ(A) − L Lᵀ φ(A)‖²_F = trace(K) − Σ ``eigenvalues_``, computed
         federatedly.
     offset_ : ndarray of shape (n_components,)
         Subtracted after projection: Cᵀ applied to the projected feature mean
@@ -182,46 +184,50 @@ class DistributedKernelPCA(
     rank_ : int
         r, the rank of K_YY kept for the basis of span φ(Y).
     n_representatives_ : int
-        |Y| after removing duplicates.
+        ``|Y|`` after removing duplicates.
     n_clients_ : int
     communication_ : CommunicationLog
         Everything sent; see Notes for the per-round formulas.
     n_features_in_ : int
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
 
     Notes
     -----
     Rounds and floats per client m (d features, n_m samples; all independent
     of N; a sparse point costs its nnz + column indices + 1 row pointer):
 
-    ====================  ======================  ========================
-    round                 download                upload
-    ====================  ======================  ========================
-    median sample [1]_    2 (seed, quota s_m)     s_m · min(d, 64) [1]_
-    embedding             2 (seed, γ)             t · min(n_m, p)
-    leverage scores       t² (Z)                  1 + min(m₁, n_m) [5]_
-    leverage sample       1 (quota)               quota · d (rows)
-    adaptive residuals    |P| · d + 1 (P, γ)      1 + min(m₂, n_m) [5]_
-    adaptive sample       1 (quota)               quota · d (rows)
-    uniform sample [2]_   1 (quota)               quota · d (rows)
-    feature mean [3]_     |Y| · d + 1 (Y, γ)      r
-    disLR                 |Y| · d + 1, or r [3]_  r · min(q, r, n_m) [4]_
-    error                 r · k (W)               1 + k
-    ====================  ======================  ========================
+    ====================  =============================  ========================
+    round                 download                       upload
+    ====================  =============================  ========================
+    median sample         2 (seed, quota s_m)            s_m · min(d, 64)
+    embedding             2 (seed, γ)                    t · min(n_m, p)
+    leverage scores       t² (Z)                         1 + min(m₁, n_m)
+    leverage sample       1 (quota)                      quota · d (rows)
+    adaptive residuals    ``|P|`` · d + 1 (P, γ)         1 + min(m₂, n_m)
+    adaptive sample       1 (quota)                      quota · d (rows)
+    uniform sample        1 (quota)                      quota · d (rows)
+    feature mean          ``|Y|`` · d + 1 (Y, γ)         r
+    disLR                 ``|Y|`` · d + 1 (Y, γ), or r   r · min(h, r, n_m)
+    error                 r · k (W)                      1 + k
+    ====================  =============================  ========================
 
-    .. [1] Only for "rbf"/"laplacian" with ``gamma=None``: s_m is the
-       client's share of 256 points. The server learns a uniform sample of
-       rows, projected to 64 random dimensions for "rbf" when d > 64, raw
-       otherwise ("laplacian" sends the sampled rows: s_m · d floats, or
-       their CSR size).
-    .. [2] Replaces the four disLS/RepSample rounds for ``sampling="uniform"``.
-    .. [3] With ``center=True`` the "feature mean" round carries Y and the
-       "disLR" download is the projected mean (r floats).
-    .. [4] For ``lowrank_upload="local_svd"``; r · min(w, n_m) for
-       ``"sketch"``.
-    .. [5] The score sum (the paper's one scalar) and the client's m
-       largest scores, with m the round's budget (m₁ = ⌈f |Y|⌉ with f =
-       ``leverage_fraction``, m₂ = |Y| − m₁): see the sampling bullet below.
+    Notes on the table:
+
+    * "median sample" runs only for "rbf"/"laplacian" with ``gamma=None``:
+      s_m is the client's share of 256 points. The server learns a uniform
+      sample of rows, projected to 64 random dimensions for "rbf" when
+      d > 64, raw otherwise ("laplacian" sends the sampled rows: s_m · d
+      floats, or their CSR size).
+    * "uniform sample" replaces the five disLS/RepSample rounds ("embedding"
+      to "adaptive sample") for ``sampling="uniform"``.
+    * "feature mean" runs only with ``center=True``: it then carries Y, and
+      the "disLR" download is the projected mean (r floats).
+    * The "disLR" upload is for ``lowrank_upload="local_svd"``; it is
+      r · min(w, n_m) for ``"sketch"``.
+    * The "leverage scores" and "adaptive residuals" uploads are the score
+      sum (the paper's one scalar) and the client's m largest scores, with m
+      the round's budget (m₁ = ⌈f ``|Y|``⌉ with f = ``leverage_fraction``,
+      m₂ = ``|Y|`` − m₁): see the sampling bullet below.
 
     Privacy: RepSample uploads raw sampled rows (Y) and the server
     broadcasts them to every client; this is inherent to disKPCA. The
@@ -253,11 +259,11 @@ class DistributedKernelPCA(
       harmless; ``rank_`` reports what was kept.
     * The leverage embedding is computed in float32 (scores are only needed
       to a constant factor); every kernel evaluation of the solve is exact
-      and in float64, so with |Y| = N the fit is exact KPCA.
+      and in float64, so with ``|Y|`` = N the fit is exact KPCA.
 
     Benchmarks (``benchmarks/bench_kernel_pca.py``): the local-SVD upload
-    matches the exact solve to 1e-5 with q = 2k while its disLR round needs
-    2× (|Y| = 50) to 13× (|Y| = 400) fewer floats than the sketch at equal
+    matches the exact solve to 1e-5 with h = 2k while its disLR round needs
+    2× (``|Y|`` = 50) to 13× (``|Y|`` = 400) fewer floats than the sketch at equal
     error, hence the default. On RBF
     kernels and on dense data of similar norms, uniform sampling reaches the
     same error with fewer floats (no disLS round); on sparse data whose row
