@@ -5,7 +5,7 @@ disKPCA: error against the number of representative points
 :class:`skfed.DistributedKernelPCA` finds the principal subspace of the
 kernel matrix in the span of a few representative points Y, sampled from the
 clients by generalized leverage scores and adaptively. We fit it with a
-growing number of representatives |Y| and compare its error
+growing number of representatives ``|Y|`` and compare its error
 ‖φ(A) − LLᵀφ(A)‖² with the optimum (the sum of the kernel matrix's trailing
 eigenvalues, computed exactly on this small data), for leverage + adaptive
 sampling and for uniform sampling, together with the floats each fit sent.
