@@ -513,28 +513,30 @@ class DistributedKernelPCA(
     def _leverage_adaptive_sample(self, fed, rng, spec, n_rep):
         """disLS then RepSample (Algorithms 1 and 2)."""
         seed = int(rng.randint(_SEED_MAX))
-        sketches = fed.run_round(
-            "embedding",
-            partial(
-                _embedding_step,
-                kernel=self.kernel,
-                degree=self.degree,
-                coef0=float(self.coef0),
-                n_random_features=self.n_random_features,
-                embedding_dim=self.embedding_dim,
-                sketch_size=self.sketch_size,
-            ),
-            (seed, spec["gamma"]),
-        )
-        Z = _leverage_basis(sketches, self.embedding_dim)
         sizes = fed.client_sizes
         m1 = int(np.ceil(self.leverage_fraction * n_rep))
         m2 = n_rep - m1
-        summaries = fed.run_round(
-            "leverage scores", partial(_leverage_step, budget=m1), Z
-        )
         P = None
+        # With no leverage draws (leverage_fraction=0) disLS is skipped: its
+        # embedding round would be paid for nothing.
         if m1 > 0:
+            sketches = fed.run_round(
+                "embedding",
+                partial(
+                    _embedding_step,
+                    kernel=self.kernel,
+                    degree=self.degree,
+                    coef0=float(self.coef0),
+                    n_random_features=self.n_random_features,
+                    embedding_dim=self.embedding_dim,
+                    sketch_size=self.sketch_size,
+                ),
+                (seed, spec["gamma"]),
+            )
+            Z = _leverage_basis(sketches, self.embedding_dim)
+            summaries = fed.run_round(
+                "leverage scores", partial(_leverage_step, budget=m1), Z
+            )
             quota = _inclusion_quota(summaries, m1, sizes)
             rows = fed.run_round(
                 "leverage sample",

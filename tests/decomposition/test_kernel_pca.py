@@ -674,3 +674,13 @@ def test_many_clients_still_find_the_dominant_rows(varying_norms):
         ).fit(X, partitions=parts)
         assert est.n_clients_ == 40
         assert est.approximation_error_ / opt < 1.1
+
+
+def test_no_leverage_draws_skip_the_leverage_rounds(digits):
+    est = DistributedKernelPCA(
+        3, n_representatives=30, leverage_fraction=0.0, random_state=0
+    ).fit(digits, partitions=3)
+    names = {r.name for r in est.communication_.records}
+    assert {"embedding", "leverage scores", "leverage sample"}.isdisjoint(names)
+    assert {"adaptive residuals", "adaptive sample"} <= names
+    assert est.n_representatives_ <= 30
