@@ -92,8 +92,9 @@ class KFed(
     center_weighting : {"size", "uniform"}, default="size"
         How the server's Lloyd round averages the local centers of a global
         cluster τ_r. ``"size"`` weights each local center by the number of
-        points in its local cluster: the global center is then exactly the
-        mean of the points the induced clustering puts in that cluster (so
+        points (total sample weight) in its local cluster: the global center
+        is then exactly the mean of the points the induced clustering puts in
+        that cluster (so
         ``inertia_`` is the k-means cost φ of ``labels_``), and clients with
         few points do not pull centers as much as large ones. It costs k(z)
         more floats per client (the sizes). ``"uniform"`` is the paper's
@@ -156,9 +157,10 @@ class KFed(
         them.
 
     inertia_ : float
-        Sum of squared distances of the samples with a label to the global
-        center of their label. Each client computes its share from the
-        downloaded model; the simulation adds the shares (not uploaded).
+        Sum of squared distances (weighted by ``sample_weight`` if given) of
+        the samples with a label to the global center of their label. Each
+        client computes its share from the downloaded model; the simulation
+        adds the shares (not uploaded).
 
     n_iter_ : int
         Largest number of local Lloyd iterations over the clients (the
@@ -292,7 +294,7 @@ class KFed(
         self.verbose = verbose
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y=None, *, partitions=None):
+    def fit(self, X, y=None, *, partitions=None, sample_weight=None):
         """Cluster the clients' data with one round of communication.
 
         Parameters
@@ -308,17 +310,24 @@ class KFed(
             Client id of each sample; an int n splits the samples uniformly
             at random into n clients; None means one client.
 
+        sample_weight : array-like of shape (n_samples,), default=None
+            Weight of each sample in the k-means objective; equal weights
+            when None. Each client uses its own samples' weights.
+
         Returns
         -------
         self : object
             Fitted estimator.
         """
-        return self._fit(X, partitions)
+        return self._fit(X, partitions, sample_weight)
 
-    def _fit(self, X, partitions):
+    def _fit(self, X, partitions, sample_weight):
         X = self._validate_training_data(X, reset=True)
+        sample_weight = self._validate_sample_weight(sample_weight, X)
         rng = check_random_state(self.random_state)
-        fed = self._federation(X, None, partitions, random_state=rng)
+        fed = self._federation(
+            X, None, partitions, random_state=rng, sample_weight=sample_weight
+        )
         with _restore_thread_limits(), fed:
             ids, centers, weights = self._local_round(fed, "local centers")
             n_pooled = sum(len(c) for c in centers)
@@ -366,7 +375,7 @@ class KFed(
         return self
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def partial_fit(self, X, y=None, *, partitions=None):
+    def partial_fit(self, X, y=None, *, partitions=None, sample_weight=None):
         """Add new clients to a fitted model (paper, Theorem 3.2).
 
         The new clients run the local step and upload their local centers;
@@ -388,6 +397,10 @@ class KFed(
             that failed earlier) may come back: its data is clustered afresh
             and its new local centers join those it sent before.
 
+        sample_weight : array-like of shape (n_samples,), default=None
+            Weight of each sample in the k-means objective; equal weights
+            when None. Each client uses its own samples' weights.
+
         Returns
         -------
         self : object
@@ -395,8 +408,9 @@ class KFed(
             describe the new clients' data.
         """
         if not hasattr(self, "cluster_centers_"):
-            return self._fit(X, partitions)
+            return self._fit(X, partitions, sample_weight)
         X = self._validate_training_data(X, reset=False)
+        sample_weight = self._validate_sample_weight(sample_weight, X)
         if self.cluster_centers_.shape[0] != self.n_clusters:
             raise ValueError(
                 f"n_clusters={self.n_clusters} differs from the "
@@ -413,7 +427,12 @@ class KFed(
             )
         rng = check_random_state(self.random_state)
         fed = self._federation(
-            X, None, partitions, random_state=rng, log=self.communication_
+            X,
+            None,
+            partitions,
+            random_state=rng,
+            sample_weight=sample_weight,
+            log=self.communication_,
         )
         with _restore_thread_limits(), fed:
             ids, centers, weights = self._local_round(fed, "local centers (new)")
@@ -459,7 +478,7 @@ class KFed(
         self.communication_ = fed.log
         return self
 
-    def fit_predict(self, X, y=None, *, partitions=None):
+    def fit_predict(self, X, y=None, *, partitions=None, sample_weight=None):
         """Fit and return the induced label of each training sample.
 
         Parameters
@@ -474,14 +493,18 @@ class KFed(
                 default=None
             Client id of each sample, see :meth:`fit`.
 
+        sample_weight : array-like of shape (n_samples,), default=None
+            Weight of each sample in the k-means objective; equal weights
+            when None. Each client uses its own samples' weights.
+
         Returns
         -------
         labels : ndarray of shape (n_samples,)
             ``labels_``: the global cluster of each sample's local cluster.
         """
-        return self.fit(X, partitions=partitions).labels_
+        return self.fit(X, partitions=partitions, sample_weight=sample_weight).labels_
 
-    def fit_transform(self, X, y=None, *, partitions=None):
+    def fit_transform(self, X, y=None, *, partitions=None, sample_weight=None):
         """Fit, then return the distances of X to the global centers.
 
         Parameters
@@ -496,14 +519,17 @@ class KFed(
                 default=None
             Client id of each sample, see :meth:`fit`.
 
+        sample_weight : array-like of shape (n_samples,), default=None
+            Weight of each sample in the k-means objective; equal weights
+            when None. Each client uses its own samples' weights.
+
         Returns
         -------
         X_new : ndarray of shape (n_samples, n_clusters)
             Distances to the global centers.
         """
-        return self.fit(X, partitions=partitions)._transform(
-            self._validate_test_data(X)
-        )
+        self.fit(X, partitions=partitions, sample_weight=sample_weight)
+        return self._transform(self._validate_test_data(X))
 
     def predict(self, X):
         """Index of the nearest global center of each sample.
@@ -608,6 +634,14 @@ class KFed(
                     "clusters. Lower n_local_clusters or raise n_clusters."
                 )
         return X
+
+    @staticmethod
+    def _validate_sample_weight(sample_weight, X):
+        if sample_weight is None:
+            return None
+        return _check_sample_weight(
+            sample_weight, X, dtype=X.dtype, ensure_non_negative=True
+        )
 
     def _validate_test_data(self, X):
         return validate_data(
@@ -762,12 +796,15 @@ def _local_step(
     if isinstance(n_local_clusters, Mapping):
         n_local_clusters = n_local_clusters[client.client_id]
     X = client.X
+    weights = client.sample_weight
+    if weights is None:
+        weights = np.ones(X.shape[0], dtype=X.dtype)
 
-    # Work in an order defined by the rows' contents so that the result does
-    # not depend on the order of the samples on the client.
+    # Work in an order defined by the rows' contents (values, then weights)
+    # so that the result does not depend on the order of the samples.
     hashes = row_hashes(X)
-    order = np.argsort(hashes, kind="stable")
-    X = X[order]
+    order = np.lexsort((weights, hashes))
+    X, weights = X[order], weights[order]
     distinct = _few_distinct_rows(X, hashes[order], n_local_clusters)
 
     if distinct is not None:
@@ -781,6 +818,7 @@ def _local_step(
         with _one_openmp_thread() if single_threaded else contextlib.nullcontext():
             centers, sorted_labels, n_iter = _awasthi_sheffet(
                 X,
+                weights,
                 n_local_clusters,
                 n_init=n_init,
                 max_iter=max_iter,
@@ -796,7 +834,9 @@ def _local_step(
     state["kfed_n_iter"] = n_iter
     upload = {"centers": centers}
     if send_sizes:
-        upload["sizes"] = np.bincount(sorted_labels, minlength=len(centers))
+        upload["sizes"] = np.bincount(
+            sorted_labels, weights=weights, minlength=len(centers)
+        )
     return state, upload
 
 
@@ -827,13 +867,17 @@ def _induce_labels_step(client, state, message):
     labels = np.asarray(message["center_labels"])[state["kfed_local_labels"]]
     state["kfed_labels"] = labels
     state["kfed_inertia"] = _assigned_sq_distance(
-        client.X, message["cluster_centers"], labels
+        client.X, message["cluster_centers"], labels, client.sample_weight
     )
     return state, None
 
 
-def _awasthi_sheffet(X, n_clusters, *, n_init, max_iter, tol, client):
-    """Algorithm 1 (Awasthi & Sheffet, 2012) on one client's rows.
+def _awasthi_sheffet(X, weights, n_clusters, *, n_init, max_iter, tol, client):
+    """Algorithm 1 (Awasthi & Sheffet, 2012) on one client's (weighted) rows.
+
+    A weight acts as a multiplicity: the SVD is that of the rows scaled by
+    √w (the same right singular vectors as repeated rows), and seeding,
+    pruning means and Lloyd are weighted.
 
     Returns the local centers Θ(z), the local labels U(z) and the number of
     full-space Lloyd iterations.
@@ -843,8 +887,12 @@ def _awasthi_sheffet(X, n_clusters, *, n_init, max_iter, tol, client):
     if rank < n_features:
         # Uncentered SVD, as in the paper: the projection keeps the span of
         # the cluster means, including their common offset.
+        scaled = X
+        if np.any(weights != 1):
+            root = np.sqrt(weights)
+            scaled = sp.diags(root) @ X if sp.issparse(X) else X * root[:, None]
         _, _, Vt = randomized_svd(
-            X, rank, random_state=client.random_state(_SVD_STREAM)
+            scaled, rank, random_state=client.random_state(_SVD_STREAM)
         )
         basis = Vt.T.astype(X.dtype, copy=False)
         projected = np.asarray(X @ basis)
@@ -866,12 +914,15 @@ def _awasthi_sheffet(X, n_clusters, *, n_init, max_iter, tol, client):
                 tol=tol,
                 random_state=client.seed(_SEEDING_STREAM),
             )
-            .fit(projected)
+            .fit(projected, sample_weight=weights)
             .cluster_centers_
         )
     else:
         nu, _ = kmeans_plusplus(
-            projected, n_clusters, random_state=client.random_state(_SEEDING_STREAM)
+            projected,
+            n_clusters,
+            sample_weight=weights,
+            random_state=client.random_state(_SEEDING_STREAM),
         )
 
     # Pruning: keep the points at least three times closer to their nearest
@@ -888,8 +939,9 @@ def _awasthi_sheffet(X, n_clusters, *, n_init, max_iter, tol, client):
     theta = np.empty((n_clusters, n_features), dtype=X.dtype)
     for r in range(n_clusters):
         members = np.flatnonzero(core & (nearest == r))
-        if members.size:
-            theta[r] = np.asarray(X[members].mean(axis=0)).ravel()
+        total = weights[members].sum()
+        if total > 0:
+            theta[r] = np.asarray(weights[members] @ X[members]).ravel() / total
         else:
             theta[r] = nu[r] @ basis.T if basis is not None else nu[r]
 
@@ -900,14 +952,14 @@ def _awasthi_sheffet(X, n_clusters, *, n_init, max_iter, tol, client):
         max_iter=max_iter,
         tol=tol,
         random_state=client.seed(_LLOYD_STREAM),
-    ).fit(X)
+    ).fit(X, sample_weight=weights)
     # Algorithm 1 returns the means of the final clusters U_r. KMeans stops
     # on a tolerance and reassigns labels afterwards, so its centers can be
     # one update behind its labels; recompute them from the labels.
     labels = lloyd.labels_
-    sizes = np.bincount(labels, minlength=n_clusters)
+    sizes = np.bincount(labels, weights=weights, minlength=n_clusters)
     indicator = sp.csr_matrix(
-        (np.ones(len(labels), dtype=X.dtype), (labels, np.arange(len(labels)))),
+        (weights, (labels, np.arange(len(labels)))),
         shape=(n_clusters, len(labels)),
     )
     centers = lloyd.cluster_centers_.copy()
@@ -956,8 +1008,8 @@ def _rows_equal(A, B):
     return np.array_equal(A, B)
 
 
-def _assigned_sq_distance(X, centers, labels):
-    """Σ_i ‖x_i − c_{labels_i}‖², the client's share of the k-means cost."""
+def _assigned_sq_distance(X, centers, labels, weights=None):
+    """Σ_i w_i ‖x_i − c_{labels_i}‖², the client's share of the k-means cost."""
     if sp.issparse(X):
         cross = np.asarray(X @ centers.T)[np.arange(X.shape[0]), labels]
         sq = (
@@ -965,9 +1017,12 @@ def _assigned_sq_distance(X, centers, labels):
             - 2.0 * cross
             + row_norms(centers, squared=True)[labels]
         )
-        return float(np.maximum(sq, 0.0).sum(dtype=np.float64))
-    diff = X - centers[labels]
-    return float(np.einsum("ij,ij->", diff, diff, dtype=np.float64))
+        sq = np.maximum(sq, 0.0)
+    else:
+        diff = X - centers[labels]
+        sq = np.einsum("ij,ij->i", diff, diff)
+    sq = sq.astype(np.float64, copy=False)
+    return float(sq.sum() if weights is None else np.dot(weights, sq))
 
 
 # -- server steps -------------------------------------------------------------

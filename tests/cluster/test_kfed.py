@@ -598,3 +598,78 @@ def test_partial_fit_refuses_changed_settings(blobs):
         kfed.set_params(center_weighting="uniform").partial_fit(X[300:])
     with pytest.raises(ValueError, match="n_clusters=3 differs"):
         kfed.set_params(center_weighting="size", n_clusters=3).partial_fit(X[300:])
+
+
+# -- sample weights -------------------------------------------------------------
+
+
+def test_unit_weights_are_no_weights(structured):
+    X, _, partitions = structured
+    plain = _fit_structured(X, partitions)
+    ones = KFed(n_clusters=16, n_local_clusters=4, random_state=3).fit(
+        X, partitions=partitions, sample_weight=np.ones(len(X))
+    )
+    assert_array_equal(ones.cluster_centers_, plain.cluster_centers_)
+    assert_array_equal(ones.labels_, plain.labels_)
+
+
+def test_integer_weights_match_repeated_rows(structured):
+    X, y, partitions = structured
+    weights = np.random.RandomState(0).randint(1, 4, size=len(X))
+    weighted = KFed(n_clusters=16, n_local_clusters=4, random_state=3).fit(
+        X, partitions=partitions, sample_weight=weights
+    )
+    repeat = np.repeat(np.arange(len(X)), weights)
+    repeated = _fit_structured(X[repeat], partitions[repeat])
+    assert matched_accuracy(y, weighted.labels_) == 1.0
+    assert adjusted_rand_score(weighted.labels_[repeat], repeated.labels_) == 1.0
+    order = linear_sum_assignment(
+        euclidean_distances(weighted.cluster_centers_, repeated.cluster_centers_)
+    )[1]
+    assert_allclose(
+        weighted.cluster_centers_, repeated.cluster_centers_[order], rtol=1e-10
+    )
+    assert weighted.inertia_ == pytest.approx(repeated.inertia_, rel=1e-10)
+    # Sizes uploaded with center_weighting="size" are the weighted sizes:
+    # the global centers are the weighted centroids of the induced clusters.
+    centroids = np.array(
+        [
+            np.average(
+                X[weighted.labels_ == r], axis=0, weights=weights[weighted.labels_ == r]
+            )
+            for r in range(16)
+        ]
+    )
+    assert_allclose(weighted.cluster_centers_, centroids, rtol=1e-10, atol=1e-10)
+
+
+def test_weighted_fit_is_invariant_to_sample_order(structured):
+    X, _, partitions = structured
+    rng = np.random.RandomState(1)
+    weights = rng.uniform(0.5, 2.0, size=len(X))
+    perm = rng.permutation(len(X))
+    a = KFed(n_clusters=16, n_local_clusters=4, random_state=3).fit(
+        X, partitions=partitions, sample_weight=weights
+    )
+    b = KFed(n_clusters=16, n_local_clusters=4, random_state=3).fit(
+        X[perm], partitions=partitions[perm], sample_weight=weights[perm]
+    )
+    assert_allclose(b.cluster_centers_, a.cluster_centers_, rtol=1e-12)
+    assert_array_equal(b.labels_, a.labels_[perm])
+
+
+def test_zero_weights_do_not_move_centers(structured):
+    X, y, partitions = structured
+    weights = np.ones(len(X))
+    weights[::7] = 0.0
+    kfed = KFed(n_clusters=16, n_local_clusters=4, random_state=3).fit(
+        X, partitions=partitions, sample_weight=weights
+    )
+    assert matched_accuracy(y, kfed.labels_) == 1.0
+    kept = weights > 0
+    centroids = np.array(
+        [X[kept & (kfed.labels_ == r)].mean(axis=0) for r in range(16)]
+    )
+    assert_allclose(kfed.cluster_centers_, centroids, rtol=1e-10, atol=1e-10)
+    with pytest.raises(ValueError, match="Negative values"):
+        KFed(n_clusters=16).fit(X, partitions=partitions, sample_weight=-weights)
