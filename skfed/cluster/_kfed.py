@@ -94,9 +94,9 @@ class KFed(
         cluster τ_r. ``"size"`` weights each local center by the number of
         points (total sample weight) in its local cluster: the global center
         is then exactly the mean of the points the induced clustering puts in
-        that cluster (so
-        ``inertia_`` is the k-means cost φ of ``labels_``), and clients with
-        few points do not pull centers as much as large ones. It costs k(z)
+        that cluster (so ``inertia_`` is the k-means cost φ of ``labels_``),
+        and clients with few points do not pull centers as much as large
+        ones. It costs k(z)
         more floats per client (the sizes). ``"uniform"`` is the paper's
         unweighted mean of the local centers and uploads only k(z)·d floats.
 
