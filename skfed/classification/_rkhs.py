@@ -141,11 +141,11 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         Class labels.
     widths_ : ndarray of shape (n_widths,)
         The kernel widths used.
-    kernel_centers_ : ndarray of shape (n_kernels_, n_features)
+    kernel_centers_ : ndarray of shape (`n_kernels_`, n_features)
         Centers s_a of the atoms with a nonzero coefficient.
-    kernel_widths_ : ndarray of shape (n_kernels_,)
+    kernel_widths_ : ndarray of shape (`n_kernels_`,)
         Widths w_a of those atoms.
-    kernel_coef_ : ndarray of shape (n_problems, n_kernels_)
+    kernel_coef_ : ndarray of shape (n_problems, `n_kernels_`)
         α per one-vs-rest problem (one row for two classes, one per class
         otherwise).
     intercept_ : ndarray of shape (n_problems,)
@@ -165,9 +165,10 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
     n_refinement_rounds_ : int
         Refinement rounds run.
     n_samples_sent_ : int
-        Σ_m |sent_m|.
+        Number of training samples sent, summed over the clients (the sizes
+        of ``sent_samples_``).
     communication_reduction_ : float
-        1 − n_samples_sent_ / n_samples: the share of samples that stayed on
+        1 − ``n_samples_sent_`` / n_samples: the share of samples that stayed on
         the clients (0 with one client, which sends everything).
     dual_objective_ : list of ndarray
         Sparse dual value D(λ) at every ascent iteration, per problem (of
@@ -183,13 +184,14 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
     communication_ : CommunicationLog
         Everything sent: d + 2 floats per critical sample for two classes
         (x, class, λ), d + 1 + n_classes for more (λ per class); d + 1 per
-        sample with one client; d + 2 per client and n_widths back per
-        client for the data-scale round when ``widths`` is an int; per
-        refinement round, the model down to every client (n_kernels · (d + 1)
-        + n_problems · (n_kernels + 1) floats) and d + 1 per violating
-        sample up.
+        sample with one client; when ``widths`` is an int, d + 2 per client
+        up in the "data scale" round and, with several clients, n_widths
+        down per client in the "critical samples" round; per refinement
+        round, the model down to every client (n_kernels · (d + 1) +
+        n_problems · (n_kernels + 1) floats) and d + 1 per violating sample
+        up.
     n_features_in_ : int
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
 
     Notes
     -----
@@ -199,7 +201,7 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
     chunks otherwise; the solver's quadratic steps touch only the columns of
     the atoms above the threshold. Clients solve n_m-sized problems
     (an n_m × n_m Gram matrix); the server solves on the pool of sent
-    samples. Prediction costs n_kernels_ kernel evaluations per sample.
+    samples. Prediction costs ``n_kernels_`` kernel evaluations per sample.
 
     ``predict_proba`` is not provided: the decision values are margins of a
     sparse hinge-loss model, not calibrated probabilities. Wrap the
