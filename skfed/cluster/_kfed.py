@@ -194,10 +194,10 @@ class KFed(
         centers. One upload round per ``fit`` or ``partial_fit``.
 
     n_features_in_ : int
-        Number of features seen during :term:`fit`.
+        Number of features seen during ``fit``.
 
     feature_names_in_ : ndarray of shape (`n_features_in_`,)
-        Names of features seen during :term:`fit`. Defined only when `X`
+        Names of features seen during ``fit``. Defined only when `X`
         has feature names that are all strings.
 
     See Also
@@ -219,7 +219,7 @@ class KFed(
     Server (Algorithm 2): M starts as the centers of the client with the
     most local centers (among ties, one drawn with ``random_state`` from an
     order defined by the centers' values); the pooled center farthest from M
-    joins M until |M| = k; one Lloyd round assigns every pooled center to
+    joins M until M has k centers; one Lloyd round assigns every pooled center to
     its nearest member of M (groups τ_r) and sets the global centers to the
     (weighted) means of the τ_r.
 
