@@ -31,6 +31,7 @@ from joblib import effective_n_jobs, parallel_config
 from joblib.parallel import get_active_backend
 from sklearn.utils import check_random_state
 from sklearn.utils.parallel import Parallel, delayed
+from threadpoolctl import threadpool_limits
 
 from ._ledger import DOWNLOAD, UPLOAD, CommunicationLog, count_payload
 from ._rows import row_hashes
@@ -254,6 +255,11 @@ class Federation:
         return cls(clients, n_jobs=n_jobs, verbose=verbose, log=log)
 
     def __enter__(self):
+        # Client steps that call scikit-learn (e.g. KMeans) limit BLAS/OpenMP
+        # threads while they run; limits set and undone from several client
+        # threads at once interleave and can leave the process with one
+        # thread after the fit. Snapshot them here, restore them on exit.
+        self._thread_limits = threadpool_limits(limits=None)
         self._config = None
         backend, _ = get_active_backend()
         if type(backend).__name__ == "DaskDistributedBackend":
@@ -285,6 +291,7 @@ class Federation:
             if self._config is not None:
                 self._config.__exit__(*exc_info)
                 self._config = None
+            self._thread_limits.restore_original_limits()
 
     @property
     def n_clients(self):

@@ -9,6 +9,7 @@ __all__ = [
     "client_data_received",
     "fail_on",
     "keep_message_as_labels",
+    "leak_thread_limits",
     "noisy_sum",
 ]
 
@@ -72,3 +73,12 @@ INTEGRATION_CASES = {
     ),
     "FederatedRKHSClassifier": ({"random_state": 0}, {}, "classify"),
 }
+
+
+def leak_thread_limits(client, state, message):
+    """Set BLAS/OpenMP to one thread and never undo it (what interleaved
+    limits from concurrent client threads can amount to)."""
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=1)
+    return state, None

@@ -4,10 +4,16 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from joblib import parallel_config
+from threadpoolctl import threadpool_info
 
 from skfed import ClientStepError, ClientValueError
 from skfed._federation import Federation, _fingerprint
-from skfed._testing import fail_on, keep_message_as_labels, noisy_sum
+from skfed._testing import (
+    fail_on,
+    keep_message_as_labels,
+    leak_thread_limits,
+    noisy_sum,
+)
 from skfed._validation import check_partitions
 
 
@@ -180,3 +186,14 @@ def test_sample_weight_is_cut_with_the_data(data):
         Federation.from_arrays(X, None, p, random_state=0)._clients[0].sample_weight
         is None
     )
+
+
+@pytest.mark.parametrize("backend", ["sequential", "threading"])
+def test_thread_limits_are_restored_after_the_fit(data, backend):
+    X, ids = data
+    p = check_partitions(ids, X.shape[0])
+    before = [(i["filepath"], i["num_threads"]) for i in threadpool_info()]
+    with parallel_config(backend=backend, n_jobs=2):
+        with Federation.from_arrays(X, None, p, random_state=0) as fed:
+            fed.run_round("leak", leak_thread_limits)
+    assert [(i["filepath"], i["num_threads"]) for i in threadpool_info()] == before

@@ -41,7 +41,7 @@ from sklearn.utils.validation import (
     check_is_fitted,
     validate_data,
 )
-from threadpoolctl import ThreadpoolController, threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 from .._federation import FederatedMixin
 from .._rows import row_hashes
@@ -328,7 +328,7 @@ class KFed(
         fed = self._federation(
             X, None, partitions, random_state=rng, sample_weight=sample_weight
         )
-        with _restore_thread_limits(), fed:
+        with fed:
             ids, centers, weights = self._local_round(fed, "local centers")
             n_pooled = sum(len(c) for c in centers)
             if n_pooled < self.n_clusters:
@@ -434,7 +434,7 @@ class KFed(
             sample_weight=sample_weight,
             log=self.communication_,
         )
-        with _restore_thread_limits(), fed:
+        with fed:
             ids, centers, weights = self._local_round(fed, "local centers (new)")
             if not ids:
                 raise ValueError(
@@ -739,16 +739,6 @@ class KFed(
         self.n_iter_ = int(
             max(fed.local_results(lambda state: state["kfed_n_iter"]).values())
         )
-
-
-def _restore_thread_limits():
-    """Snapshot the BLAS/OpenMP thread limits and restore them on exit.
-
-    The local steps call KMeans, which limits BLAS threads while it runs;
-    from several client threads at once those limits interleave and can
-    leave the process with one BLAS thread after the fit.
-    """
-    return threadpool_limits(limits=None)
 
 
 def _failure_note(failed):
