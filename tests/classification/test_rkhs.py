@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sklearn import config_context
 from sklearn.datasets import load_breast_cancer, load_digits
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import StratifiedKFold, cross_val_score, train_test_split
@@ -418,6 +419,49 @@ def test_float32_in_float32_out(synthetic):
     clf = FederatedRKHSClassifier(random_state=0).fit(X.astype(np.float32), y)
     assert clf.decision_function(X_test.astype(np.float32)).dtype == np.float32
     assert clf.kernel_centers_.dtype == np.float32
+
+
+def test_kernels_do_not_depend_on_an_offset_in_the_data():
+    """Gaussian kernels see only differences. Φ in float32 from ‖x‖² − 2x·s
+    + ‖s‖² at the raw coordinates cancelled: with an offset of 1000 some
+    kernel values were off by 1 (measured from the centres' mean, the
+    float32 values are identical)."""
+    X, _, _ = paper_data(300, seed=2)
+    widths = np.array([0.05, 0.2])
+    every = np.arange(len(X) * len(widths))
+    reference = AtomDictionary(X, X, widths).columns(every)
+    shifted = AtomDictionary(X + 1000, X + 1000, widths)
+    np.testing.assert_allclose(shifted.columns(every), reference, atol=1e-6)
+    v = np.random.RandomState(0).standard_normal(len(X))
+    with config_context(working_memory=0.05):  # the chunked products
+        chunked = AtomDictionary(X + 1000, X + 1000, widths)
+        assert chunked._full is None
+        np.testing.assert_allclose(chunked.columns(every), reference, atol=1e-6)
+        np.testing.assert_allclose(
+            chunked.rmatvec(v), reference.T @ v, rtol=1e-5, atol=1e-4
+        )
+    # Prediction in float32 (the user's dtype) measures from the centres too.
+    np.testing.assert_allclose(
+        gaussian_atoms(X + 1000, X[:20] + 1000, np.full(20, 0.05)),
+        gaussian_atoms(X, X[:20], np.full(20, 0.05)),
+        atol=1e-6,
+    )
+
+
+def test_an_offset_in_the_data_costs_no_accuracy():
+    # Before the kernels were measured from the centres' mean, an offset of
+    # 1000 cost 1 to 6 accuracy points and 2 to 4 times the kernels here.
+    X, y, partitions = paper_data(300, seed=4)
+    X_test, y_test, _ = paper_data(2000, seed=5)
+    for parts in (None, partitions):
+        clf = FederatedRKHSClassifier(random_state=0).fit(X, y, partitions=parts)
+        far = FederatedRKHSClassifier(random_state=0)
+        far.fit(X + 1000, y, partitions=parts)
+        assert far.score(X_test + 1000, y_test) >= clf.score(X_test, y_test) - 0.005
+        assert far.n_kernels_ <= clf.n_kernels_ + 2
+        # The centres are training rows exactly, in the input's precision.
+        rows = {tuple(row) for row in X + 1000}
+        assert all(tuple(center) in rows for center in far.kernel_centers_)
 
 
 def test_n_jobs_does_not_change_the_model(synthetic, federated):
