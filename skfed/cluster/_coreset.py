@@ -1076,28 +1076,35 @@ def _assign(X, x_sq, centers, *, d2="exact"):
     """
     n = X.shape[0]
     labels = np.empty(n, dtype=np.intp)
-    expanded = np.empty(n, dtype=np.float64) if d2 == "expanded" else None
+    sparse_exact = d2 == "exact" and sp.issparse(X)
+    out = np.empty(n, dtype=np.float64) if d2 == "expanded" or sparse_exact else None
     c_sq = row_norms(centers, squared=True)
     for batch in gen_batches(n, _CHUNK):
+        cross = safe_sparse_dot(X[batch], centers.T, dense_output=True)
         # ‖x‖² is the same for every center: not needed for the argmin.
-        dist = c_sq - 2.0 * safe_sparse_dot(X[batch], centers.T, dense_output=True)
+        dist = c_sq - 2.0 * cross
         labels[batch] = np.argmin(dist, axis=1)
-        if expanded is not None:
-            closest = dist[np.arange(dist.shape[0]), labels[batch]]
-            expanded[batch] = np.maximum(closest + x_sq[batch], 0.0)
-    if d2 != "exact":
-        return labels, expanded
+        rows = np.arange(dist.shape[0])
+        if d2 == "expanded":
+            closest = dist[rows, labels[batch]]
+            out[batch] = np.maximum(closest + x_sq[batch], 0.0)
+        elif sparse_exact:
+            # From the products already at hand: a CSR row has no cheaper
+            # exact form, and gathering each row's center as a dense (n, s)
+            # array would cost as much memory as densifying X.
+            own = labels[batch]
+            out[batch] = np.maximum(
+                x_sq[batch] - 2.0 * cross[rows, own] + c_sq[own], 0.0
+            )
+    if d2 != "exact" or sparse_exact:
+        return labels, out
     d2 = np.empty(n, dtype=np.float64)
-    if n:
-        if sp.issparse(X):
-            d2 = _sq_dist_to_own(X, x_sq, centers, labels)
-        else:
-            # Subtracting directly makes a point that sits on its center
-            # cost exactly 0 (the expanded form leaves rounding noise, which
-            # would make D² sampling draw duplicates of centers).
-            for batch in gen_batches(n, _CHUNK):
-                diff = X[batch] - centers[labels[batch]]
-                d2[batch] = np.einsum("ij,ij->i", diff, diff)
+    # Subtracting directly makes a point that sits on its center cost exactly
+    # 0 (the expanded form leaves rounding noise, which would make D²
+    # sampling draw duplicates of centers).
+    for batch in gen_batches(n, _CHUNK):
+        diff = X[batch] - centers[labels[batch]]
+        d2[batch] = np.einsum("ij,ij->i", diff, diff)
     return labels, d2
 
 
@@ -1109,13 +1116,6 @@ def _sq_dist(X, x_sq, centers, c_sq=None):
     dist += x_sq[:, None]
     dist += c_sq[None, :]
     return np.maximum(dist, 0.0, out=dist)
-
-
-def _sq_dist_to_own(X, x_sq, centers, labels):
-    """‖x_i − c_{labels_i}‖² for CSR rows, without densifying X."""
-    own = centers[labels]
-    cross = np.asarray(X.multiply(own).sum(axis=1)).ravel()
-    return np.maximum(x_sq - 2.0 * cross + row_norms(own, squared=True), 0.0)
 
 
 def _tolerance(X, w, tol):

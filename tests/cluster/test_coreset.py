@@ -468,6 +468,29 @@ def test_sparse_rows_travel_as_csr():
     np.testing.assert_array_equal(km.predict(X), km.labels_)
 
 
+def test_sparse_input_is_never_densified():
+    """Clients and predict keep CSR rows sparse: memory stays far below that
+    of the dense (n, s) array (it was spent on each row's center, gathered
+    densely, to compute its exact distance)."""
+    import tracemalloc
+
+    X = sp.random(4000, 4000, density=0.001, format="csr", random_state=0)
+    dense_bytes = X.shape[0] * X.shape[1] * 8
+    km = DistributedKMeans(3, coreset_size=100, n_init=1, random_state=0)
+    tracemalloc.start()
+    try:
+        km.fit(X, partitions=2)
+        km.score(X)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < dense_bytes / 20
+    # The distances still match a dense computation.
+    part = X[:300].toarray()
+    d2 = np.stack([((part - c) ** 2).sum(axis=1) for c in km.cluster_centers_])
+    assert km.score(X[:300]) == pytest.approx(-d2.min(axis=0).sum(), rel=1e-10)
+
+
 def test_float32_is_kept(blobs):
     X = blobs[0].astype(np.float32)
     km = DistributedKMeans(K, coreset_size=400, random_state=0).fit(X, partitions=3)
