@@ -26,7 +26,8 @@ sampled rows for "manhattan"; independent of N either way.
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.metrics.pairwise import euclidean_distances, manhattan_distances
+from scipy.spatial.distance import pdist
+from sklearn.metrics.pairwise import manhattan_distances
 from sklearn.utils import check_random_state
 
 from .._rows import canonical_row_order
@@ -158,9 +159,14 @@ def median_distance(uploads, *, metric="euclidean"):
         )
     if metric == "manhattan":
         D = manhattan_distances(pooled)
+        dist = D[np.triu_indices(pooled.shape[0], 1)]
     else:
-        D = euclidean_distances(pooled)
-    dist = D[np.triu_indices(pooled.shape[0], 1)]
+        # Direct differences, so that equal rows are exactly 0 apart: the
+        # Gram shortcut of euclidean_distances leaves rounding of order
+        # 1e-8 ‖x‖ between them, which a majority of duplicates would turn
+        # into the median (and γ into ~1e12). Sparse rows arrive here only
+        # when d <= n_projections, so densifying them is cheap.
+        dist = pdist(pooled.toarray() if sp.issparse(pooled) else pooled)
     med = float(np.median(dist))
     if med <= 0:
         positive = dist[dist > 0]

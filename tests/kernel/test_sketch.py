@@ -160,6 +160,27 @@ def test_median_distance_with_duplicates_and_identical_points():
         median_distance([np.ones((10, 3))])
 
 
+@pytest.mark.parametrize("n_features", [30, 300])
+def test_median_distance_of_mostly_duplicated_rows_is_exact(n_features):
+    # A majority of pairs are exact duplicates of one (non-trivial) row: their
+    # distance is 0 and must be excluded, not kept as rounding noise (~1e-7
+    # with the Gram shortcut, which made γ ~ 1e12).
+    rng = np.random.RandomState(0)
+    row = 3 * rng.normal(size=(1, n_features))
+    X = np.vstack([np.repeat(row, 200, axis=0), rng.normal(size=(56, n_features))])
+    dist = pdist(X)
+    assert np.mean(dist == 0) > 0.5
+    expected = np.median(dist[dist > 0])
+    if n_features <= 64:  # sent unprojected: the exact median
+        assert median_distance([X[:100], X[100:]]) == pytest.approx(expected, 1e-12)
+    clients = [FakeClient(X[:128], 1), FakeClient(X[128:], 2)]
+    uploads = [median_sample_step(c, None, (7, 128))[1] for c in clients]
+    # Projected to 64 dimensions when d = 300: most positive distances are
+    # from the one repeated row, so their projection errors do not average
+    # out as in the test above.
+    assert median_distance(uploads) == pytest.approx(expected, rel=0.15)
+
+
 def test_canonical_row_order_depends_on_values_only():
     rng = np.random.RandomState(0)
     X = sp.random(40, 12, density=0.3, random_state=rng, format="csr")
