@@ -413,6 +413,16 @@ class DistributedKernelPCA(
                 )
             R = _span_basis(_kernel(Y, Y, spec))
             rank = R.shape[1]
+            if rank == 0:
+                # Uniform sampling can draw only such points; the score-based
+                # rounds never draw them.
+                raise ValueError(
+                    f"The {Y.shape[0]} representative point(s) span nothing in "
+                    "feature space: κ(y, y) = 0 for each of them (all-zero rows "
+                    "with a linear kernel or a polynomial kernel with "
+                    "coef0=0). Use sampling='leverage+adaptive', more "
+                    "representatives, or coef0 > 0."
+                )
             q = 2 * k if self.local_rank is None else self.local_rank
             w = n_rep if self.lowrank_sketch_size is None else self.lowrank_sketch_size
             project = partial(

@@ -590,6 +590,29 @@ def test_all_zero_data_in_feature_space():
     assert est.approximation_error_ == pytest.approx(0, abs=1e-9)
 
 
+def test_uniform_representatives_with_zero_features():
+    # Uniform sampling can draw only rows with κ(y, y) = 0 (here all-zero
+    # rows under a linear kernel): a clear error, not a failure inside a
+    # client's disLR step.
+    rng = np.random.RandomState(0)
+    X = np.zeros((200, 4))
+    X[:4] = rng.normal(size=(4, 4))
+    for data in (np.zeros((30, 4)), X):
+        with pytest.raises(ValueError, match="span nothing in feature space"):
+            DistributedKernelPCA(
+                2,
+                kernel="linear",
+                sampling="uniform",
+                n_representatives=3,
+                random_state=1,
+            ).fit(data, partitions=3)
+    # Leverage + adaptive sampling never draws them.
+    est = DistributedKernelPCA(
+        2, kernel="linear", n_representatives=3, random_state=1
+    ).fit(X, partitions=3)
+    assert est.rank_ == 3
+
+
 def test_verbose_reports_each_round(capsys):
     X = np.random.RandomState(0).normal(size=(60, 3))
     DistributedKernelPCA(2, n_representatives=10, verbose=1, random_state=0).fit(
