@@ -43,7 +43,7 @@ from sklearn.utils.validation import (
 )
 
 from .._federation import FederatedMixin
-from .._rows import canonical_row_order
+from .._rows import canonical_row_order, row_hashes
 
 __all__ = [
     "CoresetKMeansResult",
@@ -873,7 +873,7 @@ def merge_coresets(coresets):
         Float64; CSR when any client uploaded CSR rows.
     weights : ndarray of shape (n_points,)
     """
-    keys = [_content_key(c[2]) for c in coresets]
+    keys = [_content_key(c) for c in coresets]
     blocks, weights = [], []
     for i in sorted(range(len(keys)), key=keys.__getitem__):
         centers, sample, w = coresets[i]
@@ -1138,11 +1138,22 @@ def _dense_rows(X, idx):
     return rows.toarray() if sp.issparse(rows) else np.asarray(rows)
 
 
-def _content_key(weights):
+def _content_key(upload):
     """Order-free sort key of one client's upload.
 
-    Rounded to 10 significant digits so that uploads equal up to rounding
-    (e.g. the same rows held dense or sparse) sort alike.
+    The weights' summaries come first, rounded to 10 significant digits so
+    that uploads equal up to rounding (e.g. the same rows held dense or
+    sparse) sort alike. They tie for clients whose weights are all alike
+    (e.g. clients of at most k rows with unit weights); the exact hashes of
+    the weighted rows then decide, never the clients' order.
     """
+    centers, sample, weights = upload
     w = np.asarray(weights, dtype=np.float64)
-    return (len(w), float(f"{float(w @ w):.10g}"), float(f"{float(w.sum()):.10g}"))
+    k_m = centers.shape[0]
+    hashes = np.concatenate([row_hashes(centers, w[:k_m]), row_hashes(sample, w[k_m:])])
+    return (
+        len(w),
+        float(f"{float(w @ w):.10g}"),
+        float(f"{float(w.sum()):.10g}"),
+        np.sort(hashes).tobytes(),
+    )

@@ -414,6 +414,23 @@ def test_invariant_to_client_names_and_sample_order(
     assert km2.communication_.upload_floats == km.communication_.upload_floats
 
 
+def test_invariant_to_client_names_when_uploads_look_alike():
+    """Clients of at most k rows upload their rows with unit weights, so
+    their weights alone cannot order them on the server; the order of the
+    union (hence the server's k-means++ draws) must still not follow the
+    clients' names."""
+    X = np.random.RandomState(0).uniform(size=(24, 2))
+    partitions = np.arange(24) // 3  # 8 clients of 3 rows, k = 3
+    for seed in range(5):
+        params = {"n_clusters": 3, "coreset_size": 10, "n_init": 1}
+        a = DistributedKMeans(**params, random_state=seed)
+        a.fit(X, partitions=partitions)
+        b = DistributedKMeans(**params, random_state=seed)
+        b.fit(X, partitions=7 - partitions)
+        np.testing.assert_array_equal(b.cluster_centers_, a.cluster_centers_)
+        np.testing.assert_array_equal(b.labels_, a.labels_)
+
+
 @pytest.mark.slow  # starts a loky pool
 def test_backend_and_n_jobs_do_not_change_the_model(blobs):
     X, _ = blobs
