@@ -586,7 +586,8 @@ def _server_pool(uploads, n_problems, dtype):
     """Server: stack the received samples, classes and λ (zeros if none).
 
     The pool is put in a canonical order (by class, then by the rows'
-    values) so that the server's solve does not depend on the order or the
+    values, then by λ: a row several clients hold comes with one λ from
+    each) so that the server's solve does not depend on the order or the
     names of the clients.
 
     Returns
@@ -599,7 +600,7 @@ def _server_pool(uploads, n_problems, dtype):
     y = np.concatenate([u[1] for u in uploads]).astype(np.intp)
     lam = [u[2] if len(u) > 2 else np.zeros((len(u[1]), n_problems)) for u in uploads]
     lam = np.concatenate(lam)
-    order = np.lexsort((*X.T[::-1], y))
+    order = np.lexsort((*lam.T[::-1], *X.T[::-1], y))
     return X[order], y[order], lam[order], order
 
 

@@ -603,3 +603,10 @@ def test_server_pool_is_order_free():
     np.testing.assert_array_equal(X1, X2)
     np.testing.assert_array_equal(y1, y2)
     np.testing.assert_array_equal(l1, l2)
+    # A row (and class) two clients hold arrives with a λ from each; the tie
+    # is broken by λ, not by the order of the clients.
+    c = (a[0][:1], a[1][:1], rng.rand(1, 1))
+    X1, y1, l1, o1 = _server_pool([a, b, c], 1, np.float64)
+    X2, y2, l2, o2 = _server_pool([c, b, a], 1, np.float64)
+    np.testing.assert_array_equal(X1, X2)
+    np.testing.assert_array_equal(l1, l2)
