@@ -520,7 +520,8 @@ class FederatedKernelKMeans(FederatedMixin, ClusterMixin, BaseEstimator):
             res = lanczos(
                 matvec,
                 n_samples,
-                n_components=k + 2 if lam is None else None,
+                # R_t is N x N: with N < k + 2 all its eigenvalues are wanted.
+                n_components=min(k + 2, n_samples) if lam is None else None,
                 threshold=None if lam is None else eta * lam,
                 tol=self.eigen_tol,
                 max_iter=n_samples,
@@ -756,8 +757,14 @@ def _eigh_descending(G):
 
 
 def default_threshold(eigenvalues, n_clusters):
-    """Server: the paper's λ, the (k+2)-th largest eigenvalue of G at t = 1."""
+    """Server: the paper's λ, the (k+2)-th largest eigenvalue of G at t = 1.
+
+    Zero when fewer eigenvalues are given: without CEM the matrix is N x N,
+    and with N < k + 2 its (k+2)-th eigenvalue is that of G (rank <= N), 0.
+    """
     eigenvalues = np.sort(eigenvalues)[::-1]
+    if eigenvalues.shape[0] <= n_clusters + 1:
+        return 0.0
     return float(max(eigenvalues[n_clusters + 1], 0.0))
 
 

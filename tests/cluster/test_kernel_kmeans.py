@@ -175,6 +175,21 @@ def test_cem_lanczos_gram_and_no_cem_decompose_the_same_matrices():
     assert np.all(fits["lanczos"].lanczos_steps_ > 0)
 
 
+def test_no_cem_with_fewer_samples_than_k_plus_2():
+    # Without CEM the matrix is N x N: with N < k + 2 its (k+2)-th eigenvalue
+    # is 0, as for the D x D matrix G (rank <= N), so both decompose the same
+    # matrices; Lanczos must not be asked for more pairs than N.
+    X = make_blobs(60, centers=3, random_state=0)[0][:4]
+    params = {"n_random_features": 10, "max_iter": 3, "tol": 0, "random_state": 0}
+    ref = FederatedKernelKMeans(3, eigen_solver="gram", **params).fit(X, partitions=2)
+    km = FederatedKernelKMeans(3, use_cem=False, **params).fit(X, partitions=2)
+    assert km.threshold_ == pytest.approx(ref.threshold_, abs=1e-12)
+    np.testing.assert_array_equal(km.ranks_, ref.ranks_)
+    for a, b in zip(km.eigenvalue_history_, ref.eigenvalue_history_):
+        np.testing.assert_allclose(a, b, rtol=1e-8)
+    assert ari(km.labels_, ref.labels_) == 1.0
+
+
 def test_cem_upload_per_iteration_is_independent_of_n():
     # Doubling N by giving every client each of its rows twice leaves G
     # doubled and every Lanczos decision unchanged: with CEM each client
