@@ -1052,12 +1052,15 @@ def _farthest_point_initialization(pooled, owner, n_clusters, random_state):
 
     counts = np.bincount(owner)
     candidates = np.flatnonzero(counts == counts.max())
-    smallest_rank = np.array([rank[owner == z].min() for z in candidates])
-    candidates = candidates[np.argsort(smallest_rank)]
-    start = candidates[random_state.randint(len(candidates))]
-
-    members = np.flatnonzero(owner == start)
-    members = members[np.argsort(rank[members])][:n_clusters]
+    # Order the candidates by the values of all their centers, each client's
+    # taken in canonical order: clients that share their smallest center
+    # (e.g. a duplicated row) would otherwise be ordered by their position.
+    # Clients that tie here hold the same centers, so either gives the same M.
+    own = [np.flatnonzero(owner == z) for z in candidates]
+    own = [idx[np.argsort(rank[idx])] for idx in own]
+    keys = [tuple(pooled[idx].ravel().tolist()) for idx in own]
+    by_value = sorted(range(len(own)), key=keys.__getitem__)
+    members = own[by_value[random_state.randint(len(own))]][:n_clusters]
     ordered = pooled[canonical]
     min_sq_dist = euclidean_distances(ordered, pooled[members], squared=True).min(
         axis=1

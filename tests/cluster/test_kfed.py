@@ -254,6 +254,22 @@ def test_invariant_to_client_names_client_order_and_sample_order(
         assert_allclose(model.local_centers_[rename[cid]], centers, rtol=1e-12)
 
 
+def test_starting_client_does_not_follow_names_when_clients_share_a_center():
+    # Three clients share their smallest center (a duplicated row): their
+    # order among the candidate starting clients must come from all their
+    # centers, not from where the shared one sits in the pool.
+    X = np.array([[0, 0], [10, 0], [0, 0], [0, 10], [0, 0], [-10, 0]], float)
+    partitions = np.array([0, 0, 1, 1, 2, 2])
+    for seed in range(5):
+        reference = KFed(3, n_local_clusters=2, random_state=seed)
+        reference.fit(X, partitions=partitions)
+        for renamed in [2 - partitions, (partitions + 1) % 3]:
+            model = KFed(3, n_local_clusters=2, random_state=seed)
+            model.fit(X, partitions=renamed)
+            assert_array_equal(model.cluster_centers_, reference.cluster_centers_)
+            assert_array_equal(model.labels_, reference.labels_)
+
+
 @pytest.mark.parametrize(
     "backend, n_jobs", [("threading", 2), ("loky", 2), ("sequential", 1)]
 )
