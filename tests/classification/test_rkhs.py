@@ -279,11 +279,14 @@ def test_removing_a_non_critical_sample_leaves_the_model_unchanged():
 def test_support_is_the_samples_with_positive_dual(centralized, synthetic):
     X, y, _, _, _ = synthetic
     assert 0 < len(centralized.support_) < len(y)
-    # Samples off the support are outside the margin of the final model.
-    f = centralized.decision_function(X)
-    ypm = np.where(y == centralized.classes_[1], 1.0, -1.0)
+    # Complementary slackness of the final (refit) model, up to libsvm's
+    # tolerance: samples off the support meet their constraint, samples on
+    # it sit on or inside the margin.
+    margins = np.where(y == centralized.classes_[1], 1.0, -1.0)
+    margins *= centralized.decision_function(X)
     outside = np.setdiff1d(np.arange(len(y)), centralized.support_)
-    assert np.mean(ypm[outside] * f[outside] >= 1 - 1e-2) > 0.99
+    assert np.all(margins[outside] >= 1 - 1e-3)
+    assert np.all(margins[centralized.support_] <= 1 + 1e-3)
 
 
 def test_exact_refinement_leaves_only_samples_meeting_the_constraints(synthetic):
@@ -518,7 +521,9 @@ def test_not_converged_warns():
 def test_hard_margin_on_separable_data():
     X, y, _ = paper_data(120, noise=0.0, seed=10)
     clf = FederatedRKHSClassifier(C=np.inf, random_state=0).fit(X, y)
-    assert clf.score(X, y) >= 0.98
+    # The hard constraints y f(x) ≥ 1 hold (libsvm's C = 1e4, tolerance).
+    margins = np.where(y == clf.classes_[1], 1.0, -1.0) * clf.decision_function(X)
+    assert np.all(margins >= 1 - 1e-3)
 
 
 # --------------------------------------------------------------------------
