@@ -122,7 +122,8 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         N = 10000 (-0.4 point).
     max_iter : int, default=1000
         Largest number of iterations of the sparse solve (per one-vs-rest
-        problem).
+        problem); also of a client's dense solve without the bias (a client
+        holding a single label of a problem).
     tol : float, default=1e-4
         Stopping tolerance: relative progress of the primal P and dual D
         ("active-set", see ``primal_objective_``) or relative change of λ
@@ -334,6 +335,10 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
                 )
             sent = fed.local_results(lambda state: state["sent"])
             critical = {c: np.sort(idx) for c, idx in sent.items()}
+            # What each client knows of its own solve (not sent).
+            local_converged = fed.local_results(
+                lambda state: state.get("local_converged", True)
+            )
             X_pool, y_pool, lam_pool, order = _server_pool(uploads, n_problems, X.dtype)
             pool_index = np.concatenate([sent[c] for c in fed.client_ids])[order]
             solve = partial(
@@ -390,6 +395,15 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
             warnings.warn(
                 f"The dual ascent did not converge in max_iter={self.max_iter} "
                 "iterations; raise max_iter or tol.",
+                ConvergenceWarning,
+                stacklevel=2,
+            )
+        unconverged = [c for c, ok in local_converged.items() if not ok]
+        if unconverged:
+            warnings.warn(
+                f"The local dual of client(s) {unconverged!r} did not converge in "
+                f"max_iter={self.max_iter} iterations, so the critical samples "
+                "they sent may be wrong; raise max_iter or tol.",
                 ConvergenceWarning,
                 stacklevel=2,
             )
@@ -500,9 +514,10 @@ def _local_dual_step(
     dictionary = AtomDictionary(X, X, widths)
     Phi = dictionary.columns(np.arange(dictionary.n_atoms))
     lam = np.zeros((client.n_samples, n_problems))
+    converged = True
     for p in range(n_problems):
         y = _binary_labels(y_code, p, n_problems)
-        lam[:, p] = dense_dual(
+        fit = dense_dual(
             Phi,
             y,
             beta=1.0,
@@ -511,10 +526,13 @@ def _local_dual_step(
             bias=bool(np.any(y > 0) and np.any(y < 0)),
             max_iter=max_iter,
             tol=tol,
-        )["lam"]
+        )
+        lam[:, p] = fit["lam"]
+        converged &= fit["converged"]
     critical = np.flatnonzero(np.any(lam > 0, axis=1))
     state["sent"] = client.sample_indices[critical]
     state["local_dual"] = lam
+    state["local_converged"] = converged
     return state, (
         X[critical],
         y_code[critical].astype(np.float64),

@@ -549,6 +549,22 @@ def test_client_with_one_class_only_solves_without_bias(synthetic, centralized):
     assert clf.score(X_test, y_test) >= centralized.score(X_test, y_test) - 0.03
 
 
+def test_client_whose_local_dual_did_not_converge_warns(synthetic):
+    # One-label clients solve their dual with L-BFGS-B, capped by max_iter;
+    # its failure used to go unreported (at max_iter=20 these clients sent
+    # samples that are not critical).
+    X, y = synthetic[0][:300], synthetic[1][:300]
+    partitions = np.where(y == 0, 0, 1)
+    partitions[::5] = 2
+    with pytest.warns(ConvergenceWarning, match=r"client\(s\) \[0, 1\] did not"):
+        FederatedRKHSClassifier(max_iter=20, random_state=0).fit(
+            X, y, partitions=partitions
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        FederatedRKHSClassifier(random_state=0).fit(X, y, partitions=partitions)
+
+
 def test_client_with_one_sample(synthetic):
     X, y, _, X_test, y_test = synthetic
     X, y = X[:300], y[:300]
