@@ -32,7 +32,11 @@ from sklearn.base import (
 )
 from sklearn.cluster import KMeans, kmeans_plusplus
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.metrics import euclidean_distances, pairwise_distances_argmin_min
+from sklearn.metrics import (
+    euclidean_distances,
+    pairwise_distances_argmin,
+    pairwise_distances_argmin_min,
+)
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.extmath import randomized_svd, row_norms
@@ -794,27 +798,47 @@ def _local_step(
     # so that the result does not depend on the order of the samples.
     hashes = row_hashes(X)
     order = np.lexsort((weights, hashes))
-    X, weights = X[order], weights[order]
-    distinct = _few_distinct_rows(X, hashes[order], n_local_clusters)
+    X, weights, hashes = X[order], weights[order], hashes[order]
+    # Rows of zero weight take no part, as if removed (they could otherwise
+    # become local centers, and through them global ones); they join their
+    # nearest local center afterwards.
+    kept = np.flatnonzero(weights > 0)
+    if len(kept) == 0:
+        raise ValueError(
+            "Every sample of this client has sample_weight 0, so it has "
+            "nothing to cluster; give it positive weights or leave it out."
+        )
+    if len(kept) < X.shape[0]:
+        X_kept, w_kept, h_kept = X[kept], weights[kept], hashes[kept]
+    else:
+        X_kept, w_kept, h_kept = X, weights, hashes
+    distinct = _few_distinct_rows(X_kept, h_kept, n_local_clusters)
 
     if distinct is not None:
         if not allow_raw_upload:
             return state, _REFUSED
-        first, sorted_labels = distinct
-        centers = X[first]
+        first, kept_labels = distinct
+        centers = X_kept[first]
         centers = centers.toarray() if sp.issparse(centers) else centers.copy()
         n_iter = 0
     else:
         with _one_openmp_thread() if single_threaded else contextlib.nullcontext():
-            centers, sorted_labels, n_iter = _awasthi_sheffet(
-                X,
-                weights,
+            centers, kept_labels, n_iter = _awasthi_sheffet(
+                X_kept,
+                w_kept,
                 n_local_clusters,
                 n_init=n_init,
                 max_iter=max_iter,
                 tol=tol,
                 client=client,
             )
+    if X_kept is X:
+        sorted_labels = kept_labels
+    else:
+        sorted_labels = np.empty(X.shape[0], dtype=np.intp)
+        sorted_labels[kept] = kept_labels
+        zero = np.flatnonzero(weights <= 0)
+        sorted_labels[zero] = pairwise_distances_argmin(X[zero], centers)
     local_labels = np.empty(X.shape[0], dtype=np.intp)
     local_labels[order] = sorted_labels
 

@@ -689,3 +689,46 @@ def test_zero_weights_do_not_move_centers(structured):
     assert_allclose(kfed.cluster_centers_, centroids, rtol=1e-10, atol=1e-10)
     with pytest.raises(ValueError, match="Negative values"):
         KFed(n_clusters=16).fit(X, partitions=partitions, sample_weight=-weights)
+
+
+@pytest.mark.parametrize("center_weighting", ["size", "uniform"])
+def test_zero_weight_rows_are_as_if_removed_on_small_clients(center_weighting):
+    # Client 2 holds 3 distinct rows <= k(2) = 3, one an outlier of weight 0:
+    # it must not become a local (and then a global) center.
+    rng = np.random.RandomState(0)
+    X = np.vstack(
+        [
+            rng.normal(size=(30, 2)),
+            rng.normal(size=(30, 2)) + 10,
+            [[100.0, 100.0], [5.0, 5.0], [0.0, 0.0]],
+        ]
+    )
+    partitions = np.repeat([0, 1, 2], [30, 30, 3])
+    weights = np.ones(len(X))
+    weights[60] = 0.0
+    params = {
+        "n_clusters": 3,
+        "n_local_clusters": {0: 2, 1: 2, 2: 3},
+        "center_weighting": center_weighting,
+        "random_state": 0,
+    }
+    weighted = KFed(**params).fit(X, partitions=partitions, sample_weight=weights)
+    kept = weights > 0
+    removed = KFed(**params).fit(X[kept], partitions=partitions[kept])
+    assert_allclose(weighted.cluster_centers_, removed.cluster_centers_)
+    assert_array_equal(weighted.labels_[kept], removed.labels_)
+    assert weighted.local_centers_[2].shape == (2, 2)
+    # The zero-weight row is still labelled, by its nearest local center.
+    assert weighted.labels_[60] == weighted.labels_[61]
+
+
+def test_client_with_only_zero_weights_is_left_out_with_a_clear_reason(blobs):
+    X, _ = blobs
+    partitions = np.arange(len(X)) % 3
+    weights = np.where(partitions == 2, 0.0, 1.0)
+    with pytest.warns(UserWarning, match="sample_weight 0"):
+        kfed = KFed(n_clusters=4, random_state=0).fit(
+            X, partitions=partitions, sample_weight=weights
+        )
+    assert set(kfed.failed_clients_) == {2}
+    assert (kfed.labels_[partitions == 2] == -1).all()
