@@ -442,6 +442,8 @@ class FederatedKernelKMeans(FederatedMixin, ClusterMixin, BaseEstimator):
                 n_steps = 0
             else:
                 step = partial(fed.run_round, "lanczos", _gram_matvec_step)
+                # No max_iter: at worst Lanczos spans all dim directions,
+                # where its Ritz pairs are exact, so it always converges.
                 res = lanczos(
                     lambda c, step=step: _sum_uploads(step(c)),
                     dim,
@@ -451,12 +453,6 @@ class FederatedKernelKMeans(FederatedMixin, ClusterMixin, BaseEstimator):
                     random_state=lanczos_rng,
                 )
                 mu, V, n_steps = res.eigenvalues, res.eigenvectors, res.n_iter
-                if not res.converged:
-                    warnings.warn(
-                        f"Lanczos did not converge in iteration {t}; raise eigen_tol.",
-                        ConvergenceWarning,
-                        stacklevel=3,
-                    )
             if lam is None:
                 lam = default_threshold(mu, k)
             basis, shrink, kept = soft_threshold(mu, V, eta * lam)
