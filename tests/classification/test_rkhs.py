@@ -364,6 +364,11 @@ def test_ledger_matches_the_protocol(synthetic, federated):
     for record in models:
         assert len(set(record.floats)) == 1 and len(record.floats) == m
         assert (record.floats[0] - 1) % (d + 2) == 0
+        # float64 input: the centres travel in float64 like every number.
+        assert record.bytes == tuple(8 * f for f in record.floats)
+    if violations[-1] == 0:
+        # Nothing new after the last broadcast: that was the final model.
+        assert models[-1].floats[0] == federated.n_kernels_ * (d + 2) + 1
     assert federated.communication_reduction_ == pytest.approx(1 - sent / n)
     for cid, idx in federated.sent_samples_.items():
         assert np.all(partitions[idx] == cid)
@@ -422,6 +427,15 @@ def test_float32_in_float32_out(synthetic):
     clf = FederatedRKHSClassifier(random_state=0).fit(X.astype(np.float32), y)
     assert clf.decision_function(X_test.astype(np.float32)).dtype == np.float32
     assert clf.kernel_centers_.dtype == np.float32
+    # Rows travel in float32; classes and λ in float64.
+    clf.fit(X.astype(np.float32), y, partitions=np.arange(len(y)) % 2)
+    critical = [len(clf.critical_samples_[c]) for c in (0, 1)]
+    (up,) = [
+        r
+        for r in clf.communication_.records
+        if r.name == "critical samples" and r.direction == "upload"
+    ]
+    assert up.bytes == tuple(n * (2 * 4 + 8 + 8) for n in critical)
 
 
 def test_kernels_do_not_depend_on_an_offset_in_the_data():
