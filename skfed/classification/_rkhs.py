@@ -164,7 +164,11 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         critical samples and those violating the global model in a
         refinement round.
     n_refinement_rounds_ : int
-        Refinement rounds run.
+        Refinement rounds run, counting a last round in which no client sent
+        anything (the rounds stop there). When it equals
+        ``refinement_rounds`` and the last round's upload in
+        ``communication_`` is not empty, the model was re-solved after the
+        clients' last check: no client has checked the final model.
     n_samples_sent_ : int
         Number of training samples sent, summed over the clients (the sizes
         of ``sent_samples_``).
