@@ -323,8 +323,8 @@ class DistributedKMeans(
                 sample_weight, X, dtype=np.float64, ensure_non_negative=True
             )
         rng = check_random_state(self.random_state)
-        # The federation slices its ``y`` per client; the weights ride there so
-        # that each client's weights stay with its samples.
+        # The federation cuts the weights with the data: each client's
+        # weights stay with its samples.
         fed = self._federation(
             X, None, partitions, random_state=rng, sample_weight=sample_weight
         )
@@ -1071,8 +1071,10 @@ def _cluster_sums(X, w, labels, n_clusters):
 def _assign(X, x_sq, centers, *, d2="exact"):
     """Closest center of each row and the squared distance to it.
 
-    ``d2`` is ``"exact"`` (computed from the difference), ``"expanded"``
-    (‖x‖² − 2 x·c + ‖c‖², free but with rounding noise) or None.
+    ``d2`` is ``"exact"`` (computed from the difference for dense rows;
+    CSR rows have no cheaper exact form and use the expanded one),
+    ``"expanded"`` (‖x‖² − 2 x·c + ‖c‖², free but with rounding noise) or
+    None.
     """
     n = X.shape[0]
     labels = np.empty(n, dtype=np.intp)
