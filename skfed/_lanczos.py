@@ -70,6 +70,13 @@ def lanczos(
     step and at least one Ritz value must lie at or below it, so that an
     eigenvalue just emerging from the Krylov space is not missed.
 
+    Like any single-vector Krylov method it finds one copy of an exactly
+    repeated eigenvalue (the other copies are orthogonal to the Krylov
+    space), and a pair closer than about ``tol`` times the largest Ritz
+    value may be resolved late: with ``threshold``, such a copy above it can
+    be missed. DSPGD's G, a sum of random-feature Gram blocks, has no exact
+    repeats in practice.
+
     Parameters
     ----------
     matvec : callable
