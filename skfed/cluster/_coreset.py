@@ -175,7 +175,8 @@ class DistributedKMeans(
 
     coreset_sample_counts_ : ndarray of shape (`n_clients_`,)
         t_m, the number of points each client drew (they sum to
-        ``coreset_size``, unless every local cost was 0).
+        ``coreset_size``, unless every local cost was 0 or clients with
+        exactly equal costs could not all get a leftover sample).
 
     coreset_client_weight_sums_ : ndarray of shape (`n_clients_`,)
         Sum of the coreset weights each client uploaded: its n_m (its total
@@ -825,10 +826,14 @@ def _label_step(client, state, message, *, rows, weights, state_key, exact_inert
 def allocate_samples(costs, coreset_size):
     """Server: split the sample budget t ∝ cost_m (step 2 of §5).
 
-    Largest-remainder rounding so that Σ t_m = t; ties go to the larger cost,
-    so the split does not depend on the order of the clients (up to exactly
-    equal costs). A client with cost 0 gets no samples; if every cost is 0
-    nobody samples (the local centers with their counts are then exact).
+    Largest-remainder rounding so that Σ t_m = t, with one exception that
+    keeps the split independent of the order and names of the clients:
+    clients with exactly equal costs are indistinguishable to the server, so
+    they get one leftover sample each or none; a group that does not fit
+    in what is left gets none, and Σ t_m may then fall short of t by less
+    than the size of that group. A client with cost 0 gets no samples; if
+    every cost is 0 nobody samples (the local centers with their counts are
+    then exact).
 
     Parameters
     ----------
@@ -849,9 +854,15 @@ def allocate_samples(costs, coreset_size):
     counts = np.floor(raw).astype(np.intp)
     short = int(coreset_size - counts.sum())
     remainder = raw - counts
-    # Only clients with a positive cost may receive the leftover samples.
-    remainder[costs <= 0] = -1.0
-    counts[np.lexsort((-costs, -remainder))[:short]] += 1
+    # Only clients with a positive cost may receive the leftover samples:
+    # largest remainder first, a group of equal costs all at once.
+    candidates = np.unique(costs[costs > 0])[::-1]
+    for cost in sorted(candidates, key=lambda c: -remainder[costs == c][0]):
+        group = costs == cost
+        size = int(group.sum())
+        if size <= short:
+            counts[group] += 1
+            short -= size
     return counts
 
 

@@ -275,6 +275,36 @@ def test_allocation_is_proportional_to_cost():
     )
 
 
+def test_allocation_treats_equal_costs_alike():
+    # The server cannot tell clients of equal cost apart: they get the same
+    # number of samples whatever their order, even if that leaves budget.
+    np.testing.assert_array_equal(allocate_samples([1.0, 1.0, 1.0], 10), [3, 3, 3])
+    np.testing.assert_array_equal(allocate_samples([1.0, 2.0, 1.0], 9), [2, 5, 2])
+    np.testing.assert_array_equal(allocate_samples([1.0, 1.0, 2.0], 10), [2, 2, 6])
+    costs = np.array([0.0, 2.0, 1.0, 2.0, 3.0, 1.0, 2.0])
+    for seed in range(5):
+        perm = np.random.RandomState(seed).permutation(len(costs))
+        np.testing.assert_array_equal(
+            allocate_samples(costs[perm], 12), allocate_samples(costs, 12)[perm]
+        )
+
+
+def test_invariant_to_client_names_when_local_costs_tie():
+    # Clients 0 and 1 hold translated copies of the same square: equal local
+    # costs (8), and half a sample each left over (t = 6, client 2 costs 16).
+    # It used to go to the first by name, so renaming changed the coreset;
+    # now neither gets it, and client 2 takes the budget left.
+    square = np.array([[0.0, 0.0], [2.0, 0.0], [0.0, 2.0], [2.0, 2.0]])
+    X = np.vstack([square, square + [100, 0], np.vstack([square] * 2) + [0, 100]])
+    partitions = np.repeat([0, 1, 2], [4, 4, 8])
+    params = {"n_clusters": 1, "coreset_size": 6, "n_init": 1, "random_state": 0}
+    a = DistributedKMeans(**params).fit(X, partitions=partitions)
+    b = DistributedKMeans(**params).fit(X, partitions=np.array([1, 0, 2])[partitions])
+    np.testing.assert_array_equal(a.coreset_sample_counts_, [1, 1, 4])
+    np.testing.assert_array_equal(b.coreset_sample_counts_, [1, 1, 4])
+    np.testing.assert_array_equal(b.cluster_centers_, a.cluster_centers_)
+
+
 def test_client_with_zero_local_cost_sends_only_its_centers(blobs):
     X, y = blobs
     partitions = np.arange(X.shape[0]) % 3
