@@ -136,9 +136,15 @@ def test_structured_mixture_exact_recovery(structured, center_weighting):
     ).fit(X, partitions=partitions)
     assert kfed.n_clients_ == len(np.unique(partitions))
     assert matched_accuracy(y, kfed.labels_) == 1.0
-    # Every local center sits on one component: no cluster mixes components.
-    for centers in kfed.local_centers_.values():
-        assert centers.shape == (4, X.shape[1])
+    # Every local cluster is one component of the client's data: its local
+    # centers are exactly the means of the client's rows of each component.
+    for cid, centers in kfed.local_centers_.items():
+        own = partitions == cid
+        means = np.array([X[own & (y == r)].mean(axis=0) for r in np.unique(y[own])])
+        assert centers.shape == means.shape == (4, X.shape[1])
+        match = euclidean_distances(centers, means).argmin(axis=1)
+        assert_allclose(centers, means[match], rtol=1e-10, atol=1e-10)
+        assert len(set(match)) == 4
 
 
 def test_structured_mixture_reaches_oracle_cost(structured):
