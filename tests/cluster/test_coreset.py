@@ -201,7 +201,6 @@ def test_communication_matches_formula(hard, dtype):
     # One client smaller than k: it sends its points, so k_m = min(k, n_m).
     partitions = np.arange(n_samples) % 6
     partitions[:3] = 6
-    partitions[partitions == 6] = 6
     sizes = np.bincount(partitions)
     km = DistributedKMeans(k, coreset_size=t, random_state=0)
     km.fit(X, partitions=partitions)
