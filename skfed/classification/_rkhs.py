@@ -402,6 +402,19 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
                 ConvergenceWarning,
                 stacklevel=2,
             )
+        if not all(model["refit_converged"]):
+            warnings.warn(
+                "The refit of the selected kernels stopped at libsvm's iteration "
+                "cap, so the model does not solve it exactly"
+                + (
+                    "; with C=np.inf the kernels may not separate the data: use "
+                    "a finite C."
+                    if np.isinf(self.C)
+                    else "; raise tol."
+                ),
+                ConvergenceWarning,
+                stacklevel=2,
+            )
         unconverged = [c for c, ok in local_converged.items() if not ok]
         if unconverged:
             warnings.warn(
@@ -653,6 +666,7 @@ def _server_solve(
     dictionary = AtomDictionary(X, X, widths)
     beta = 1.0 - gamma
     selected, fits, traces, n_iter, converged = [], [], [], [], []
+    refit_converged = []
     primal_traces = []
     lam = np.zeros((len(y_code), n_problems))
     support = np.zeros(len(y_code), dtype=bool)
@@ -691,7 +705,7 @@ def _server_solve(
                 "lam": sparse["support_lam"],
                 "coef": sparse["coef"],
                 "intercept": sparse["intercept"],
-                "converged": True,
+                "converged": sparse["support_converged"],
             }
         else:
             fit = dense_dual(
@@ -711,7 +725,8 @@ def _server_solve(
         traces.append(sparse["trace"])
         primal_traces.append(sparse.get("primal_trace", np.empty(0)))
         n_iter.append(sparse["n_iter"])
-        converged.append(sparse["converged"] and fit["converged"])
+        converged.append(sparse["converged"])
+        refit_converged.append(fit["converged"])
     # Drop atoms the refit left at zero, then merge the problems' atoms.
     atoms = np.unique(np.concatenate(selected)) if selected else np.array([], int)
     coef = np.zeros((n_problems, len(atoms)))
@@ -730,4 +745,5 @@ def _server_solve(
         "primal_traces": primal_traces,
         "n_iter": n_iter,
         "converged": converged,
+        "refit_converged": refit_converged,
     }

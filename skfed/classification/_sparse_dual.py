@@ -541,8 +541,9 @@ def active_set_dual(
     result : dict
         ``lam`` (the dual iterate), ``atoms`` (the best support A),
         ``coef`` and ``intercept`` (its refitted α and b), ``support_lam``
-        (λ of that refit), ``trace`` (D per step), ``primal_trace`` (best P
-        per step), ``n_iter``, ``converged``.
+        (λ of that refit), ``support_converged`` (whether libsvm converged
+        on it), ``trace`` (D per step), ``primal_trace`` (best P per step),
+        ``n_iter``, ``converged``.
     """
     y = np.asarray(y, dtype=np.float64)
     beta = 1.0 - gamma
@@ -604,6 +605,7 @@ def active_set_dual(
         "coef": fit["coef"],
         "intercept": fit["intercept"],
         "support_lam": fit["lam"],
+        "support_converged": fit["converged"],
         "trace": np.asarray(trace),
         "primal_trace": np.asarray(primal_trace),
         "n_iter": n_iter,

@@ -547,6 +547,19 @@ def test_not_converged_warns():
         FederatedRKHSClassifier(max_iter=1, random_state=0).fit(X, y)
 
 
+@pytest.mark.parametrize("C, hint", [(1.0, "raise tol"), (np.inf, "finite C")])
+def test_refit_stopped_at_the_libsvm_cap_warns(monkeypatch, C, hint):
+    # On noisy data with C=np.inf libsvm crawls into its iteration cap (11 of
+    # 12 refits at N = 300, noise 0.1) and the fit used to say nothing; a
+    # low cap stands in for the crawl here.
+    import skfed.classification._sparse_dual as sparse_dual
+
+    monkeypatch.setattr(sparse_dual, "_SMO_MAX_ITER", 3)
+    X, y, _ = paper_data(100, noise=0.1, seed=2)
+    with pytest.warns(ConvergenceWarning, match=f"libsvm's iteration cap.*{hint}"):
+        FederatedRKHSClassifier(C=C, random_state=0).fit(X, y)
+
+
 def test_hard_margin_on_separable_data():
     X, y, _ = paper_data(120, noise=0.0, seed=10)
     clf = FederatedRKHSClassifier(C=np.inf, random_state=0).fit(X, y)
