@@ -216,9 +216,10 @@ class KFed(
     S_r = {i : ‖P_i − ν_r‖ ≤ ⅓ ‖P_i − ν_s‖ for all s ≠ r} and sets θ_r = mean
     of the rows in S_r (ν_r Vᵀ if S_r is empty); Lloyd's method from θ in the
     full space gives Θ(z). A client with at most k(z) distinct samples uses
-    them as its centers. Each client processes its rows in a canonical
-    (content-defined) order, so the result does not depend on the order of
-    the samples either.
+    them as its centers. Samples of zero weight take no part (as if
+    removed) and then join their nearest local center. Each client
+    processes its rows in a canonical (content-defined) order, so the result
+    does not depend on the order of the samples either.
 
     Server (Algorithm 2): M starts as the centers of the client with the
     most local centers (among ties, one drawn with ``random_state`` from an
