@@ -418,9 +418,11 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         unconverged = [c for c, ok in local_converged.items() if not ok]
         if unconverged:
             warnings.warn(
-                f"The local dual of client(s) {unconverged!r} did not converge in "
-                f"max_iter={self.max_iter} iterations, so the critical samples "
-                "they sent may be wrong; raise max_iter or tol.",
+                f"The local dual of client(s) {unconverged!r} did not converge "
+                f"(max_iter={self.max_iter} caps the solve of a client holding "
+                "one label of a problem, libsvm's own cap the others), so the "
+                "critical samples they sent may be wrong; raise max_iter or tol"
+                + (", or use a finite C." if np.isinf(self.C) else "."),
                 ConvergenceWarning,
                 stacklevel=2,
             )
