@@ -530,8 +530,7 @@ def _local_dual_step(
     state = dict(state or {})
     widths = message if widths is None else widths
     X, y_code = client.X, client.y
-    dictionary = AtomDictionary(X, X, widths)
-    Phi = dictionary.columns(np.arange(dictionary.n_atoms))
+    Phi = AtomDictionary(X, X, widths).columns()
     lam = np.zeros((client.n_samples, n_problems))
     converged = True
     for p in range(n_problems):

@@ -155,8 +155,13 @@ class AtomDictionary:
     def atom_widths(self, atoms):
         return self.widths[np.asarray(atoms) // self.n_centers]
 
-    def columns(self, atoms):
-        """Φ[:, atoms] as a dense array."""
+    def columns(self, atoms=None):
+        """Φ[:, atoms] as a dense array; every atom when ``atoms`` is None
+        (Φ itself when held, not a copy: do not modify it)."""
+        if atoms is None:
+            if self._full is not None:
+                return self._full
+            atoms = np.arange(self.n_atoms)
         atoms = np.asarray(atoms, dtype=np.intp)
         if self._full is not None:
             return self._full[:, atoms]
