@@ -1,7 +1,10 @@
 """Random Fourier features (Rahimi & Recht, 2007) and the federated
 average-distance kernel width."""
 
+import math
+
 import numpy as np
+import scipy.sparse as sp
 from sklearn.utils import check_random_state
 
 
@@ -71,38 +74,54 @@ def random_fourier_features(X, omega, offset, *, scale=None):
 
 
 def moments_step(client, state, message):
-    """Client step: (n_m, Σ x, Σ ‖x‖²) of the client's rows.
+    """Client step: (n_m, Σ x, S_m) with S_m = Σ ‖x − x̄_m‖² of its rows.
 
-    Upload: d + 2 floats. From the sums of all clients the server gets the
-    mean squared interpoint distance without seeing any point.
+    Upload: d + 2 floats. From them the server gets the mean squared
+    interpoint distance without seeing any point. The sum of squares is
+    taken around the client's own mean, not the origin, so that data far
+    from the origin does not lose its spread to cancellation.
     """
     X = client.X
-    sq = X.multiply(X).sum() if hasattr(X, "multiply") else np.einsum("ij,ij->", X, X)
-    return state, (
-        float(X.shape[0]),
-        np.asarray(X.sum(axis=0), dtype=np.float64).ravel(),
-        float(sq),
-    )
+    n = X.shape[0]
+    total = np.asarray(X.sum(axis=0), dtype=np.float64).ravel()
+    mean = total / n
+    if sp.issparse(X):
+        # Σ_j [Σ_{stored i} (x_ij − μ_j)² + (n − stored_j) μ_j²], still sparse.
+        X = sp.csr_matrix(X)
+        diff = X.data.astype(np.float64) - mean[X.indices]
+        stored = np.bincount(X.indices, minlength=X.shape[1])
+        ss = float(diff @ diff + ((n - stored) * mean**2).sum())
+    else:
+        centred = np.asarray(X, dtype=np.float64) - mean
+        ss = float(np.einsum("ij,ij->", centred, centred))
+    return state, (float(n), total, ss)
 
 
 def gamma_from_moments(uploads):
     """Server step: γ = N² / (2 Σ_ij ‖x_i − x_j‖²) from client moments.
 
-    Uses Σ_ij ‖x_i − x_j‖² = 2 N Σ‖x‖² − 2 ‖Σ x‖², so γ is one over twice the
-    mean squared distance over all ordered pairs.
+    Σ_ij ‖x_i − x_j‖² = 2 N S, where S = Σ_m S_m + Σ_m n_m ‖x̄_m − x̄‖² is the
+    sum of squares around the global mean x̄; so γ = N / (4 S), one over twice
+    the mean squared distance over all ordered pairs. The uploads are summed
+    in an order fixed by their values, so that the order and the names of the
+    clients cannot change γ by a rounding error.
 
     Raises
     ------
     ValueError
         If every point is the same (the distance is zero).
     """
-    n = sum(u[0] for u in uploads)
-    total = sum(u[1] for u in uploads)
-    sq = sum(u[2] for u in uploads)
-    pair_sum = 2 * n * sq - 2 * float(total @ total)
-    if not pair_sum > 1e-12 * max(n * sq, 1e-300):
+    uploads = sorted(uploads, key=lambda u: (u[0], u[2], tuple(u[1])))
+    n = math.fsum(u[0] for u in uploads)
+    mean = np.sum([u[1] for u in uploads], axis=0) / n
+    between = math.fsum(
+        u[0] * float(np.sum((u[1] / u[0] - mean) ** 2)) for u in uploads
+    )
+    ss = math.fsum(u[2] for u in uploads) + between
+    # Identical rows leave only the rounding of their mean (relative 1e-16).
+    if not ss > n * (1e-10 * float(np.sqrt(mean @ mean))) ** 2:
         raise ValueError(
             "All samples are identical, so the average-distance kernel width "
             "is undefined; set the kernel width explicitly or check the data."
         )
-    return n * n / (2 * pair_sum)
+    return n / (4 * ss)

@@ -73,11 +73,11 @@ def test_nmi_matches_exact_kernel_kmeans_and_predict_agrees(name):
             k,
             gamma=gamma,
             n_components=s,
-            n_random_features=50,
+            n_random_features=100,
             max_iter=30,
             eigen_solver="gram",
             coreset_size=400,
-            n_init=3,
+            n_init=10,
             random_state=seed,
         ).fit(X, partitions=4)
         nmis.append(nmi(y, km.labels_))

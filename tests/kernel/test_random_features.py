@@ -1,0 +1,77 @@
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.datasets import make_blobs
+from sklearn.metrics import euclidean_distances
+
+from skfed._federation import Federation
+from skfed._validation import check_partitions
+from skfed.kernel import (
+    gamma_from_moments,
+    moments_step,
+    random_fourier_features,
+    sample_fourier_weights,
+)
+
+
+def _gamma(X, ids):
+    p = check_partitions(ids, X.shape[0])
+    with Federation.from_arrays(X, None, p, random_state=0) as fed:
+        return gamma_from_moments(fed.run_round("moments", moments_step)), fed.log
+
+
+def _exact_gamma(X):
+    return 1 / (2 * np.mean(euclidean_distances(X, squared=True)))
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_federated_gamma_is_the_mean_squared_distance(sparse):
+    X, _ = make_blobs(200, n_features=5, random_state=0)
+    X[X < 0] = 0  # zeros, so that CSR stores only part of the rows
+    ids = np.arange(200) % 7
+    gamma, log = _gamma(sp.csr_matrix(X) if sparse else X, ids)
+    assert gamma == pytest.approx(_exact_gamma(X), rel=1e-10)
+    assert log.upload_floats == 7 * (X.shape[1] + 2)
+
+
+def test_federated_gamma_survives_data_far_from_the_origin():
+    X, _ = make_blobs(200, n_features=5, random_state=0)
+    ids = np.arange(200) % 4
+    gamma, _ = _gamma(X, ids)
+    for shift in (1e6, 1e8):
+        shifted, _ = _gamma(X + shift, ids)
+        assert shifted == pytest.approx(gamma, rel=1e-6)
+
+
+@pytest.mark.parametrize("value", [0.0, 1.5, 1e8])
+def test_identical_samples_have_no_kernel_width(value):
+    X = np.full((30, 3), value)
+    with pytest.raises(ValueError, match="All samples are identical"):
+        _gamma(X, np.arange(30) % 3)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.permutations(range(5)), st.integers(0, 2**16))
+def test_gamma_ignores_the_order_of_the_uploads(order, seed):
+    X = np.random.RandomState(seed).standard_normal((50, 3)) * 10 + 3
+    uploads = [moments_step(_Client(X[i::5]), None, None)[1] for i in range(5)]
+    assert gamma_from_moments([uploads[i] for i in order]) == gamma_from_moments(
+        uploads
+    )
+
+
+class _Client:
+    def __init__(self, X):
+        self.X = X
+
+
+def test_random_fourier_features_approximate_the_rbf_kernel():
+    X = np.random.RandomState(0).standard_normal((40, 3))
+    omega, offset = sample_fourier_weights(0, 3, 20_000, 0.3)
+    Z = random_fourier_features(X, omega, offset)
+    K = np.exp(-0.3 * euclidean_distances(X, squared=True))
+    assert np.abs(Z @ Z.T - K).max() < 0.05
+    Zs = random_fourier_features(sp.csr_matrix(X), omega, offset)
+    np.testing.assert_allclose(Zs, Z, rtol=1e-10, atol=1e-12)
