@@ -111,10 +111,13 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         sample. 0 gives the paper's one-shot protocol.
     refinement_margin : float in [0, 1], default=0.25
         ρ: a refinement round sends the samples with y f(x) < ρ (1 − ε)
-        for some problem. ρ = 1 is the exact criterion of Proposition 2:
-        when the rounds stop early, every unsent sample meets the global
-        constraints, so it has λ = 0 and could not change the model. Smaller
-        ρ sends only samples near or beyond the boundary. On the paper's
+        for some problem. ρ = 1 tests the global constraints exactly: when
+        the rounds stop early, every unsent sample meets them, so it would
+        have λ = 0 in the refit of the model's kernels and leave that refit
+        unchanged (Proposition 2). It does not certify the sparse solve: the
+        L0 problem is not convex, and on a larger pool the solver can select
+        other kernels. Smaller ρ sends only samples near or beyond the
+        boundary. On the paper's
         synthetic set with 8 clients, ρ = 1 sent 43-56% of the samples
         (N = 250 to 4000); at N = 2000 / 10000, ρ = 0.5 sent 31% / 50%,
         ρ = 0.25 26% / 31% and ρ = 0 (misclassified samples only)
@@ -562,8 +565,9 @@ def _violations_step(client, state, message, *, threshold):
     """Client step (refinement): send the samples the global model violates.
 
     A sample that meets the global model's constraint y f(x) ≥ 1 − ε has
-    λ = 0 in the global dual and cannot change the model (Proposition 2);
-    one that does not may be critical globally although it was not locally.
+    λ = 0 in the refit of the model's kernels and leaves that refit
+    unchanged (Proposition 2); one that does not may be critical globally
+    although it was not locally.
     Samples with y f(x) < ``threshold`` (ρ (1 − ε), ρ = refinement_margin)
     in any problem are sent.
 

@@ -337,6 +337,16 @@ def test_exact_refinement_leaves_only_samples_meeting_the_constraints(synthetic)
     ypm = np.where(y == clf.classes_[1], 1.0, -1.0)
     margins = ypm[unsent] * clf.decision_function(X[unsent])
     assert len(unsent) > 0 and np.all(margins >= 1 - 1e-4)
+    # Hence the refit of the model's kernels is the same with every unsent
+    # sample added to the pool (what the certificate covers; the sparse
+    # solve on a larger pool may select other kernels).
+    Phi = gaussian_atoms(X, clf.kernel_centers_, clf.kernel_widths_, dtype=np.float64)
+    kw = {"beta": 1 - clf.sparsity, "epsilon": 0.0, "upper": 1.0, "bias": True}
+    pooled = dense_dual(Phi[sent], ypm[sent], max_iter=1, tol=1e-8, **kw)
+    everything = dense_dual(Phi, ypm, max_iter=1, tol=1e-8, **kw)
+    np.testing.assert_allclose(everything["coef"], pooled["coef"], atol=1e-6)
+    assert everything["intercept"] == pytest.approx(pooled["intercept"], abs=1e-6)
+    np.testing.assert_allclose(pooled["coef"], clf.kernel_coef_[0], atol=1e-3)
 
 
 def test_one_shot_protocol(synthetic, federated):
