@@ -608,11 +608,10 @@ def _model_message(model):
 def _server_widths(uploads, n_widths):
     """Server: widths log-spaced around the root mean squared distance.
 
-    ``gamma_from_moments`` gives 1 / (2 · mean squared distance). Its sums
-    run over the clients in the order of their moments, not of their names,
-    so that renaming clients cannot move the widths by a rounding error.
+    ``gamma_from_moments`` gives 1 / (2 · mean squared distance); it sums
+    the clients' moments in an order fixed by their values, so renaming
+    clients cannot move the widths by a rounding error.
     """
-    uploads = sorted(uploads, key=lambda u: (u[0], u[2], *u[1]))
     try:
         rms = np.sqrt(0.5 / gamma_from_moments(uploads))
     except ValueError as exc:

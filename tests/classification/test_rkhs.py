@@ -696,13 +696,14 @@ def test_identical_samples_with_derived_widths_raise():
 
 
 def test_server_widths_are_order_free():
-    # Summed in the clients' order, these moments gave two different sets
-    # of widths over the 24 orders (the last bit).
+    # Summed in the clients' order, moments like these gave two different
+    # sets of widths over the 24 orders (the last bit).
     rng = np.random.RandomState(0)
     uploads = []
     for m in range(4):
         X = rng.uniform(0, 1, (rng.randint(5, 50), 2)) * 10**m
-        uploads.append((float(len(X)), X.sum(axis=0), float((X * X).sum())))
+        spread = float(((X - X.mean(axis=0)) ** 2).sum())
+        uploads.append((float(len(X)), X.sum(axis=0), spread))
     widths = {
         tuple(_server_widths([uploads[i] for i in order], 5))
         for order in itertools.permutations(range(4))
