@@ -24,6 +24,7 @@ an order-free fingerprint of the client's data, never on the backend, on
 import hashlib
 import sys
 import traceback
+import uuid
 
 import numpy as np
 import scipy.sparse as sp
@@ -47,9 +48,9 @@ __all__ = [
 
 _SEED_MAX = np.iinfo(np.int32).max
 
-# Number of times a ClientData was unpickled in this process: how often client
-# data was shipped to it. Read on dask workers by the scale-out tests.
-N_CLIENT_DATA_RECEIVED = 0
+# How many times a ClientData was unpickled in this process (how often client
+# data was shipped to it), per fit. Read on dask workers by the scale-out tests.
+N_CLIENT_DATA_RECEIVED = {}
 
 
 class ClientStepError(RuntimeError):
@@ -143,9 +144,9 @@ class ClientData:
         return f"ClientData(client_id={self.client_id!r}, n_samples={self.n_samples})"
 
     def __setstate__(self, state):
-        global N_CLIENT_DATA_RECEIVED
-        N_CLIENT_DATA_RECEIVED += 1
         self.__dict__.update(state)
+        fit = self.__dict__.get("fit_id")
+        N_CLIENT_DATA_RECEIVED[fit] = N_CLIENT_DATA_RECEIVED.get(fit, 0) + 1
 
 
 class _Failure:
@@ -236,6 +237,7 @@ class Federation:
             See :class:`Federation`.
         """
         base = int(check_random_state(random_state).randint(_SEED_MAX))
+        fit_id = uuid.uuid4().hex  # tags this fit's clients; no effect on results
         if sp.issparse(X):
             X = X.tocsr()
         clients = []
@@ -252,6 +254,7 @@ class Federation:
                     sample_weight=None if sample_weight is None else sample_weight[idx],
                 )
             )
+            clients[-1].fit_id = fit_id
         return cls(clients, n_jobs=n_jobs, verbose=verbose, log=log)
 
     def __enter__(self):
@@ -272,6 +275,11 @@ class Federation:
                 scatter=list(self._clients.values()),
             )
             self._config.__enter__()
+            scattering = get_active_backend()[0]
+            self._scattered = (
+                scattering.client,
+                list(scattering.data_futures.values()),
+            )
         self._sequential = effective_n_jobs(self.n_jobs) == 1
         self._parallel = Parallel(n_jobs=self.n_jobs, prefer="threads")
         self._parallel.__enter__()
@@ -291,6 +299,13 @@ class Federation:
             if self._config is not None:
                 self._config.__exit__(*exc_info)
                 self._config = None
+                # Release the scattered clients now, synchronously: joblib
+                # scatters them under a content hash, and a release still in
+                # flight when a later fit scatters the same data under the
+                # same key cancels that fit's tasks ("lost dependencies").
+                client, futures = self._scattered
+                client.cancel(futures)
+                self._scattered = None
             self._thread_limits.restore_original_limits()
 
     @property

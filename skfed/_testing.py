@@ -11,6 +11,7 @@ __all__ = [
     "keep_message_as_labels",
     "leak_thread_limits",
     "noisy_sum",
+    "shipped_since",
 ]
 
 import numpy as np
@@ -44,11 +45,11 @@ def keep_message_as_labels(client, state, message):
 
 
 def client_data_received():
-    """How many times client data was unpickled in this process (run on a
-    dask worker to measure what was shipped to it)."""
+    """How many times client data was unpickled in this process, per fit id
+    (run on a dask worker to measure what was shipped to it)."""
     from . import _federation
 
-    return _federation.N_CLIENT_DATA_RECEIVED
+    return dict(_federation.N_CLIENT_DATA_RECEIVED)
 
 
 # Estimator name -> (small, fast constructor params, a grid over the
@@ -82,3 +83,16 @@ def leak_thread_limits(client, state, message):
 
     threadpool_limits(limits=1)
     return state, None
+
+
+def shipped_since(before, after):
+    """Client-data shipments of the fits that first appear in ``after``.
+
+    ``before`` and ``after`` map each worker to :func:`client_data_received`
+    read there; fits already seen in ``before`` (whose late copies may still
+    be landing) are left out.
+    """
+    seen = {fit for counts in before.values() for fit in counts}
+    return sum(
+        n for counts in after.values() for fit, n in counts.items() if fit not in seen
+    )

@@ -8,7 +8,12 @@ from threadpoolctl import threadpool_limits
 
 import skfed
 from skfed._federation import Federation
-from skfed._testing import INTEGRATION_CASES, client_data_received, noisy_sum
+from skfed._testing import (
+    INTEGRATION_CASES,
+    client_data_received,
+    noisy_sum,
+    shipped_since,
+)
 from skfed._validation import check_partitions
 
 distributed = pytest.importorskip("distributed")
@@ -46,10 +51,10 @@ def test_dask_gives_the_sequential_result_and_ships_data_once(dask_client):
     n_rounds = 6
     _, expected = _fit(X, ids, n_rounds)
 
-    before = sum(dask_client.run(client_data_received).values())
+    before = dask_client.run(client_data_received)
     with parallel_config(backend="dask"):
         fed, got = _fit(X, ids, n_rounds)
-    shipped = sum(dask_client.run(client_data_received).values()) - before
+    shipped = shipped_since(before, dask_client.run(client_data_received))
 
     np.testing.assert_array_equal(got, expected)
     assert fed.local_results(lambda s: s["calls"]) == dict.fromkeys(range(5), n_rounds)
@@ -70,10 +75,10 @@ def test_estimators_on_dask_match_the_sequential_fit(name, dask_client):
     # another order (differences of ~1e-14).
     with threadpool_limits(limits=1):
         expected = getattr(skfed, name)(**params).fit(X, y, partitions=partitions)
-        before = sum(dask_client.run(client_data_received).values())
+        before = dask_client.run(client_data_received)
         with parallel_config(backend="dask"):
             got = getattr(skfed, name)(**params).fit(X, y, partitions=partitions)
-    shipped = sum(dask_client.run(client_data_received).values()) - before
+    shipped = shipped_since(before, dask_client.run(client_data_received))
 
     for method in ("predict", "transform", "decision_function"):
         if hasattr(expected, method):
