@@ -87,81 +87,21 @@ def _digits():
     return load_digits(return_X_y=True)
 
 
-def _kfed(args):
-    from sklearn.cluster import KMeans
-    from sklearn.metrics import normalized_mutual_info_score as nmi
+def _clustering_row(args, federated, counterpart, centralized):
+    """Fit a federated clusterer and its centralized counterpart on digits.
 
-    from . import KFed
+    ``centralized(fitted)`` builds the scikit-learn model from the fitted
+    federated one (so that both can share, e.g., the kernel width).
+    """
+    from sklearn.metrics import normalized_mutual_info_score as nmi
 
     X, y = _digits()
     ids = make_partition(args.partition, y, args.clients, args.seed)
-    fed, t_fed = _timed(
-        lambda: KFed(n_clusters=10, random_state=args.seed).fit(X, partitions=ids)
-    )
-    cen, t_cen = _timed(lambda: KMeans(10, n_init=1, random_state=args.seed).fit(X))
+    fed, t_fed = _timed(lambda: federated.fit(X, partitions=ids))
+    labels, t_cen = _timed(lambda: centralized(fed).fit_predict(X))
     return Row(
-        "KFed",
-        "KMeans(n_init=1)",
-        "digits",
-        "NMI",
-        nmi(y, fed.labels_),
-        nmi(y, cen.labels_),
-        t_fed,
-        t_cen,
-        fed.communication_.total_floats,
-        X.size,
-    )
-
-
-def _distributed_kmeans(args):
-    from sklearn.cluster import KMeans
-    from sklearn.metrics import normalized_mutual_info_score as nmi
-
-    from . import DistributedKMeans
-
-    X, y = _digits()
-    ids = make_partition(args.partition, y, args.clients, args.seed)
-    est = DistributedKMeans(n_clusters=10, coreset_size=500, random_state=args.seed)
-    fed, t_fed = _timed(lambda: est.fit(X, partitions=ids))
-    cen, t_cen = _timed(lambda: KMeans(10, n_init=10, random_state=args.seed).fit(X))
-    return Row(
-        "DistributedKMeans",
-        "KMeans",
-        "digits",
-        "NMI",
-        nmi(y, fed.labels_),
-        nmi(y, cen.labels_),
-        t_fed,
-        t_cen,
-        fed.communication_.total_floats,
-        X.size,
-    )
-
-
-def _kernel_kmeans(args):
-    from sklearn.cluster import KMeans
-    from sklearn.decomposition import KernelPCA
-    from sklearn.metrics import normalized_mutual_info_score as nmi
-    from sklearn.pipeline import make_pipeline
-
-    from . import FederatedKernelKMeans
-
-    X, y = _digits()
-    ids = make_partition(args.partition, y, args.clients, args.seed)
-    est = FederatedKernelKMeans(
-        n_clusters=10, n_random_features=200, n_components=12, random_state=args.seed
-    )
-    fed, t_fed = _timed(lambda: est.fit(X, partitions=ids))
-    # Exact kernel k-means in the spectral form the estimator approximates:
-    # k-means on the top eigenvectors of the same RBF kernel.
-    exact = make_pipeline(
-        KernelPCA(n_components=12, kernel="rbf", gamma=fed.gamma_),
-        KMeans(10, n_init=10, random_state=args.seed),
-    )
-    labels, t_cen = _timed(lambda: exact.fit_predict(X))
-    return Row(
-        "FederatedKernelKMeans",
-        "KernelPCA + KMeans",
+        type(federated).__name__,
+        counterpart,
         "digits",
         "NMI",
         nmi(y, fed.labels_),
@@ -170,6 +110,57 @@ def _kernel_kmeans(args):
         t_cen,
         fed.communication_.total_floats,
         X.size,
+    )
+
+
+def _kfed(args):
+    from sklearn.cluster import KMeans
+
+    from . import KFed
+
+    return _clustering_row(
+        args,
+        KFed(n_clusters=10, random_state=args.seed),
+        "KMeans(n_init=1)",
+        lambda fed: KMeans(10, n_init=1, random_state=args.seed),
+    )
+
+
+def _distributed_kmeans(args):
+    from sklearn.cluster import KMeans
+
+    from . import DistributedKMeans
+
+    return _clustering_row(
+        args,
+        DistributedKMeans(n_clusters=10, coreset_size=500, random_state=args.seed),
+        "KMeans",
+        lambda fed: KMeans(10, n_init=10, random_state=args.seed),
+    )
+
+
+def _kernel_kmeans(args):
+    from sklearn.cluster import KMeans
+    from sklearn.decomposition import KernelPCA
+    from sklearn.pipeline import make_pipeline
+
+    from . import FederatedKernelKMeans
+
+    # Exact kernel k-means in the spectral form the estimator approximates:
+    # k-means on the top eigenvectors of the same RBF kernel.
+    return _clustering_row(
+        args,
+        FederatedKernelKMeans(
+            n_clusters=10,
+            n_random_features=200,
+            n_components=12,
+            random_state=args.seed,
+        ),
+        "KernelPCA + KMeans",
+        lambda fed: make_pipeline(
+            KernelPCA(n_components=12, kernel="rbf", gamma=fed.gamma_),
+            KMeans(10, n_init=10, random_state=args.seed),
+        ),
     )
 
 
