@@ -50,6 +50,7 @@ from sklearn.metrics.pairwise import rbf_kernel
 from threadpoolctl import threadpool_limits
 
 from skfed import DistributedKMeans, FederatedKernelKMeans
+from skfed._testing import iteration_uploads
 from skfed.partition import iid
 
 try:  # built by another engineer; compared when present
@@ -57,6 +58,8 @@ try:  # built by another engineer; compared when present
 except ImportError:  # pragma: no cover
     DistributedKernelPCA = None
 
+# Rounds counted as DSPGD upload per iteration, with and without CEM.
+LANCZOS_ROUNDS = {"random features", "lanczos", "lanczos project", "lanczos expand"}
 RESULTS = Path(__file__).parent / "results"
 N_CLIENTS = 5
 
@@ -317,7 +320,7 @@ def per_iteration_upload(X, meta, gamma, D, T, seed=0):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             km.fit(X, partitions=parts)
-        per_iter = iteration_uploads(km.communication_)
+        per_iter = iteration_uploads(km.communication_, LANCZOS_ROUNDS)
         rows.append(
             {
                 "variant": label,
@@ -333,19 +336,6 @@ def per_iteration_upload(X, meta, gamma, D, T, seed=0):
         row["reduction vs no CEM"] = f"{1 - row['upload/iteration'] / base:.2%}"
     predicted = (n + N_CLIENTS * D) * q0 / (N_CLIENTS * (D + r) * q1)
     return rows, predicted
-
-
-def iteration_uploads(log):
-    names = {"random features", "lanczos", "lanczos project", "lanczos expand"}
-    per_iter = []
-    for rec in log.records:
-        if rec.direction != "upload":
-            continue
-        if rec.name == "random features":
-            per_iter.append(0)
-        if per_iter and rec.name in names:
-            per_iter[-1] += rec.total_floats
-    return per_iter
 
 
 def peak_memory(fn):
@@ -406,8 +396,8 @@ def scaling(sizes, exact_max, D, T):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             no_cem.fit(X, partitions=parts)
-        cem_iter = np.mean(iteration_uploads(km.communication_))
-        no_cem_iter = np.mean(iteration_uploads(no_cem.communication_))
+        cem_iter = np.mean(iteration_uploads(km.communication_, LANCZOS_ROUNDS))
+        no_cem_iter = np.mean(iteration_uploads(no_cem.communication_, LANCZOS_ROUNDS))
         row = {
             "N": n,
             "FK time (s)": t_fk,

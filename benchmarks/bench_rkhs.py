@@ -42,6 +42,7 @@ from sklearn.svm import SVC
 from threadpoolctl import threadpool_limits
 
 from skfed import FederatedRKHSClassifier
+from skfed._testing import rkhs_paper_data
 from skfed.classification._sparse_dual import (
     AtomDictionary,
     active_set_dual,
@@ -55,15 +56,8 @@ RESULTS = Path(__file__).parent / "results"
 N_CLIENTS = 8
 
 
-def paper_data(n, *, noise=0.05, n_clients=N_CLIENTS, seed=0):
-    rng = np.random.RandomState(seed)
-    X = rng.uniform(0, 1, (n, 2))
-    y = (X[:, 1] > 0.5 + 0.25 * np.sin(2 * np.pi * X[:, 0])).astype(int)
-    width = 2.0 / (n_clients + 1)
-    lo = np.arange(n_clients) * width / 2
-    inside = (X[:, :1] >= lo) & (X[:, :1] <= lo + width)
-    partitions = np.array([rng.choice(np.flatnonzero(row)) for row in inside])
-    return X + noise * rng.standard_normal(X.shape), y, partitions
+def paper_data(n, *, seed):
+    return rkhs_paper_data(n, n_clients=N_CLIENTS, seed=seed)
 
 
 def timed(fn, repeats=1):

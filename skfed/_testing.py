@@ -1,16 +1,20 @@
-"""Toy client steps for testing the simulated network and for the demo.
+"""Helpers shared by the tests and the benchmarks.
 
-They live in the package (not in the test modules) because process-based
-joblib backends must import a client step by name in a worker process.
+Toy client steps live in the package (not in the test modules) because
+process-based joblib backends must import a client step by name in a worker
+process; the data generators and ledger readers live here so that the tests
+and the benchmarks measure the same thing.
 """
 
 __all__ = [
     "INTEGRATION_CASES",
     "client_data_received",
     "fail_on",
+    "iteration_uploads",
     "keep_message_as_labels",
     "leak_thread_limits",
     "noisy_sum",
+    "rkhs_paper_data",
     "shipped_since",
 ]
 
@@ -96,3 +100,36 @@ def shipped_since(before, after):
     return sum(
         n for counts in after.values() for fit, n in counts.items() if fit not in seen
     )
+
+
+def iteration_uploads(log, names):
+    """Floats uploaded per DSPGD iteration of a federated kernel k-means fit
+    (an iteration opens with its "random features" round), counting only the
+    rounds in ``names``."""
+    per_iter = []
+    for rec in log.records:
+        if rec.direction != "upload":
+            continue
+        if rec.name == "random features":
+            per_iter.append(0)
+        if per_iter and rec.name in names:
+            per_iter[-1] += rec.total_floats
+    return per_iter
+
+
+def rkhs_paper_data(n, *, noise=0.05, n_clients=4, seed=0):
+    """The RKHS paper's synthetic set: uniform 2-D signal, a sine boundary,
+    clients on overlapping vertical strips, Gaussian noise after labelling.
+
+    Returns
+    -------
+    X, y, partitions
+    """
+    rng = np.random.RandomState(seed)
+    X = rng.uniform(0, 1, (n, 2))
+    y = (X[:, 1] > 0.5 + 0.25 * np.sin(2 * np.pi * X[:, 0])).astype(int)
+    width = 2.0 / (n_clients + 1)
+    lo = np.arange(n_clients) * width / 2
+    inside = (X[:, :1] >= lo) & (X[:, :1] <= lo + width)
+    partitions = np.array([rng.choice(np.flatnonzero(row)) for row in inside])
+    return X + noise * rng.standard_normal(X.shape), y, partitions

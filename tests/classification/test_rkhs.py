@@ -19,6 +19,7 @@ from sklearn.svm import SVC
 
 from skfed import FederatedRKHSClassifier
 from skfed._federation import ClientData
+from skfed._testing import rkhs_paper_data
 from skfed.classification._rkhs import (
     _local_dual_step,
     _server_pool,
@@ -34,19 +35,6 @@ from skfed.classification._sparse_dual import (
 )
 
 
-def paper_data(n, *, noise=0.05, n_clients=4, seed=0):
-    """The paper's synthetic set: uniform 2-D signal, a sine boundary,
-    clients on overlapping vertical strips, Gaussian noise after labelling."""
-    rng = np.random.RandomState(seed)
-    X = rng.uniform(0, 1, (n, 2))
-    y = (X[:, 1] > 0.5 + 0.25 * np.sin(2 * np.pi * X[:, 0])).astype(int)
-    width = 2.0 / (n_clients + 1)
-    lo = np.arange(n_clients) * width / 2
-    inside = (X[:, :1] >= lo) & (X[:, :1] <= lo + width)
-    partitions = np.array([rng.choice(np.flatnonzero(row)) for row in inside])
-    return X + noise * rng.standard_normal(X.shape), y, partitions
-
-
 def svc_score(X, y, X_test, y_test):
     # The reference: SVC's defaults (RBF, C=1, gamma="scale"), untuned.
     return SVC(kernel="rbf").fit(X, y).score(X_test, y_test)
@@ -54,8 +42,8 @@ def svc_score(X, y, X_test, y_test):
 
 @pytest.fixture(scope="module")
 def synthetic():
-    X, y, partitions = paper_data(500, seed=0)
-    X_test, y_test, _ = paper_data(2000, seed=1)
+    X, y, partitions = rkhs_paper_data(500, seed=0)
+    X_test, y_test, _ = rkhs_paper_data(2000, seed=1)
     return X, y, partitions, X_test, y_test
 
 
@@ -77,8 +65,8 @@ def federated(synthetic):
 
 @pytest.mark.parametrize("noise", [0.0, 0.1])
 def test_accuracy_close_to_svc_on_synthetic_data(noise):
-    X, y, partitions = paper_data(300, noise=noise, seed=2)
-    X_test, y_test, _ = paper_data(2000, noise=noise, seed=3)
+    X, y, partitions = rkhs_paper_data(300, noise=noise, seed=2)
+    X_test, y_test, _ = rkhs_paper_data(2000, noise=noise, seed=3)
     reference = svc_score(X, y, X_test, y_test)
     for parts in (None, partitions):
         clf = FederatedRKHSClassifier(random_state=0).fit(X, y, partitions=parts)
@@ -136,8 +124,8 @@ def test_federated_close_to_centralized(synthetic, centralized, federated):
 
 
 def test_kernels_fall_as_sparsity_rises():
-    X, y, _ = paper_data(300, seed=4)
-    X_test, y_test, _ = paper_data(2000, seed=5)
+    X, y, _ = rkhs_paper_data(300, seed=4)
+    X_test, y_test, _ = rkhs_paper_data(2000, seed=5)
     reference = svc_score(X, y, X_test, y_test)
     fits = [
         FederatedRKHSClassifier(sparsity, random_state=0).fit(X, y)
@@ -163,7 +151,7 @@ def _client(X, y):
 
 
 def test_client_sends_exactly_its_samples_with_positive_dual():
-    X, y, _ = paper_data(200, seed=6)
+    X, y, _ = rkhs_paper_data(200, seed=6)
     widths = np.array([0.05, 0.1, 0.2])
     state, (X_sent, y_sent, lam_sent) = _local_dual_step(
         _client(X, y),
@@ -199,7 +187,7 @@ def test_client_sends_exactly_its_samples_with_positive_dual():
 def test_client_step_holds_its_dictionary_once():
     # The client step took Φ[:, every atom], a copy of the Φ the dictionary
     # holds: peak memory 2.6 times Φ, now 1.6 (Φ, its distances, the Gram).
-    X, y, _ = paper_data(1000, seed=6)
+    X, y, _ = rkhs_paper_data(1000, seed=6)
     widths = np.geomspace(0.1, 0.5, 5)
     dictionary = AtomDictionary(X, X, widths)
     assert np.shares_memory(dictionary.columns(), dictionary._full)
@@ -232,7 +220,7 @@ def test_removing_a_non_critical_sample_leaves_the_model_unchanged():
     below the threshold contributes nothing to D or to c on the other atoms,
     so the reduced problem has the same dual value and thresholded α.
     """
-    X, y, _ = paper_data(300, seed=7)
+    X, y, _ = rkhs_paper_data(300, seed=7)
     y_code = y.astype(np.intp)
     widths = np.array([0.08, 0.15, 0.3])
     gamma = 0.5
@@ -496,7 +484,7 @@ def test_kernels_do_not_depend_on_an_offset_in_the_data():
     + ‖s‖² at the raw coordinates cancelled: with an offset of 1000 some
     kernel values were off by 1 (measured from the centres' mean, the
     float32 values are identical)."""
-    X, _, _ = paper_data(300, seed=2)
+    X, _, _ = rkhs_paper_data(300, seed=2)
     widths = np.array([0.05, 0.2])
     every = np.arange(len(X) * len(widths))
     reference = AtomDictionary(X, X, widths).columns(every)
@@ -521,8 +509,8 @@ def test_kernels_do_not_depend_on_an_offset_in_the_data():
 def test_an_offset_in_the_data_costs_no_accuracy():
     # Before the kernels were measured from the centres' mean, an offset of
     # 1000 cost 1 to 6 accuracy points and 2 to 4 times the kernels here.
-    X, y, partitions = paper_data(300, seed=4)
-    X_test, y_test, _ = paper_data(2000, seed=5)
+    X, y, partitions = rkhs_paper_data(300, seed=4)
+    X_test, y_test, _ = rkhs_paper_data(2000, seed=5)
     for parts in (None, partitions):
         clf = FederatedRKHSClassifier(random_state=0).fit(X, y, partitions=parts)
         far = FederatedRKHSClassifier(random_state=0)
@@ -571,7 +559,7 @@ def test_dual_objective_and_iterations_are_reported(centralized, synthetic):
 
 @pytest.mark.parametrize("solver", ["fista", "ascent"])
 def test_gradient_solvers_run(solver):
-    X, y, _ = paper_data(150, seed=8)
+    X, y, _ = rkhs_paper_data(150, seed=8)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         clf = FederatedRKHSClassifier(solver=solver, max_iter=300, random_state=0)
@@ -580,7 +568,7 @@ def test_gradient_solvers_run(solver):
 
 
 def test_not_converged_warns():
-    X, y, _ = paper_data(150, seed=9)
+    X, y, _ = rkhs_paper_data(150, seed=9)
     with pytest.warns(ConvergenceWarning, match="max_iter"):
         FederatedRKHSClassifier(max_iter=1, random_state=0).fit(X, y)
 
@@ -593,13 +581,13 @@ def test_refit_stopped_at_the_libsvm_cap_warns(monkeypatch, C, hint):
     import skfed.classification._sparse_dual as sparse_dual
 
     monkeypatch.setattr(sparse_dual, "_SMO_MAX_ITER", 3)
-    X, y, _ = paper_data(100, noise=0.1, seed=2)
+    X, y, _ = rkhs_paper_data(100, noise=0.1, seed=2)
     with pytest.warns(ConvergenceWarning, match=f"libsvm's iteration cap.*{hint}"):
         FederatedRKHSClassifier(C=C, random_state=0).fit(X, y)
 
 
 def test_hard_margin_on_separable_data():
-    X, y, _ = paper_data(120, noise=0.0, seed=10)
+    X, y, _ = rkhs_paper_data(120, noise=0.0, seed=10)
     clf = FederatedRKHSClassifier(C=np.inf, random_state=0).fit(X, y)
     # The hard constraints y f(x) ≥ 1 hold (libsvm's C = 1e4, tolerance).
     margins = np.where(y == clf.classes_[1], 1.0, -1.0) * clf.decision_function(X)
@@ -611,7 +599,7 @@ def test_hard_margin_on_separable_data():
 
 
 def test_one_class_raises():
-    X, _, _ = paper_data(50)
+    X, _, _ = rkhs_paper_data(50)
     with pytest.raises(ValueError, match="one class"):
         FederatedRKHSClassifier().fit(X, np.zeros(50))
 
@@ -671,13 +659,13 @@ def test_client_with_one_sample(synthetic):
     ],
 )
 def test_bad_parameters(params, match):
-    X, y, _ = paper_data(40)
+    X, y, _ = rkhs_paper_data(40)
     with pytest.raises(ValueError, match=match):
         FederatedRKHSClassifier(**params).fit(X, y)
 
 
 def test_nan_and_wrong_length_raise():
-    X, y, _ = paper_data(40)
+    X, y, _ = rkhs_paper_data(40)
     X_nan = X.copy()
     X_nan[3, 1] = np.nan
     with pytest.raises(ValueError, match="NaN"):

@@ -14,6 +14,7 @@ from sklearn.metrics import normalized_mutual_info_score as nmi
 from sklearn.metrics.pairwise import euclidean_distances, rbf_kernel
 
 from skfed import FederatedKernelKMeans
+from skfed._testing import iteration_uploads
 
 
 def _rings(n=300):
@@ -36,20 +37,6 @@ def _exact_kernel_kmeans(X, gamma, n_components, n_clusters):
     w, U = w[::-1][:n_components], U[:, ::-1][:, :n_components]
     H = U * np.sqrt(w)
     return KMeans(n_clusters, n_init=10, random_state=0).fit_predict(H), w
-
-
-def _iteration_uploads(log, names):
-    """Floats uploaded per DSPGD iteration (an iteration opens with its
-    "random features" round), counting only rounds in ``names``."""
-    per_iter = []
-    for rec in log.records:
-        if rec.direction != "upload":
-            continue
-        if rec.name == "random features":
-            per_iter.append(0)
-        if per_iter and rec.name in names:
-            per_iter[-1] += rec.total_floats
-    return per_iter
 
 
 # (data, gamma, n_clusters, s): gammas where the exact spectral embedding is
@@ -202,7 +189,7 @@ def test_cem_upload_per_iteration_is_independent_of_n():
         km = FederatedKernelKMeans(
             2, gamma=3.0, n_random_features=D, max_iter=6, tol=0, random_state=0
         ).fit(np.tile(X, (rep, 1)), partitions=np.tile(parts, rep))
-        per_iter = _iteration_uploads(
+        per_iter = iteration_uploads(
             km.communication_, {"random features", "lanczos", "eigenpairs"}
         )
         expected = km.lanczos_steps_ * M * (D + km.ranks_)
@@ -225,7 +212,7 @@ def test_no_cem_upload_grows_with_n():
             use_cem=False,
             random_state=0,
         ).fit(X, partitions=np.arange(n) % M)
-        per_iter = _iteration_uploads(
+        per_iter = iteration_uploads(
             km.communication_, {"random features", "lanczos project", "lanczos expand"}
         )
         # Per Lanczos step: A[m]ᵀc[m] (D floats) and A[m](Aᵀc) (n_m floats).
@@ -236,7 +223,7 @@ def test_no_cem_upload_grows_with_n():
     km = FederatedKernelKMeans(
         2, gamma=3.0, n_random_features=D, max_iter=4, tol=0, random_state=0
     ).fit(X, partitions=np.arange(200) % M)
-    cem = _iteration_uploads(km.communication_, {"lanczos"})
+    cem = iteration_uploads(km.communication_, {"lanczos"})
     assert np.mean(np.asarray(cem) / km.lanczos_steps_) < totals[1] / 3
 
 
