@@ -187,6 +187,10 @@ class Federation:
         Print one line per round when positive.
     log : CommunicationLog, default=None
         Ledger to append to; a new one when omitted.
+    on_client_error : {"raise", "drop"}, default="raise"
+        What a round does when a client step raises, unless the round says
+        otherwise (``tolerate``): raise a :class:`ClientStepError`, or drop
+        the client from this and every later round.
 
     Attributes
     ----------
@@ -195,14 +199,28 @@ class Federation:
         Ids of the clients still taking part (failed or dropped clients are
         removed).
     failed_clients : dict
-        Client id -> reason, for clients that failed or were dropped.
+        Client id -> reason (a sentence), for clients that failed or were
+        dropped.
+    client_errors : dict
+        Client id -> the exception its step raised, for the clients in
+        ``failed_clients`` that failed (not those dropped by :meth:`drop`).
+        Decide on failures by the exception's type, never by the reason's
+        text.
     """
 
-    def __init__(self, clients, *, n_jobs=None, verbose=0, log=None):
+    def __init__(
+        self, clients, *, n_jobs=None, verbose=0, log=None, on_client_error="raise"
+    ):
+        if on_client_error not in ("raise", "drop"):
+            raise ValueError(
+                f"on_client_error must be 'raise' or 'drop', got {on_client_error!r}."
+            )
         self._clients = {c.client_id: c for c in clients}
         self._states = {c.client_id: None for c in clients}
         self.client_ids = [c.client_id for c in clients]
         self.failed_clients = {}
+        self.client_errors = {}
+        self.on_client_error = on_client_error
         self.n_jobs = n_jobs
         self.verbose = verbose
         self.log = CommunicationLog() if log is None else log
@@ -221,6 +239,7 @@ class Federation:
         n_jobs=None,
         verbose=0,
         log=None,
+        on_client_error="raise",
     ):
         """Cut ``X`` (and ``y``, ``sample_weight``) into clients, once.
 
@@ -233,7 +252,7 @@ class Federation:
             From :func:`skfed._validation.check_partitions`.
         random_state : int or RandomState
             One integer is drawn from it to seed every client's streams.
-        n_jobs, verbose, log
+        n_jobs, verbose, log, on_client_error
             See :class:`Federation`.
         """
         base = int(check_random_state(random_state).randint(_SEED_MAX))
@@ -255,7 +274,13 @@ class Federation:
                 )
             )
             clients[-1].fit_id = fit_id
-        return cls(clients, n_jobs=n_jobs, verbose=verbose, log=log)
+        return cls(
+            clients,
+            n_jobs=n_jobs,
+            verbose=verbose,
+            log=log,
+            on_client_error=on_client_error,
+        )
 
     def __enter__(self):
         # Client steps that call scikit-learn (e.g. KMeans) limit BLAS/OpenMP
@@ -326,7 +351,7 @@ class Federation:
                 self.failed_clients[cid] = reason
         self.client_ids = [c for c in self.client_ids if c not in self.failed_clients]
 
-    def run_round(self, name, step, message=None, *, messages=None, tolerate=False):
+    def run_round(self, name, step, message=None, *, messages=None, tolerate=None):
         """One round: the server sends, every client runs ``step``, uploads.
 
         Parameters
@@ -341,10 +366,11 @@ class Federation:
         messages : sequence, default=None
             One message per client, aligned with ``client_ids``; replaces
             ``message``.
-        tolerate : bool, default=False
+        tolerate : bool, default=None
             If True, a client whose step raises is dropped from this and all
-            later rounds and recorded in ``failed_clients``; otherwise its
-            error is raised.
+            later rounds and recorded in ``failed_clients`` and
+            ``client_errors``; if False its error is raised. None follows
+            ``on_client_error``.
 
         Returns
         -------
@@ -355,10 +381,12 @@ class Federation:
         Raises
         ------
         ClientStepError
-            When a client step raised and ``tolerate`` is False (a
+            When a client step raised and the round does not tolerate it (a
             ``ClientValueError``, also a ``ValueError``, when the client's
             error was a ``ValueError``).
         """
+        if tolerate is None:
+            tolerate = self.on_client_error == "drop"
         ids = list(self.client_ids)
         if messages is None:
             messages = [message] * len(ids)
@@ -393,6 +421,7 @@ class Federation:
                 self.failed_clients[cid] = (
                     f"{type(result.exc).__name__} in round {name!r}: {result.exc}"
                 )
+                self.client_errors[cid] = result.exc
                 continue
             state, upload = result
             self._states[cid] = state
@@ -471,7 +500,10 @@ class FederatedMixin:
 
     Requests ``partitions`` for ``fit`` (and ``partial_fit``) by default, so
     that a ``Pipeline`` or a search routes it when metadata routing is
-    enabled.
+    enabled. An estimator whose algorithm can go on without a failed client
+    has an ``on_client_error`` parameter ({"raise", "drop"}, default
+    "raise"), which :meth:`_federation` hands to the network, and lists the
+    dropped clients in ``failed_clients_``.
     """
 
     __metadata_request__fit = {"partitions": True}
@@ -526,4 +558,5 @@ class FederatedMixin:
             n_jobs=getattr(self, "n_jobs", None),
             verbose=getattr(self, "verbose", 0),
             log=log,
+            on_client_error=getattr(self, "on_client_error", "raise"),
         )

@@ -156,6 +156,29 @@ def test_tolerated_failures_and_dropout(data):
     assert fed.log.records[0].clients == (0, 1, 3, 4)
 
 
+def test_on_client_error_sets_what_rounds_do_by_default(data):
+    X, ids = data
+    p = check_partitions(ids, X.shape[0])
+    step = functools.partial(fail_on, bad=2, exc=MemoryError)
+    with pytest.raises(ClientStepError, match="Client 2 failed in round 'size'"):
+        with Federation.from_arrays(X, None, p, random_state=0) as fed:
+            fed.run_round("size", step)
+    with Federation.from_arrays(
+        X, None, p, random_state=0, on_client_error="drop"
+    ) as fed:
+        fed.run_round("size", step)
+        fed.drop([4], "dropped by the simulation")
+        # A round can still insist on every client answering.
+        with pytest.raises(ClientStepError, match="Client 3"):
+            fed.run_round("size", functools.partial(fail_on, bad=3), tolerate=False)
+    assert set(fed.failed_clients) == {2, 4}
+    # The reason is a sentence; the decision is made on the exception type.
+    assert set(fed.client_errors) == {2}
+    assert isinstance(fed.client_errors[2], MemoryError)
+    with pytest.raises(ValueError, match="on_client_error must be"):
+        Federation([], on_client_error="ignore")
+
+
 def test_verbose_reports_each_round(data, capsys):
     X, ids = data
     p = check_partitions(ids, X.shape[0])

@@ -9,6 +9,7 @@ from ._median import (
 )
 from ._random_features import (
     gamma_from_moments,
+    mean_from_moments,
     moments_step,
     random_fourier_features,
     sample_fourier_weights,
@@ -26,6 +27,7 @@ __all__ = [
     "canonical_row_order",
     "count_sketch_matrix",
     "gamma_from_moments",
+    "mean_from_moments",
     "median_distance",
     "median_sample_step",
     "moments_step",

@@ -47,8 +47,8 @@ def sample_fourier_weights(
     return omega.astype(dtype, copy=False), offset.astype(dtype, copy=False)
 
 
-def random_fourier_features(X, omega, offset, *, scale=None):
-    """Map rows of X to ``scale * cos(X Ω + b)``.
+def random_fourier_features(X, omega, offset, *, scale=None, center=None):
+    """Map rows of X to ``scale * cos((X − c) Ω + b)``.
 
     Parameters
     ----------
@@ -59,6 +59,13 @@ def random_fourier_features(X, omega, offset, *, scale=None):
         ``sqrt(2 / D)`` when omitted, so that ``Z Zᵀ`` estimates the kernel
         matrix (as ``sklearn.kernel_approximation.RBFSampler``); pass
         ``sqrt(2)`` for the unnormalised map with ``E[A Aᵀ / D] = K``.
+    center : ndarray of shape (n_features,), default=None
+        A reference point c shared by every party (e.g. the global mean from
+        :func:`mean_from_moments`). The kernel is shift-invariant, so c does
+        not change what Z estimates; it keeps the phases X Ω small, so that
+        data far from the origin does not lose its spread to rounding (at an
+        offset of 1e9, ``cos(X Ω + b)`` is noise). Dense X is shifted before
+        the product; for sparse X, ``c Ω`` is subtracted after it.
 
     Returns
     -------
@@ -66,7 +73,13 @@ def random_fourier_features(X, omega, offset, *, scale=None):
     """
     if scale is None:
         scale = np.sqrt(2.0 / omega.shape[1])
-    Z = X @ omega
+    if center is None:
+        Z = X @ omega
+    elif sp.issparse(X):
+        Z = X @ omega
+        Z -= np.asarray(center, dtype=omega.dtype) @ omega
+    else:
+        Z = (X - np.asarray(center, dtype=X.dtype)) @ omega
     Z += offset
     np.cos(Z, out=Z)
     Z *= scale
@@ -97,23 +110,48 @@ def moments_step(client, state, message):
     return state, (float(n), total, ss)
 
 
+def _ordered_moments(uploads):
+    # Summed in an order fixed by their values, so that the order and the
+    # names of the clients cannot change a result by a rounding error.
+    return sorted(uploads, key=lambda u: (u[0], u[2], tuple(u[1])))
+
+
+def mean_from_moments(uploads):
+    """Server step: the global mean x̄ = Σ_m Σ x / N from client moments.
+
+    Parameters
+    ----------
+    uploads : list of tuple
+        The clients' answers to :func:`moments_step`.
+
+    Returns
+    -------
+    mean : ndarray of shape (n_features,), float64
+        Does not depend on the order or the names of the clients. A shared
+        reference point for computations that must not lose precision on
+        data far from the origin (see ``center`` in
+        :func:`random_fourier_features`).
+    """
+    uploads = _ordered_moments(uploads)
+    return np.sum([u[1] for u in uploads], axis=0) / math.fsum(u[0] for u in uploads)
+
+
 def gamma_from_moments(uploads):
     """Server step: γ = N² / (2 Σ_ij ‖x_i − x_j‖²) from client moments.
 
     Σ_ij ‖x_i − x_j‖² = 2 N S, where S = Σ_m S_m + Σ_m n_m ‖x̄_m − x̄‖² is the
     sum of squares around the global mean x̄; so γ = N / (4 S), one over twice
     the mean squared distance over all ordered pairs. The uploads are summed
-    in an order fixed by their values, so that the order and the names of the
-    clients cannot change γ by a rounding error.
+    in an order fixed by their values (as :func:`mean_from_moments`).
 
     Raises
     ------
     ValueError
         If every point is the same (the distance is zero).
     """
-    uploads = sorted(uploads, key=lambda u: (u[0], u[2], tuple(u[1])))
+    uploads = _ordered_moments(uploads)
     n = math.fsum(u[0] for u in uploads)
-    mean = np.sum([u[1] for u in uploads], axis=0) / n
+    mean = mean_from_moments(uploads)
     between = math.fsum(
         u[0] * float(np.sum((u[1] / u[0] - mean) ** 2)) for u in uploads
     )
