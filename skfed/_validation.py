@@ -4,9 +4,66 @@ import numbers
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import Interval
 
-__all__ = ["Partitioning", "check_partitions"]
+__all__ = ["Partitioning", "StrictInterval", "check_magnitude", "check_partitions"]
+
+
+class StrictInterval(Interval):
+    """An ``Interval`` parameter constraint that refuses booleans.
+
+    ``True`` is an ``Integral`` (and a ``Real``) to Python, so scikit-learn's
+    ``Interval`` lets ``n_clusters=True`` through to numpy, which then fails
+    far from the cause. Use this for every numeric parameter.
+    """
+
+    def is_satisfied_by(self, val):
+        return not isinstance(val, (bool, np.bool_)) and super().is_satisfied_by(val)
+
+
+def check_magnitude(X):
+    """Refuse data whose squares overflow or underflow its floating type.
+
+    Every estimator works with squared distances (or kernels of them): on
+    values beyond about the square root of the type's range they overflow to
+    inf or underflow to 0, and the fit fails with a misleading message
+    ("all samples are identical", "contains NaN", "SVD did not converge") or
+    returns non-finite output. Call after ``validate_data`` (X is finite).
+
+    Parameters
+    ----------
+    X : {ndarray, sparse matrix} of float32 or float64
+
+    Raises
+    ------
+    ValueError
+        If the largest absolute value is above ``sqrt(finfo.max) * 1e-6``
+        (1.3e148 for float64, 1.8e13 for float32) or, for data that is not
+        all zero, below ``sqrt(finfo.tiny) * 1e6`` (1.5e-148 and 1.1e-13);
+        the message gives the value found and the fix.
+    """
+    values = X.data if sp.issparse(X) else X
+    if values.size == 0:
+        return
+    largest = float(np.max(np.abs(values)))
+    info = np.finfo(X.dtype)
+    upper = float(np.sqrt(info.max)) * 1e-6
+    lower = float(np.sqrt(info.tiny)) * 1e6
+    if largest > upper:
+        problem = f"values up to {largest:.3g} in magnitude"
+    elif 0 < largest < lower:
+        problem = f"no value above {largest:.3g} in magnitude"
+    else:
+        return
+    raise ValueError(
+        f"X has {problem}: squared distances between such {X.dtype} values "
+        f"overflow or underflow (the usable range is about {lower:.0e} to "
+        f"{upper:.0e}). Rescale the features first, e.g. with "
+        "sklearn.preprocessing.StandardScaler or MaxAbsScaler"
+        + (", or pass float64 data." if X.dtype == np.float32 else ".")
+    )
 
 
 @dataclass(frozen=True)

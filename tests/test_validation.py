@@ -75,3 +75,34 @@ def test_every_sample_in_exactly_one_client(ids):
     for cid, idx in zip(p.client_ids, p.indices):
         assert all(ids[i] == cid for i in idx)
     assert list(p.client_ids) == sorted(set(ids))
+
+
+def test_strict_interval_refuses_booleans():
+    from numbers import Integral, Real
+
+    from skfed._validation import StrictInterval
+
+    ints = StrictInterval(Integral, 1, None, closed="left")
+    assert ints.is_satisfied_by(3) and ints.is_satisfied_by(np.int64(3))
+    assert not ints.is_satisfied_by(True) and not ints.is_satisfied_by(np.True_)
+    assert not StrictInterval(Real, 0, None, closed="left").is_satisfied_by(False)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_check_magnitude_names_the_range_and_the_fix(dtype):
+    import scipy.sparse as sp
+
+    from skfed._validation import check_magnitude
+
+    X = np.arange(12, dtype=dtype).reshape(4, 3)
+    check_magnitude(X)
+    check_magnitude(np.zeros((4, 3), dtype=dtype))
+    huge = np.finfo(dtype).max / 10
+    tiny = np.finfo(dtype).tiny * 10
+    for bad in (X * huge / 12, X * tiny, sp.csr_matrix(X * tiny)):
+        with pytest.raises(ValueError, match="overflow or underflow.*StandardScaler"):
+            check_magnitude(bad.astype(dtype))
+    one_outlier = X.copy()
+    one_outlier[0, 0] = huge
+    with pytest.raises(ValueError, match="values up to"):
+        check_magnitude(one_outlier)
