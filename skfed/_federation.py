@@ -35,7 +35,7 @@ from sklearn.utils.parallel import Parallel, delayed
 from threadpoolctl import threadpool_limits
 
 from ._ledger import DOWNLOAD, UPLOAD, CommunicationLog, count_payload
-from ._rows import row_hashes
+from ._rows import rounded_row_hashes
 from ._validation import check_partitions
 
 __all__ = [
@@ -79,12 +79,14 @@ class ClientValueError(ClientStepError, ValueError):
 def _fingerprint(X):
     """An order-free fingerprint of a client's rows.
 
-    The exact row hashes (:func:`skfed._rows.row_hashes`) are sorted and
-    digested with the shape and dtype. Reordering rows or renaming the
-    client does not change it.
+    The row hashes (:func:`skfed._rows.rounded_row_hashes`) are sorted and
+    digested with the shape. Reordering rows or renaming the client does not
+    change it, and neither does passing the data as float32 instead of
+    float64, so a client draws the same random numbers for both.
     """
-    digest = hashlib.blake2b(np.sort(row_hashes(X)).tobytes(), digest_size=8)
-    digest.update(repr((X.shape, str(X.dtype))).encode())
+    hashes = np.sort(rounded_row_hashes(X))
+    digest = hashlib.blake2b(hashes.tobytes(), digest_size=8)
+    digest.update(repr(X.shape).encode())
     return int.from_bytes(digest.digest(), "little")
 
 

@@ -9,7 +9,7 @@ its values gives them that.
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["canonical_row_order", "row_hashes"]
+__all__ = ["canonical_row_order", "row_hashes", "rounded_row_hashes"]
 
 _MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
 _BLOCK = 4096
@@ -82,13 +82,35 @@ def row_hashes(X, weights=None):
     return hashes
 
 
-def canonical_row_order(X, weights=None):
-    """A permutation sorting the rows of X by :func:`row_hashes`.
+def rounded_row_hashes(X, weights=None):
+    """:func:`row_hashes` of the rows rounded to float32.
 
-    Rows that tie are equal (in value and weight), hence interchangeable.
+    The same data passed as float64 or as float32 gets the same rounded
+    hashes, so that what is derived from them (seeds, orders) does not
+    depend on the dtype the user chose. Values beyond float32's range
+    round to ±inf, which still hash exactly.
+    """
+    with np.errstate(over="ignore"):
+        if sp.issparse(X):
+            X = sp.csr_matrix(X, dtype=np.float32)
+        else:
+            X = np.asarray(X, dtype=np.float32)
+        if weights is not None:
+            weights = np.asarray(weights, dtype=np.float32)
+    return row_hashes(X, weights)
+
+
+def canonical_row_order(X, weights=None):
+    """A permutation sorting the rows of X by their content.
+
+    Rows are sorted by :func:`rounded_row_hashes`, ties broken by the exact
+    :func:`row_hashes`: the order of a float32 copy of the data is the order
+    of the float64 data, except among rows that float32 cannot tell apart.
+    Rows that tie on both are equal (in value and weight), hence
+    interchangeable.
 
     Returns
     -------
     order : ndarray of shape (n_samples,), dtype intp
     """
-    return np.argsort(row_hashes(X, weights), kind="stable")
+    return np.lexsort((row_hashes(X, weights), rounded_row_hashes(X, weights)))

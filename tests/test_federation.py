@@ -76,11 +76,14 @@ def test_fingerprint_is_row_order_free_and_content_sensitive():
     X = np.random.RandomState(0).standard_normal((30, 5))
     assert _fingerprint(X) == _fingerprint(X[::-1].copy())
     Y = X.copy()
-    Y[3, 2] += 1e-12
+    # Sensitive at float32 resolution (the seed must not depend on the dtype).
+    Y[3, 2] = np.nextafter(np.float32(Y[3, 2]), np.float32(np.inf))
     assert _fingerprint(X) != _fingerprint(Y)
     Xs = sp.csr_matrix(np.where(np.abs(X) > 1, X, 0))
     assert _fingerprint(Xs) == _fingerprint(Xs[::-1])
-    assert _fingerprint(X.astype(np.float32)) != _fingerprint(X)
+    assert _fingerprint(X.astype(np.float32)) == _fingerprint(X)
+    assert _fingerprint(Xs.astype(np.float32)) == _fingerprint(X_sparse := Xs)
+    assert _fingerprint(X_sparse) != _fingerprint(X)
 
 
 def test_ledger_counts_what_was_sent(data):

@@ -190,3 +190,6 @@ def test_canonical_row_order_depends_on_values_only():
     assert_array_equal(dense[canonical_row_order(dense)], canonical)
     perm = rng.permutation(X.shape[0])
     assert_array_equal(dense[perm][canonical_row_order(X[perm])], canonical)
+    # The same data as float32 is put in the same order (no two rows of X
+    # are equal in float32 without being equal).
+    assert_array_equal(dense[canonical_row_order(dense.astype(np.float32))], canonical)
