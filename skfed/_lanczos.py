@@ -23,6 +23,11 @@ __all__ = ["LanczosResult", "lanczos"]
 # value spans (numerically) an invariant subspace: restart from a fresh
 # direction instead of dividing by noise.
 _BREAKDOWN = 1e-10
+# A Ritz value at most this fraction of the largest is round-off: the Ritz
+# values of a rank-r matrix beyond r are of order 1e-16 times its norm, of
+# either sign and different on every BLAS. It never counts as above a
+# threshold (threshold=0 asks for the nonzero spectrum, not for noise).
+_ROUNDOFF = 1e-10
 
 
 @dataclass(frozen=True)
@@ -68,7 +73,10 @@ def lanczos(
     distributed Lanczos, "all eigenvalues above η_t λ converge" -- the
     count of Ritz values above it must also be unchanged since the previous
     step and at least one Ritz value must lie at or below it, so that an
-    eigenvalue just emerging from the Krylov space is not missed.
+    eigenvalue just emerging from the Krylov space is not missed. Ritz
+    values at most ``1e-10`` times the largest are round-off and never
+    count as above ``threshold`` (so ``threshold=0`` gives the numerically
+    nonzero spectrum on any BLAS).
 
     Like any single-vector Krylov method it finds one copy of an exactly
     repeated eigenvalue (the other copies are orthogonal to the Krylov
@@ -151,8 +159,9 @@ def lanczos(
         theta, P = _ritz(alphas[: q + 1], betas[:q])
         scale = max(float(np.abs(theta).max()), np.finfo(float).tiny)
         residual = beta * np.abs(P[-1])
-        wanted, done = _wanted(theta, residual, scale * tol, n_components, threshold)
-        n_above = np.inf if threshold is None else int(np.sum(theta > threshold))
+        floor = None if threshold is None else max(threshold, _ROUNDOFF * scale)
+        wanted, done = _wanted(theta, residual, scale * tol, n_components, floor)
+        n_above = np.inf if threshold is None else int(np.sum(theta > floor))
         if threshold is not None:
             done = done and n_above == n_above_prev and n_above <= q
         n_above_prev = n_above

@@ -93,6 +93,21 @@ def test_rank_deficient_matrix_restarts_after_breakdown():
     np.testing.assert_allclose(res.eigenvalues, w[:3], rtol=1e-9)
 
 
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("noise", [1e-16, -1e-16, 3e-13])
+def test_round_off_ritz_values_never_pass_a_zero_threshold(seed, noise):
+    # What a BLAS leaves in the null space of a rank-3 matrix: Ritz values of
+    # order 1e-16 of the norm, positive or negative. threshold=0 must return
+    # the three real eigenvalues, whatever the round-off's sign and size.
+    G, w = _psd(25, 3, seed)
+    rng = np.random.RandomState(seed)
+    E = rng.standard_normal((25, 25))
+    G = G + noise * w[0] * (E + E.T) / 2
+    res = lanczos(G.__matmul__, 25, threshold=0.0, random_state=seed)
+    assert res.eigenvalues.shape == (3,)
+    np.testing.assert_allclose(res.eigenvalues, w[:3], rtol=1e-9)
+
+
 def test_rank_one():
     a = np.arange(1.0, 11.0)
     G = np.outer(a, a)
