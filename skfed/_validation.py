@@ -96,12 +96,32 @@ class Partitioning:
 
 
 def _is_missing(value):
+    """None, NaN, NaT or pandas.NA (whose comparisons are themselves NA)."""
     if value is None:
         return True
     try:
-        return bool(np.isnan(value))
-    except (TypeError, ValueError):
-        return False
+        return bool(value != value)
+    except (TypeError, ValueError):  # pd.NA: "boolean value of NA is ambiguous"
+        return True
+
+
+def _as_id_array(partitions):
+    """One id per sample as a 1-D array, the ids exactly as given.
+
+    A list is never coerced by numpy's common-type rules: ``[1, "1"]`` would
+    become two equal strings and tuple ids a 2-D array.
+    """
+    if hasattr(partitions, "to_numpy"):  # pandas Series / Index / Categorical
+        partitions = partitions.to_numpy()
+    if isinstance(partitions, np.ndarray):
+        return partitions
+    values = list(partitions)
+    raw = np.empty(len(values), dtype=object)
+    raw[:] = values
+    kinds = {type(v) for v in values}
+    if kinds and (kinds <= {int} or kinds <= {str}):
+        return np.asarray(values)  # the fast, sortable common case
+    return raw
 
 
 def _canonical_order(unique_ids):
@@ -122,7 +142,8 @@ def check_partitions(partitions, n_samples, *, random_state=None, min_samples=1)
         An int ``n``: the samples are split uniformly at random into ``n``
         clients of (almost) equal size, using ``random_state``.
         An array-like: the client id of each sample; any hashable values
-        (ints, strings, ...) except missing values.
+        (ints, strings, tuples, ...) except missing values (None, NaN, NaT,
+        pd.NA). Ids are taken as given: ``1`` and ``"1"`` are two clients.
     n_samples : int
         Number of samples in ``X``.
     random_state : int, RandomState instance or None, default=None
@@ -165,11 +186,15 @@ def check_partitions(partitions, n_samples, *, random_state=None, min_samples=1)
         labels = np.empty(n_samples, dtype=np.intp)
         labels[rng.permutation(n_samples)] = np.arange(n_samples) % n_clients
         ids = tuple(range(n_clients))
+    elif isinstance(partitions, (numbers.Number, str, bytes)):
+        raise ValueError(
+            f"partitions={partitions!r} is neither a number of clients nor one "
+            "client id per sample; pass an int number of clients (e.g. "
+            "partitions=3), an array of n_samples client ids, or None for one "
+            "client."
+        )
     else:
-        raw = partitions
-        if hasattr(raw, "to_numpy"):  # pandas Series / Index / Categorical
-            raw = raw.to_numpy()
-        raw = np.asarray(raw)
+        raw = _as_id_array(partitions)
         if raw.ndim != 1:
             raise ValueError(
                 "partitions must be one client id per sample, of shape "
@@ -184,10 +209,12 @@ def check_partitions(partitions, n_samples, *, random_state=None, min_samples=1)
             )
         if raw.dtype.kind == "f" and np.isnan(raw).any():
             raise ValueError("partitions contains NaN; every sample needs a client id.")
+        if raw.dtype.kind in "mM" and np.isnat(raw).any():
+            raise ValueError("partitions contains NaT; every sample needs a client id.")
         if raw.dtype.kind == "O" and any(_is_missing(v) for v in raw):
             raise ValueError(
-                "partitions contains missing values (None or NaN); every "
-                "sample needs a client id."
+                "partitions contains missing values (None, NaN, NaT or pd.NA); "
+                "every sample needs a client id."
             )
         if raw.dtype.kind == "O":
             ids = tuple(_canonical_order(set(raw.tolist())))

@@ -106,3 +106,54 @@ def test_check_magnitude_names_the_range_and_the_fix(dtype):
     one_outlier[0, 0] = huge
     with pytest.raises(ValueError, match="values up to"):
         check_magnitude(one_outlier)
+
+
+@pytest.mark.parametrize(
+    "missing",
+    [None, np.nan, float("nan"), "pd.NA", "pd.NaT", "np.datetime64('NaT')"],
+)
+@pytest.mark.parametrize("container", ["list", "series"])
+def test_any_missing_id_is_refused(missing, container):
+    pd = pytest.importorskip("pandas")
+    named = {"pd.NA": pd.NA, "pd.NaT": pd.NaT, "np.datetime64('NaT')": None}
+    if isinstance(missing, str):
+        missing = named[missing] if missing.startswith("pd") else np.datetime64("NaT")
+    ids = [0, 1, missing, 1, 0, 1]
+    if container == "series":
+        ids = pd.Series(ids, dtype=object)
+    with pytest.raises(ValueError, match="(missing values|NaN|NaT)"):
+        check_partitions(ids, 6)
+
+
+def test_missing_ids_in_typed_arrays_are_refused():
+    pd = pytest.importorskip("pandas")
+    cases = [
+        pd.Series([1, pd.NA, 2, 2], dtype="Int64"),
+        pd.Series(["a", None, "b", "b"], dtype="string"),
+        pd.Categorical(["a", np.nan, "b", "b"]),
+        pd.Series(pd.to_datetime(["2024-01-01", None, "2024-01-02", "2024-01-02"])),
+        np.array(["2024-01-01", "NaT", "2024-01-02", "2024-01-02"], "datetime64[D]"),
+    ]
+    for ids in cases:
+        with pytest.raises(ValueError, match="(missing values|NaN|NaT)"):
+            check_partitions(ids, 4)
+
+
+def test_ids_are_taken_as_given():
+    # 1 and "1" are two clients; numpy's common-type rules would merge them.
+    p = check_partitions([1, "1", 1, "1", "1"], 5)
+    assert p.client_ids == (1, "1")
+    assert [len(i) for i in p.indices] == [2, 3]
+    # Tuples are hashable ids, not a second dimension.
+    p = check_partitions([("a", 0), ("b", 1), ("a", 0)], 3)
+    assert p.client_ids == (("a", 0), ("b", 1))
+    np.testing.assert_array_equal(p.indices[0], [0, 2])
+    pd = pytest.importorskip("pandas")
+    p = check_partitions(pd.Series([("a", 0), ("b", 1), ("a", 0)]), 3)
+    assert p.client_ids == (("a", 0), ("b", 1))
+
+
+@pytest.mark.parametrize("bad", [3.0, np.float64(3), 2.5, float("nan"), "abc"])
+def test_a_scalar_that_is_not_an_int_gets_a_clear_error(bad):
+    with pytest.raises(ValueError, match="neither a number of clients nor one"):
+        check_partitions(bad, 10)
