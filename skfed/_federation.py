@@ -250,6 +250,8 @@ class Federation:
         X : {ndarray, sparse matrix} of shape (n_samples, n_features)
         y : ndarray of shape (n_samples,) or None
         sample_weight : ndarray of shape (n_samples,), default=None
+            Rows of zero weight do not enter the clients' fingerprints, so
+            their random streams are those of the clients without them.
         partitioning : Partitioning
             From :func:`skfed._validation.check_partitions`.
         random_state : int or RandomState
@@ -264,7 +266,10 @@ class Federation:
         clients = []
         for cid, idx in zip(partitioning.client_ids, partitioning.indices):
             Xm = X[idx]
-            fp = _fingerprint(Xm)
+            weights = None if sample_weight is None else sample_weight[idx]
+            # Rows of zero weight are documented as if removed: they must not
+            # change the client's random streams either.
+            fp = _fingerprint(Xm if weights is None else Xm[weights != 0])
             clients.append(
                 ClientData(
                     cid,
@@ -272,7 +277,7 @@ class Federation:
                     None if y is None else y[idx],
                     idx,
                     (base, fp & 0xFFFFFFFF, fp >> 32),
-                    sample_weight=None if sample_weight is None else sample_weight[idx],
+                    sample_weight=weights,
                 )
             )
             clients[-1].fit_id = fit_id

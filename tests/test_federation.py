@@ -223,3 +223,27 @@ def test_thread_limits_are_restored_after_the_fit(data, backend):
         with Federation.from_arrays(X, None, p, random_state=0) as fed:
             fed.run_round("leak", leak_thread_limits)
     assert [(i["filepath"], i["num_threads"]) for i in threadpool_info()] == before
+
+
+def test_zero_weight_rows_do_not_change_client_streams(data):
+    # Zero sample weights are documented as if the rows were removed: the
+    # client's random streams must not see them.
+    X, ids = data
+    weights = np.ones(X.shape[0])
+    weights[::5] = 0.0
+    kept = weights > 0
+    weighted = Federation.from_arrays(
+        X,
+        None,
+        check_partitions(ids, X.shape[0]),
+        random_state=0,
+        sample_weight=weights,
+    )
+    removed = Federation.from_arrays(
+        X[kept], None, check_partitions(ids[kept], kept.sum()), random_state=0
+    )
+    for c in weighted.client_ids:
+        assert (
+            weighted._clients[c].random_state(0).rand()
+            == removed._clients[c].random_state(0).rand()
+        )

@@ -38,7 +38,7 @@ from sklearn.metrics import (
     pairwise_distances_argmin_min,
 )
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.extmath import randomized_svd, row_norms
 from sklearn.utils.validation import (
     _check_sample_weight,
@@ -47,8 +47,9 @@ from sklearn.utils.validation import (
 )
 from threadpoolctl import ThreadpoolController
 
-from .._federation import FederatedMixin
+from .._federation import ClientStepError, ClientValueError, FederatedMixin
 from .._rows import row_hashes
+from .._validation import StrictInterval, check_magnitude
 
 __all__ = ["KFed"]
 
@@ -57,8 +58,6 @@ _SVD_STREAM = 0
 _SEEDING_STREAM = 1
 _LLOYD_STREAM = 2
 _DROPOUT_STREAM = 3
-
-_REFUSED = "refused: raw rows"
 
 
 class KFed(
@@ -85,7 +84,9 @@ class KFed(
     Parameters
     ----------
     n_clusters : int, default=8
-        k, the number of global clusters.
+        k, the number of global clusters. At most the number of samples;
+        when the clients hold fewer distinct samples than k, centers are
+        duplicated and the fit warns, as in :class:`~sklearn.cluster.KMeans`.
 
     n_local_clusters : int, mapping or None, default=None
         k(z) (k' in the paper when equal for all clients), the number of
@@ -111,7 +112,9 @@ class KFed(
         The paper only asks for a constant-factor approximation on the
         projection; several runs there are cheap next to the SVD and avoid
         most bad local seedings. 0 means a single k-means++ seeding without
-        Lloyd refinement.
+        Lloyd refinement. A client runs at most as many seedings as it has
+        samples (of positive weight); the fit warns when that clips
+        ``n_init``.
 
     max_iter : int, default=300
         Maximum number of Lloyd iterations, on the projection and in the
@@ -134,7 +137,16 @@ class KFed(
         upload round with this probability, drawn from its own random stream
         (so which clients drop depends on ``random_state`` and the data, not
         on client names or order). Dropped clients are listed in
-        ``failed_clients_``.
+        ``failed_clients_`` whatever ``on_client_error`` says.
+
+    on_client_error : {"raise", "drop"}, default="raise"
+        What the fit does when a client's local step raises (including a
+        client whose sample weights are all zero). ``"raise"``: a
+        :class:`~skfed.ClientStepError` (a :class:`~skfed.ClientValueError`
+        for a ``ValueError``) naming the client and the round. ``"drop"``:
+        the client is left out of the model, listed with the reason in
+        ``failed_clients_``, and its samples get label -1. ``partial_fit``
+        follows the same rule.
 
     n_jobs : int, default=None
         Number of clients run in parallel (joblib). ``None`` means 1 unless in
@@ -187,8 +199,9 @@ class KFed(
         at most k(z) distinct samples.
 
     failed_clients_ : dict
-        Client id -> reason, for clients that failed or dropped out. Their
-        samples get label -1.
+        Client id -> reason (a sentence), for clients that dropped out
+        (``client_dropout``) or failed with ``on_client_error="drop"``;
+        ``{}`` when none. Their samples get label -1.
 
     communication_ : CommunicationLog
         What crossed the network. Round ``"local centers"`` uploads, per
@@ -210,8 +223,10 @@ class KFed(
 
     Notes
     -----
-    Local step on client z (Algorithm 1): V = top-k(z) right singular vectors
-    of the uncentered client data (randomized SVD); the best of ``n_init``
+    Local step on client z (Algorithm 1), on its rows minus their weighted
+    mean (dense data only; the centers are uploaded in global coordinates):
+    V = top-k(z) right singular vectors of these rows (randomized SVD; the
+    paper's SVD is of the uncentered rows); the best of ``n_init``
     k-means++ + Lloyd runs on the projection P = X V gives ν; pruning keeps
     S_r = {i : ‖P_i − ν_r‖ ≤ ⅓ ‖P_i − ν_s‖ for all s ≠ r} and sets θ_r = mean
     of the rows in S_r (ν_r Vᵀ if S_r is empty); Lloyd's method from θ in the
@@ -226,7 +241,10 @@ class KFed(
     order defined by the centers' values); the pooled center farthest from M
     joins M until M has k centers; one Lloyd round assigns every pooled center to
     its nearest member of M (groups τ_r) and sets the global centers to the
-    (weighted) means of the τ_r.
+    (weighted) means of the τ_r. The server computes all this relative to
+    the mean of the pooled centers, and ``predict``, ``transform`` and
+    ``score`` relative to the mean of the global centers, so that data far
+    from the origin (e.g. at 1e9) is clustered as it would be near it.
 
     ``partial_fit`` adds new clients (Theorem 3.2): they run the local step,
     their local centers join the nearest global center, and the global
@@ -258,14 +276,19 @@ class KFed(
     """
 
     _parameter_constraints: dict = {
-        "n_clusters": [Interval(Integral, 1, None, closed="left")],
-        "n_local_clusters": [Interval(Integral, 1, None, closed="left"), Mapping, None],
+        "n_clusters": [StrictInterval(Integral, 1, None, closed="left")],
+        "n_local_clusters": [
+            StrictInterval(Integral, 1, None, closed="left"),
+            Mapping,
+            None,
+        ],
         "center_weighting": [StrOptions({"size", "uniform"})],
-        "n_init": [Interval(Integral, 0, None, closed="left")],
-        "max_iter": [Interval(Integral, 1, None, closed="left")],
-        "tol": [Interval(Real, 0, None, closed="left")],
+        "n_init": [StrictInterval(Integral, 0, None, closed="left")],
+        "max_iter": [StrictInterval(Integral, 1, None, closed="left")],
+        "tol": [StrictInterval(Real, 0, None, closed="left")],
         "allow_raw_upload": ["boolean"],
-        "client_dropout": [Interval(Real, 0, 1, closed="left")],
+        "client_dropout": [StrictInterval(Real, 0, 1, closed="left")],
+        "on_client_error": [StrOptions({"raise", "drop"})],
         "n_jobs": [Integral, None],
         "random_state": ["random_state"],
         "verbose": ["verbose"],
@@ -282,6 +305,7 @@ class KFed(
         tol=1e-4,
         allow_raw_upload=True,
         client_dropout=0.0,
+        on_client_error="raise",
         n_jobs=None,
         random_state=None,
         verbose=0,
@@ -294,6 +318,7 @@ class KFed(
         self.tol = tol
         self.allow_raw_upload = allow_raw_upload
         self.client_dropout = client_dropout
+        self.on_client_error = on_client_error
         self.n_jobs = n_jobs
         self.random_state = random_state
         self.verbose = verbose
@@ -329,30 +354,39 @@ class KFed(
     def _fit(self, X, partitions, sample_weight):
         X = self._validate_training_data(X, reset=True)
         sample_weight = self._validate_sample_weight(sample_weight, X)
+        if X.shape[0] < self.n_clusters:
+            raise ValueError(
+                f"n_samples={X.shape[0]} should be >= n_clusters={self.n_clusters}."
+            )
         rng = check_random_state(self.random_state)
         fed = self._federation(
             X, None, partitions, random_state=rng, sample_weight=sample_weight
         )
         with fed:
-            ids, centers, weights = self._local_round(fed, "local centers")
-            n_pooled = sum(len(c) for c in centers)
-            if n_pooled < self.n_clusters:
+            ids, centers, weights, n_requested = self._local_round(fed, "local centers")
+            # Σ k(z) < k cannot give k clusters whatever the data. Fewer
+            # distinct samples than k only duplicates centers, as in KMeans
+            # (a ConvergenceWarning below).
+            if n_requested < self.n_clusters:
                 raise ValueError(
                     f"KFed needs at least n_clusters={self.n_clusters} local "
                     f"centers, but the {len(ids)} participating client(s) "
-                    f"offer only {n_pooled} (n_samples={X.shape[0]}; a client "
-                    "offers min(k(z), its number of distinct samples))."
+                    f"ask for only {n_requested} (the sum of their k(z))."
                     + _failure_note(fed.failed_clients)
                     + " Lower n_clusters, raise n_local_clusters, or add clients."
                 )
             pooled, pooled_weights, owner = _pool(centers, weights)
+            # The server works around a point it computes from the uploads,
+            # so that data far from the origin keeps its spread.
+            reference = _reference_point(pooled)
+            offsets = pooled - reference
             initial = _farthest_point_initialization(
-                pooled, owner, self.n_clusters, rng
+                offsets, owner, self.n_clusters, rng
             )
-            cluster_centers, assignment, cluster_weights = _one_lloyd_round(
-                pooled, pooled_weights, initial
+            offset_centers, assignment, cluster_weights = _one_lloyd_round(
+                offsets, pooled_weights, initial
             )
-            cluster_centers = cluster_centers.astype(X.dtype, copy=False)
+            cluster_centers = (offset_centers + reference).astype(X.dtype, copy=False)
             center_labels = _split_by_owner(assignment, owner, len(ids))
             self._send_cluster_map(fed, center_labels, cluster_centers)
 
@@ -440,7 +474,7 @@ class KFed(
             log=self.communication_,
         )
         with fed:
-            ids, centers, weights = self._local_round(fed, "local centers (new)")
+            ids, centers, weights, _ = self._local_round(fed, "local centers (new)")
             if not ids:
                 raise ValueError(
                     "No new client took part in partial_fit."
@@ -554,8 +588,8 @@ class KFed(
             Index of the cluster each sample belongs to.
         """
         check_is_fitted(self)
-        X = self._validate_test_data(X)
-        labels, _ = pairwise_distances_argmin_min(X, self.cluster_centers_)
+        X, centers = self._around_reference(self._validate_test_data(X))
+        labels, _ = pairwise_distances_argmin_min(X, centers)
         return labels.astype(np.int32, copy=False)
 
     def transform(self, X):
@@ -597,7 +631,7 @@ class KFed(
         check_is_fitted(self)
         X = self._validate_test_data(X)
         sample_weight = _check_sample_weight(sample_weight, X, dtype=X.dtype)
-        _, distances = pairwise_distances_argmin_min(X, self.cluster_centers_)
+        _, distances = pairwise_distances_argmin_min(*self._around_reference(X))
         return -float(np.dot(sample_weight, distances.astype(np.float64) ** 2))
 
     def __sklearn_tags__(self):
@@ -618,6 +652,7 @@ class KFed(
             accept_large_sparse=False,
             reset=reset,
         )
+        check_magnitude(X)
         local = self.n_local_clusters
         values = local.values() if isinstance(local, Mapping) else [local]
         for value in values:
@@ -649,7 +684,7 @@ class KFed(
         )
 
     def _validate_test_data(self, X):
-        return validate_data(
+        X = validate_data(
             self,
             X,
             accept_sparse="csr",
@@ -658,9 +693,24 @@ class KFed(
             accept_large_sparse=False,
             reset=False,
         )
+        check_magnitude(X)
+        return X
 
     def _transform(self, X):
-        return euclidean_distances(X, self.cluster_centers_)
+        return euclidean_distances(*self._around_reference(X))
+
+    def _around_reference(self, X):
+        """X and the global centers minus the centers' mean.
+
+        Distances are then computed where the expansion ‖x‖² − 2x·c + ‖c‖²
+        does not cancel, even for data far from the origin. Sparse X is left
+        as it is (subtracting a point would densify it).
+        """
+        centers = self.cluster_centers_
+        if sp.issparse(X):
+            return X, centers
+        reference = centers.mean(axis=0)
+        return X - reference, centers - reference
 
     def _local_round(self, fed, name):
         """Run the local step on every client of ``fed``; gather its centers."""
@@ -678,6 +728,27 @@ class KFed(
             local = {c: int(local[c]) for c in fed.client_ids}
         else:
             local = int(local)
+        # More seedings than samples cannot be asked of a client (k-means++
+        # starts from one of its samples); each client runs at most n_z of
+        # them, so n_init=10**7 cannot run for hours on small clients.
+        k_local = (
+            local
+            if isinstance(local, Mapping)
+            else dict.fromkeys(fed.client_ids, local)
+        )
+        clipped = [
+            n
+            for c, n in zip(fed.client_ids, fed.client_sizes)
+            if k_local[c] < n < self.n_init
+        ]
+        if clipped:
+            warnings.warn(
+                f"n_init={self.n_init} exceeds the number of samples of "
+                f"{len(clipped)} client(s) (the smallest holds {min(clipped)}); "
+                "each of them runs as many seedings as it has samples.",
+                UserWarning,
+                stacklevel=3,
+            )
         step = functools.partial(
             _local_step,
             n_local_clusters=local,
@@ -689,9 +760,11 @@ class KFed(
             dropout=float(self.client_dropout),
             single_threaded=fed.n_clients > 1,
         )
+        # Simulated dropout must pass whatever on_client_error says, so the
+        # round tolerates every failure and the exceptions' types decide.
         uploads = fed.run_round(name, step, tolerate=True)
-
-        refused = [c for c, u in zip(fed.client_ids, uploads) if u == _REFUSED]
+        errors = fed.client_errors
+        refused = [c for c, e in errors.items() if isinstance(e, _RawUploadRefused)]
         if refused:
             shown = ", ".join(repr(c) for c in refused[:5])
             raise ValueError(
@@ -700,24 +773,17 @@ class KFed(
                 "allow_raw_upload=False forbids. Merge these clients with "
                 "others, leave them out, or set allow_raw_upload=True."
             )
-        crashed = {
-            c: reason
-            for c, reason in fed.failed_clients.items()
-            if not reason.startswith(_SimulatedDropout.__name__)
-        }
-        if crashed:
-            warnings.warn(
-                f"{len(crashed)} client(s) failed in round {name!r} and were "
-                f"left out: {_failure_note(crashed).strip()}",
-                UserWarning,
-                stacklevel=3,
-            )
+        if self.on_client_error == "raise":
+            for cid, exc in errors.items():  # the first in canonical order
+                if not isinstance(exc, _SimulatedDropout):
+                    raise _client_step_error(cid, name, exc) from exc
         centers = [u["centers"] for u in uploads]
         if self.center_weighting == "size":
             weights = [np.asarray(u["sizes"], dtype=np.float64) for u in uploads]
         else:
             weights = [np.ones(len(c)) for c in centers]
-        return list(fed.client_ids), centers, weights
+        ids = list(fed.client_ids)
+        return ids, centers, weights, sum(k_local[c] for c in ids)
 
     @staticmethod
     def _send_cluster_map(fed, center_labels, cluster_centers):
@@ -746,6 +812,18 @@ class KFed(
         )
 
 
+def _client_step_error(client_id, round_name, exc):
+    """The error ``Federation.run_round`` raises for a failing client; the
+    local round builds it itself because it runs with ``tolerate=True``."""
+    cls = ClientValueError if isinstance(exc, ValueError) else ClientStepError
+    return cls(
+        f"Client {client_id!r} failed in round {round_name!r}: "
+        f"{type(exc).__name__}: {exc}",
+        client_id=client_id,
+        round_name=round_name,
+    )
+
+
 def _failure_note(failed):
     if not failed:
         return ""
@@ -759,6 +837,11 @@ def _failure_note(failed):
 
 class _SimulatedDropout(RuntimeError):
     """Raised by a client that skips the round (``client_dropout``)."""
+
+
+class _RawUploadRefused(Exception):
+    """Raised by a client that would have to upload raw rows but may not
+    (``allow_raw_upload=False``)."""
 
 
 def _local_step(
@@ -780,7 +863,7 @@ def _local_step(
     Upload: the k(z) local centers Θ(z) (k(z)·d floats) and, if
     ``send_sizes``, the k(z) local cluster sizes. A client with at most k(z)
     distinct samples uploads those samples (and their multiplicities)
-    instead, or the marker ``"refused: raw rows"`` (0 floats) when
+    instead, or raises :class:`_RawUploadRefused` (uploads nothing) when
     ``allow_raw_upload`` is False. Kept: the local label of each sample.
     With ``single_threaded`` the client's KMeans runs use one OpenMP
     thread: the clients already run in parallel, and OpenMP teams inside
@@ -806,8 +889,10 @@ def _local_step(
     kept = np.flatnonzero(weights > 0)
     if len(kept) == 0:
         raise ValueError(
-            "Every sample of this client has sample_weight 0, so it has "
-            "nothing to cluster; give it positive weights or leave it out."
+            "all sample weights of this client are zero, so it has nothing to "
+            "cluster. Give some of its samples a positive weight, remove the "
+            "client from the data, or pass on_client_error='drop' to leave "
+            "it out."
         )
     if len(kept) < X.shape[0]:
         X_kept, w_kept, h_kept = X[kept], weights[kept], hashes[kept]
@@ -815,31 +900,46 @@ def _local_step(
         X_kept, w_kept, h_kept = X, weights, hashes
     distinct = _few_distinct_rows(X_kept, h_kept, n_local_clusters)
 
+    # Dense data is clustered around the client's own weighted mean:
+    # squared distances expanded on coordinates far from the origin (data
+    # at 1e9) cancel. The centers are uploaded in global coordinates, so the
+    # mean costs nothing on the wire. Sparse data stays uncentered, as in
+    # scikit-learn's KMeans (centering would densify it).
+    if sp.issparse(X):
+        mean = None
+    else:
+        mean = np.average(X_kept, axis=0, weights=w_kept).astype(X.dtype)
+
     if distinct is not None:
         if not allow_raw_upload:
-            return state, _REFUSED
+            raise _RawUploadRefused(
+                f"it holds at most k(z)={n_local_clusters} distinct samples"
+            )
         first, kept_labels = distinct
         centers = X_kept[first]
         centers = centers.toarray() if sp.issparse(centers) else centers.copy()
+        offsets = centers if mean is None else centers - mean
         n_iter = 0
     else:
         with _one_openmp_thread() if single_threaded else contextlib.nullcontext():
-            centers, kept_labels, n_iter = _awasthi_sheffet(
-                X_kept,
+            offsets, kept_labels, n_iter = _awasthi_sheffet(
+                X_kept if mean is None else X_kept - mean,
                 w_kept,
                 n_local_clusters,
-                n_init=n_init,
+                n_init=min(n_init, len(kept)),
                 max_iter=max_iter,
                 tol=tol,
                 client=client,
             )
+        centers = offsets if mean is None else offsets + mean
     if X_kept is X:
         sorted_labels = kept_labels
     else:
         sorted_labels = np.empty(X.shape[0], dtype=np.intp)
         sorted_labels[kept] = kept_labels
         zero = np.flatnonzero(weights <= 0)
-        sorted_labels[zero] = pairwise_distances_argmin(X[zero], centers)
+        X_zero = X[zero] if mean is None else X[zero] - mean
+        sorted_labels[zero] = pairwise_distances_argmin(X_zero, offsets)
     local_labels = np.empty(X.shape[0], dtype=np.intp)
     local_labels[order] = sorted_labels
 
@@ -892,7 +992,9 @@ def _awasthi_sheffet(X, weights, n_clusters, *, n_init, max_iter, tol, client):
 
     A weight acts as a multiplicity: the SVD is that of the rows scaled by
     √w (the same right singular vectors as repeated rows), and seeding,
-    pruning means and Lloyd are weighted.
+    pruning means and Lloyd are weighted. Dense rows arrive centered on the
+    client's weighted mean (see :func:`_local_step`), and the centers are
+    returned in the same coordinates.
 
     Returns the local centers Θ(z), the local labels U(z) and the number of
     full-space Lloyd iterations.
@@ -900,8 +1002,11 @@ def _awasthi_sheffet(X, weights, n_clusters, *, n_init, max_iter, tol, client):
     n_features = X.shape[1]
     rank = min(n_clusters, n_features)
     if rank < n_features:
-        # Uncentered SVD, as in the paper: the projection keeps the span of
-        # the cluster means, including their common offset.
+        # SVD of the rows as given: centered on the client's mean for dense
+        # data (the paper's SVD is uncentered; far from the origin its top
+        # singular vector is only the offset's direction), uncentered for
+        # sparse data. Either way the projection keeps the span of the
+        # cluster means.
         scaled = X
         if np.any(weights != 1):
             root = np.sqrt(weights)
@@ -1055,6 +1160,16 @@ def _pool(centers, weights):
     return pooled, pooled_weights, owner
 
 
+def _reference_point(points):
+    """The mean of ``points``, summed in an order defined by their values.
+
+    The server works on the pooled centers minus this point: squared
+    distances expanded on coordinates far from the origin cancel. Summing
+    in value order keeps it independent of the clients' names and order.
+    """
+    return points[np.lexsort(points.T[::-1])].mean(axis=0)
+
+
 def _farthest_point_initialization(pooled, owner, n_clusters, random_state):
     """Algorithm 2, steps 2–6: M from one client, then farthest points.
 
@@ -1124,11 +1239,16 @@ def _assign_new_centers(cluster_centers, cluster_weights, pooled, pooled_weights
 
     The global centers become the weighted means of the enlarged τ_r,
     computed from the old means and weights (the server keeps only those).
+    Everything is computed relative to the mean of the current global
+    centers, for the same reason as in :func:`_reference_point`.
     """
     centers = cluster_centers.astype(np.float64)
-    assignment = _nearest(pooled, centers)
+    reference = centers.mean(axis=0)
+    centers -= reference
+    offsets = pooled - reference
+    assignment = _nearest(offsets, centers)
     new_centers, _, new_weights = _weighted_means(
-        pooled, pooled_weights, assignment, centers
+        offsets, pooled_weights, assignment, centers
     )
     total = cluster_weights + new_weights
     has_new = new_weights > 0
@@ -1137,7 +1257,7 @@ def _assign_new_centers(cluster_centers, cluster_weights, pooled, pooled_weights
         cluster_weights[has_new, None] * centers[has_new]
         + new_weights[has_new, None] * new_centers[has_new]
     ) / total[has_new, None]
-    return merged, assignment, total
+    return merged + reference, assignment, total
 
 
 def _nearest(points, centers):
@@ -1147,9 +1267,13 @@ def _nearest(points, centers):
 
 def _weighted_means(points, weights, assignment, fallback):
     n_clusters = len(fallback)
-    totals = np.bincount(assignment, weights=weights, minlength=n_clusters)
+    # Sum in an order defined by the points' values and weights, not by the
+    # clients' order: renaming clients then changes no bit of the result.
+    order = np.lexsort((weights, *points.T[::-1]))
+    groups, weights = assignment[order], weights[order]
+    totals = np.bincount(groups, weights=weights, minlength=n_clusters)
     sums = np.zeros_like(fallback, dtype=np.float64)
-    np.add.at(sums, assignment, weights[:, None] * points)
+    np.add.at(sums, groups, weights[:, None] * points[order])
     centers = np.array(fallback, dtype=np.float64)
     filled = totals > 0
     centers[filled] = sums[filled] / totals[filled, None]
