@@ -509,7 +509,7 @@ class FederatedMixin:
     that a ``Pipeline`` or a search routes it when metadata routing is
     enabled. An estimator whose algorithm can go on without a failed client
     has an ``on_client_error`` parameter ({"raise", "drop"}, default
-    "raise"), which :meth:`_federation` hands to the network, and lists the
+    "raise"), which ``_federation()`` hands to the network, and lists the
     dropped clients in ``failed_clients_``.
     """
 

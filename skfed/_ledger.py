@@ -127,7 +127,7 @@ class CommunicationLog:
 
     Every fitted skfed estimator exposes one as ``communication_``. Records
     are appended by the federation as messages are delivered; counts are taken
-    from the payloads themselves (see :func:`count_payload`).
+    from the payloads themselves (see :func:`skfed._ledger.count_payload`).
 
     Attributes
     ----------

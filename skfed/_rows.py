@@ -103,8 +103,8 @@ def rounded_row_hashes(X, weights=None):
 def canonical_row_order(X, weights=None):
     """A permutation sorting the rows of X by their content.
 
-    Rows are sorted by :func:`rounded_row_hashes`, ties broken by the exact
-    :func:`row_hashes`: the order of a float32 copy of the data is the order
+    Rows are sorted by ``rounded_row_hashes``, ties broken by the exact
+    ``row_hashes``: the order of a float32 copy of the data is the order
     of the float64 data, except among rows that float32 cannot tell apart.
     Rows that tie on both are equal (in value and weight), hence
     interchangeable.
