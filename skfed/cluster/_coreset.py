@@ -34,7 +34,7 @@ from sklearn.base import (
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics.pairwise import euclidean_distances
 from sklearn.utils import check_random_state, gen_batches
-from sklearn.utils._param_validation import Interval
+from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.extmath import row_norms, safe_sparse_dot
 from sklearn.utils.validation import (
     _check_sample_weight,
@@ -44,6 +44,7 @@ from sklearn.utils.validation import (
 
 from .._federation import FederatedMixin
 from .._rows import canonical_row_order, row_hashes
+from .._validation import StrictInterval, check_magnitude
 
 __all__ = [
     "CoresetKMeansResult",
@@ -101,11 +102,15 @@ class DistributedKMeans(
 
     coreset_size : int, default=1000
         t, the number of points drawn over all clients (with replacement).
-        The server clusters t + Σ_m min(k, n_m) weighted points.
+        The server clusters t + Σ_m min(k, n_m) weighted points. A budget
+        above the number of samples is clipped to it, with a warning: the
+        coreset would then be larger than the data it summarises.
 
     n_init : int, default=10
         Restarts of the server's weighted k-means (each from its own weighted
-        k-means++ seeding); the run with the lowest weighted coreset cost wins.
+        k-means++ seeding); the run with the lowest weighted coreset cost
+        wins. At most one restart per coreset point is run (a larger value
+        is clipped, with a warning).
 
     max_iter : int, default=300
         Largest number of weighted Lloyd iterations of one server restart.
@@ -133,7 +138,19 @@ class DistributedKMeans(
         Seeds the server's restarts and, through the federation, every
         client's local solution and sampling. The fitted model depends
         neither on ``n_jobs``, the joblib backend, the names or order of the
-        clients, nor on the order of the samples within a client.
+        clients, nor on the order of the samples within a client. The
+        clients' draws follow the values of their rows: data translated far
+        from the origin gets the same clustering on well-separated data and
+        the same accuracy in general, but other draws, hence centers that
+        differ within the coreset's sampling error.
+
+    on_client_error : {"raise", "drop"}, default="raise"
+        What a client step that raises does to the fit: ``"raise"`` stops it
+        with a :class:`~skfed.ClientStepError` naming the client and the
+        round; ``"drop"`` goes on without that client from that round on
+        (the coreset, the centers and ``inertia_`` then describe the other
+        clients' data), lists it in ``failed_clients_``, and labels its
+        samples -1.
 
     n_jobs : int, default=None
         Clients run in parallel through joblib; ``None`` lets an enclosing
@@ -170,8 +187,15 @@ class DistributedKMeans(
         Number of clients.
 
     client_ids_ : ndarray of shape (`n_clients_`,)
-        The clients' ids in canonical order; the per-client diagnostics below
-        are aligned with it.
+        The ids of the clients in the model, as given in ``partitions``
+        (an object array when they are not all ints or all strings), in
+        canonical order; the per-client diagnostics below are aligned with
+        it.
+
+    failed_clients_ : dict
+        Client id -> reason, for the clients dropped by
+        ``on_client_error="drop"`` (empty otherwise). Their samples have
+        label -1 and take no part in ``inertia_``.
 
     coreset_sample_counts_ : ndarray of shape (`n_clients_`,)
         t_m, the number of points each client drew (they sum to
@@ -192,7 +216,8 @@ class DistributedKMeans(
     communication_ : CommunicationLog
         What crossed the network. Client m uploads 1 float (its local cost),
         then (t_m + k_m)(d + 1) floats for a dense ``X`` (t_m points, k_m =
-        min(k, n_m) local centers, their weights), then k(d + 1) floats per
+        min(k, n_m) local centers, their weights; n_m(d + 1) floats, its
+        rows and their weights, when t_m ≥ n_m), then k(d + 1) floats per
         refinement round, then 1 float (its cost against the final centers);
         it downloads t_m as 1 float and the k·d center coordinates once per
         refinement round and once for labelling.
@@ -244,14 +269,15 @@ class DistributedKMeans(
     """
 
     _parameter_constraints: dict = {
-        "n_clusters": [Interval(numbers.Integral, 1, None, closed="left")],
-        "coreset_size": [Interval(numbers.Integral, 1, None, closed="left")],
-        "n_init": [Interval(numbers.Integral, 1, None, closed="left")],
-        "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
-        "tol": [Interval(numbers.Real, 0, None, closed="left")],
-        "local_max_iter": [Interval(numbers.Integral, 0, None, closed="left")],
-        "refine_iter": [Interval(numbers.Integral, 0, None, closed="left")],
+        "n_clusters": [StrictInterval(numbers.Integral, 1, None, closed="left")],
+        "coreset_size": [StrictInterval(numbers.Integral, 1, None, closed="left")],
+        "n_init": [StrictInterval(numbers.Integral, 1, None, closed="left")],
+        "max_iter": [StrictInterval(numbers.Integral, 1, None, closed="left")],
+        "tol": [StrictInterval(numbers.Real, 0, None, closed="left")],
+        "local_max_iter": [StrictInterval(numbers.Integral, 0, None, closed="left")],
+        "refine_iter": [StrictInterval(numbers.Integral, 0, None, closed="left")],
         "random_state": ["random_state"],
+        "on_client_error": [StrOptions({"raise", "drop"})],
         "n_jobs": [numbers.Integral, None],
         "verbose": ["verbose"],
     }
@@ -267,6 +293,7 @@ class DistributedKMeans(
         local_max_iter=20,
         refine_iter=0,
         random_state=None,
+        on_client_error="raise",
         n_jobs=None,
         verbose=0,
     ):
@@ -278,6 +305,7 @@ class DistributedKMeans(
         self.local_max_iter = local_max_iter
         self.refine_iter = refine_iter
         self.random_state = random_state
+        self.on_client_error = on_client_error
         self.n_jobs = n_jobs
         self.verbose = verbose
 
@@ -312,12 +340,34 @@ class DistributedKMeans(
             order="C",
             accept_large_sparse=False,
         )
+        check_magnitude(X)
         n_samples = X.shape[0]
         if n_samples < self.n_clusters:
             raise ValueError(
                 f"n_samples={n_samples} should be >= n_clusters={self.n_clusters}; "
                 "ask for fewer clusters or pass more samples."
             )
+        coreset_size = self.coreset_size
+        if coreset_size > n_samples:
+            warnings.warn(
+                f"coreset_size={coreset_size} exceeds the {n_samples} samples; "
+                f"using coreset_size={n_samples} (a coreset larger than the "
+                "data summarises nothing).",
+                UserWarning,
+                stacklevel=2,
+            )
+            coreset_size = n_samples
+        # One restart per coreset point at most: more only repeat seedings.
+        n_init = self.n_init
+        max_points = coreset_size + n_samples
+        if n_init > max_points:
+            warnings.warn(
+                f"n_init={n_init} exceeds the at most {max_points} points of "
+                f"the coreset; using n_init={max_points}.",
+                UserWarning,
+                stacklevel=2,
+            )
+            n_init = max_points
         weighted = sample_weight is not None
         if weighted:
             sample_weight = _check_sample_weight(
@@ -333,9 +383,9 @@ class DistributedKMeans(
             result = federated_coreset_kmeans(
                 fed,
                 n_clusters=self.n_clusters,
-                coreset_size=self.coreset_size,
+                coreset_size=coreset_size,
                 random_state=rng,
-                n_init=self.n_init,
+                n_init=n_init,
                 max_iter=self.max_iter,
                 tol=self.tol,
                 local_max_iter=self.local_max_iter,
@@ -346,7 +396,8 @@ class DistributedKMeans(
             self.labels_ = fed.assemble(
                 lambda s: s["coreset"]["labels"], n_samples, dtype=np.int32
             )
-            self.client_ids_ = np.asarray(fed.client_ids)
+            self.client_ids_ = _id_array(fed.client_ids)
+            self.failed_clients_ = dict(fed.failed_clients)
         self.cluster_centers_ = result.cluster_centers.astype(X.dtype, copy=False)
         self.inertia_ = result.inertia
         self.coreset_inertia_ = result.coreset_inertia
@@ -422,9 +473,8 @@ class DistributedKMeans(
         """
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, **self._test_data_args())
-        labels, _ = _assign(
-            X, row_norms(X, squared=True), self.cluster_centers_, d2=None
-        )
+        check_magnitude(X)
+        labels, _ = _assign_around_centers(X, self.cluster_centers_, d2=None)
         return labels.astype(np.int32, copy=False)
 
     def transform(self, X):
@@ -443,7 +493,11 @@ class DistributedKMeans(
         return self._transform(X)
 
     def _transform(self, X):
-        return euclidean_distances(X, self.cluster_centers_)
+        check_magnitude(X)
+        if sp.issparse(X):
+            return euclidean_distances(X, self.cluster_centers_)
+        reference = self.cluster_centers_.mean(axis=0)
+        return euclidean_distances(X - reference, self.cluster_centers_ - reference)
 
     def score(self, X, y=None, sample_weight=None):
         """Opposite of the k-means objective of ``X`` against the centers.
@@ -461,8 +515,9 @@ class DistributedKMeans(
         """
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, **self._test_data_args())
+        check_magnitude(X)
         sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64)
-        _, d2 = _assign(X, row_norms(X, squared=True), self.cluster_centers_)
+        _, d2 = _assign_around_centers(X, self.cluster_centers_)
         return -float(sample_weight @ d2)
 
     @staticmethod
@@ -551,8 +606,10 @@ def federated_coreset_kmeans(
        down. Client m draws t_m rows with replacement with probability
        w_p d(p, B_m)² / cost_m and uploads them, its k_m centers and their
        weights: (t_m + k_m)(s + 1) floats up for dense rows (CSR rows are
-       uploaded as CSR and counted as data + indices + indptr). The server
-       runs weighted k-means on the union.
+       uploaded as CSR and counted as data + indices + indptr); a client
+       with t_m ≥ n⁺_m (its rows of positive weight) uploads those rows and
+       their weights instead, n⁺_m (s + 1) floats, exact. The server runs
+       weighted k-means on the union.
     3. ``"lloyd refinement"`` (only with ``refine_iter > 0``, at most that
        many times) — the server broadcasts the centers (k·s floats down);
        each client uploads its per-cluster weighted sums and weights
@@ -621,10 +678,15 @@ def federated_coreset_kmeans(
         ),
     )
     sample_counts = allocate_samples(np.asarray(costs, dtype=np.float64), coreset_size)
+    asked = list(fed.client_ids)
     coresets = fed.run_round(
         "coreset sampling",
         partial(_coreset_step, stream=stream, **common),
         messages=[int(t) for t in sample_counts],
+    )
+    # A client dropped in this round (on_client_error="drop") sent nothing.
+    sample_counts = np.array(
+        [t for c, t in zip(asked, sample_counts) if c in fed.client_ids], dtype=int
     )
     points, coreset_weights = merge_coresets(coresets)
     weight_sums = np.array([math.fsum(c[2]) for c in coresets])
@@ -722,6 +784,10 @@ def _local_solution_step(
     # hence its upload, bit for bit) depend on how its samples are stored.
     order = canonical_row_order(X, w)
     X, w = X[order], w[order]
+    # Around the client's own mean: expanded squared distances on raw
+    # coordinates cancel on data far from the origin.
+    X, shift = _centered(X, w)
+    noise = _rounding_noise(X)
     x_sq = row_norms(X, squared=True)
     if n <= n_clusters:
         centers = _dense_rows(X, np.arange(n)).astype(np.float64)
@@ -733,15 +799,16 @@ def _local_solution_step(
         labels, d2 = _assign(X, x_sq, centers)
     else:
         rng = client.random_state(stream, 1)
-        centers = _weighted_kmeans_plusplus(X, w, n_clusters, x_sq, rng)
+        centers = _weighted_kmeans_plusplus(X, w, n_clusters, x_sq, rng, noise=noise)
         centers, labels, d2, _ = _weighted_lloyd(
             X, w, centers, x_sq, max_iter, _tolerance(X, w, tol)
         )
     cost = float(w @ d2)
-    # Everything below is in canonical row order.
+    # Everything below is in canonical row order; the centers are kept (and
+    # later uploaded) in the data's own coordinates.
     state[state_key] = {
         "order": order,
-        "centers": centers,
+        "centers": centers + shift,
         "labels": labels,
         "d2": d2,
         "cost": cost,
@@ -753,7 +820,10 @@ def _coreset_step(client, state, message, *, rows, weights, state_key, stream):
     """Client: D² sampling of t_m rows and the weights (step 3 of §5).
 
     Upload: (local centers, drawn rows, weights) — (t_m + k_m)(s + 1) floats
-    for dense rows. Weights sum to Σ_p w_p (n_m for unit weights).
+    for dense rows. Weights sum to Σ_p w_p (n_m for unit weights). When
+    t_m is at least the number of rows of positive weight n⁺_m, those rows
+    and their weights are uploaded instead (n⁺_m (s + 1) floats): the exact
+    data, no larger than a coreset.
     """
     state = dict(state or {})
     X = rows(client, state)
@@ -762,6 +832,13 @@ def _coreset_step(client, state, message, *, rows, weights, state_key, stream):
     d2, cost = local["d2"], local["cost"]
     w = _client_weights(client, state, weights, X.shape[0])[order]
     t = int(message)
+    kept = order[w > 0]
+    if t >= kept.shape[0]:
+        # A budget that covers the client's rows: the rows themselves, each
+        # with its own weight, are an exact summary and no larger.
+        state[state_key] = {}
+        sample = X[kept]
+        return state, (centers[:0].astype(X.dtype), sample, w[w > 0])
     k_m = centers.shape[0]
     center_weights = np.bincount(labels, weights=w, minlength=k_m)
     if t > 0 and cost > 0:
@@ -794,7 +871,7 @@ def _cluster_sums_step(client, state, message, *, rows, weights, state_key):
     """
     X = rows(client, state)
     centers = np.asarray(message, dtype=np.float64)
-    labels, _ = _assign(X, row_norms(X, squared=True), centers, d2=None)
+    labels, _ = _assign_around_centers(X, centers, d2=None)
     w = _client_weights(client, state, weights, X.shape[0])
     sums, totals = _cluster_sums(X, w, labels, centers.shape[0])
     return state, (sums, totals)
@@ -811,7 +888,7 @@ def _label_step(client, state, message, *, rows, weights, state_key, exact_inert
     # Label with the centers in the rows' precision, as the estimator stores
     # them, so that predict on the training rows reproduces these labels.
     centers = np.asarray(message, dtype=X.dtype)
-    labels, d2 = _assign(X, row_norms(X, squared=True), centers)
+    labels, d2 = _assign_around_centers(X, centers)
     state[state_key] = {"labels": labels.astype(np.int32, copy=False)}
     if not exact_inertia:
         return state, None
@@ -965,12 +1042,16 @@ def weighted_kmeans(
             "positive sample_weight."
         )
     rng = check_random_state(random_state)
+    # Around the points' mean (their order is fixed by their content, so
+    # the mean does not depend on the clients' names): see _centered.
+    noise = _rounding_noise(X)
+    X, shift = _centered(X)
     x_sq = row_norms(X, squared=True)
     tol_abs = _tolerance(X, sample_weight, tol)
     best = None
     for seed in rng.randint(_SEED_MAX, size=n_init):
         init = _weighted_kmeans_plusplus(
-            X, sample_weight, n_clusters, x_sq, np.random.RandomState(seed)
+            X, sample_weight, n_clusters, x_sq, np.random.RandomState(seed), noise=noise
         )
         centers, _, d2, n_iter = _weighted_lloyd(
             X, sample_weight, init, x_sq, max_iter, tol_abs
@@ -983,7 +1064,7 @@ def weighted_kmeans(
                 file=sys.stderr,
             )
         if best is None or inertia < best[1]:
-            best = (centers, inertia, n_iter)
+            best = (centers + shift, inertia, n_iter)
     return best
 
 
@@ -992,13 +1073,16 @@ def weighted_kmeans(
 # B_m with their sample weights and by the server on the coreset).
 
 
-def _weighted_kmeans_plusplus(X, w, n_clusters, x_sq, rng):
+def _weighted_kmeans_plusplus(X, w, n_clusters, x_sq, rng, *, noise=0.0):
     """Weighted k-means++ seeding over the points of positive weight.
 
     Greedy, like scikit-learn's: each new center is the best of
     2 + log(k) candidates drawn ∝ w_i D(x_i)². When every positive-weight
-    point already sits on a center, the remaining centers repeat existing
-    points (drawn ∝ w_i).
+    point already sits on a center -- within ``noise``, a squared distance
+    that is rounding of the data's own magnitude, since the rows may arrive
+    centered (see :func:`_centered`) -- the remaining centers repeat an
+    existing center: a copy of a point that differs from a center only by
+    rounding would split identical data into clusters.
     """
     idx = np.flatnonzero(w > 0)
     Xp, wp, xp_sq = X[idx], w[idx], x_sq[idx]
@@ -1008,11 +1092,10 @@ def _weighted_kmeans_plusplus(X, w, n_clusters, x_sq, rng):
     centers[0] = _dense_rows(Xp, [first])[0]
     d2 = _sq_dist(Xp, xp_sq, centers[:1])[:, 0]
     for c in range(1, n_clusters):
-        weighted = wp * d2
+        weighted = wp * np.where(d2 > noise, d2, 0.0)
         potential = weighted.sum()
         if not potential > 0:
-            pick = rng.choice(len(idx), p=wp / wp.sum())
-            centers[c] = _dense_rows(Xp, [pick])[0]
+            centers[c] = centers[rng.randint(c)]
             continue
         draws = rng.uniform(size=n_local_trials) * potential
         candidates = np.searchsorted(np.cumsum(weighted), draws)
@@ -1121,6 +1204,41 @@ def _assign(X, x_sq, centers, *, d2="exact"):
     return labels, d2
 
 
+def _rounding_noise(X):
+    """A squared distance that is rounding noise for rows of X's magnitude
+    (taken before centering): ~1e-24 of the largest squared entry."""
+    values = X.data if sp.issparse(X) else X
+    if values.size == 0:
+        return 0.0
+    return (1e-12 * float(np.max(np.abs(values)))) ** 2
+
+
+def _centered(X, w=None):
+    """Dense rows minus their (weighted) mean, and that mean.
+
+    Squared distances are expanded (‖x‖² − 2 x·c + ‖c‖²) for speed; on raw
+    coordinates far from the origin the terms cancel (at an offset of 1e9,
+    distances of order 1 are lost entirely). Around a point inside the data
+    they are as exact as the data. CSR rows stay as they are (centering
+    would densify them, as in scikit-learn's KMeans), with a zero shift.
+    """
+    if sp.issparse(X):
+        return X, np.zeros(X.shape[1])
+    w = None if w is None or not np.any(w > 0) else np.maximum(w, 0)
+    shift = np.average(np.asarray(X, dtype=np.float64), axis=0, weights=w)
+    return X - shift.astype(X.dtype, copy=False), shift
+
+
+def _assign_around_centers(X, centers, *, d2="exact"):
+    """:func:`_assign` with rows and centers taken around the centers' mean
+    (see :func:`_centered`)."""
+    if sp.issparse(X):
+        return _assign(X, row_norms(X, squared=True), centers, d2=d2)
+    reference = centers.mean(axis=0)
+    X = X - reference.astype(X.dtype, copy=False)
+    return _assign(X, row_norms(X, squared=True), centers - reference, d2=d2)
+
+
 def _sq_dist(X, x_sq, centers, c_sq=None):
     """Squared distances ‖x − c‖² of rows to centers, clipped at 0."""
     if c_sq is None:
@@ -1144,6 +1262,16 @@ def _tolerance(X, w, tol):
     else:
         sq = (w @ (X * X)) / total
     return float(np.mean(np.maximum(sq - mean**2, 0.0)) * tol)
+
+
+def _id_array(ids):
+    """Client ids as given: numpy would turn ``[1, "1"]`` into two "1"."""
+    kinds = {type(c) for c in ids}
+    if kinds <= {int} or kinds <= {str}:
+        return np.asarray(ids)
+    out = np.empty(len(ids), dtype=object)
+    out[:] = ids
+    return out
 
 
 def _dense_rows(X, idx):
