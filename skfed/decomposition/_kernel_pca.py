@@ -21,10 +21,11 @@ from sklearn.base import (
 )
 from sklearn.metrics.pairwise import pairwise_kernels
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._federation import FederatedMixin
+from .._validation import StrictInterval, check_magnitude
 from ..kernel._median import (
     allocate_quota,
     canonical_row_order,
@@ -55,6 +56,9 @@ _RESIDUAL_RTOL = 1e-9
 # Median heuristic: size of the pooled sample and projection dimension.
 _MEDIAN_SAMPLES = 256
 _MEDIAN_PROJECTIONS = 64
+# Largest number of floats one client's kernel embedding may allocate (1 GiB
+# in float32): beyond it a size parameter is refused before anything runs.
+_MAX_CLIENT_FLOATS = 2**28
 
 
 class DistributedKernelPCA(
@@ -119,7 +123,9 @@ class DistributedKernelPCA(
         1.0, ``|Y|`` = 400 captures 99.96% of the optimal rank-10 energy there.
     n_representatives : int, default=400
         ``|Y|``, the number of representative points (before removal of
-        duplicates). Must not exceed the number of samples.
+        duplicates). More than the number of samples is clipped to it with
+        a warning (every sample is then a representative), as
+        :class:`sklearn.kernel_approximation.Nystroem` does.
     leverage_fraction : float, default=0.5
         m₁ / ``|Y|``: share of Y sampled by leverage scores; the rest (m₂) is
         sampled adaptively. Used with ``sampling="leverage+adaptive"``.
@@ -127,13 +133,18 @@ class DistributedKernelPCA(
         How Y is chosen: disLS + RepSample (the paper), or uniformly with
         client quotas proportional to client sizes (no disLS round).
     embedding_dim : int, default=50
-        t, rows of the kernel subspace embedding S.
+        t, rows of the kernel subspace embedding S. Clipped (with a warning)
+        to the number of samples and of random features: the embedded
+        points span no more.
     sketch_size : int, default=250
         p, columns of each client's point sketch T_m in disLS. Clients with
-        at most p samples send their embedding unsketched.
+        at most p samples send their embedding unsketched (a warning says so
+        when p exceeds the number of samples).
     n_random_features : int, default=2000
         D, random Fourier features ("rbf", "laplacian") or TensorSketch
-        dimension ("poly") of the embedding z.
+        dimension ("poly") of the embedding z. A D for which a client's
+        embedding would allocate more than 1 GiB is refused before the fit
+        starts.
     lowrank_upload : {"local_svd", "sketch"}, default="local_svd"
         What each client sends in disLR. "sketch": Π[m] T_m with a right
         sketch of width w (Algorithm 3 of the paper). "local_svd": the top
@@ -229,6 +240,20 @@ class DistributedKernelPCA(
       the round's budget (m₁ = ⌈f ``|Y|``⌉ with f = ``leverage_fraction``,
       m₂ = ``|Y|`` − m₁): see the sampling bullet below.
 
+    Failing clients: a client whose step raises stops the fit with a
+    :class:`~skfed.ClientStepError` naming it and the round. There is no
+    ``on_client_error="drop"``: the representatives, the feature mean and
+    the low-rank solve combine every client's share of one kernel matrix,
+    and a client lost between them would leave its rows in Y but its
+    energy out of the solve.
+
+    Far from the origin: "rbf" and "laplacian" kernels are evaluated around
+    the mean of Y (known to every party), so data translated by up to 1e9
+    times its spread gets the same kernels to rounding. The random features
+    of the leverage-score round are not; they only guide which rows become
+    representatives. "linear" and "poly" are not shift-invariant and work
+    on the coordinates as given.
+
     Privacy: RepSample uploads raw sampled rows (Y) and the server
     broadcasts them to every client; this is inherent to disKPCA. The
     "error" round sends k + 1 floats instead of the paper's 2 so that
@@ -287,24 +312,24 @@ class DistributedKernelPCA(
     """
 
     _parameter_constraints: dict = {
-        "n_components": [Interval(numbers.Integral, 1, None, closed="left")],
+        "n_components": [StrictInterval(numbers.Integral, 1, None, closed="left")],
         "kernel": [StrOptions({"rbf", "laplacian", "poly", "linear"})],
-        "gamma": [Interval(numbers.Real, 0, None, closed="neither"), None],
-        "degree": [Interval(numbers.Integral, 1, None, closed="left")],
-        "coef0": [Interval(numbers.Real, 0, None, closed="left")],
-        "median_factor": [Interval(numbers.Real, 0, None, closed="neither")],
-        "n_representatives": [Interval(numbers.Integral, 1, None, closed="left")],
-        "leverage_fraction": [Interval(numbers.Real, 0, 1, closed="both")],
+        "gamma": [StrictInterval(numbers.Real, 0, None, closed="neither"), None],
+        "degree": [StrictInterval(numbers.Integral, 1, None, closed="left")],
+        "coef0": [StrictInterval(numbers.Real, 0, None, closed="left")],
+        "median_factor": [StrictInterval(numbers.Real, 0, None, closed="neither")],
+        "n_representatives": [StrictInterval(numbers.Integral, 1, None, closed="left")],
+        "leverage_fraction": [StrictInterval(numbers.Real, 0, 1, closed="both")],
         "sampling": [StrOptions({"leverage+adaptive", "uniform"})],
-        "embedding_dim": [Interval(numbers.Integral, 1, None, closed="left")],
-        "sketch_size": [Interval(numbers.Integral, 1, None, closed="left")],
-        "n_random_features": [Interval(numbers.Integral, 1, None, closed="left")],
+        "embedding_dim": [StrictInterval(numbers.Integral, 1, None, closed="left")],
+        "sketch_size": [StrictInterval(numbers.Integral, 1, None, closed="left")],
+        "n_random_features": [StrictInterval(numbers.Integral, 1, None, closed="left")],
         "lowrank_upload": [StrOptions({"local_svd", "sketch"})],
         "lowrank_sketch_size": [
-            Interval(numbers.Integral, 1, None, closed="left"),
+            StrictInterval(numbers.Integral, 1, None, closed="left"),
             None,
         ],
-        "local_rank": [Interval(numbers.Integral, 1, None, closed="left"), None],
+        "local_rank": [StrictInterval(numbers.Integral, 1, None, closed="left"), None],
         "center": ["boolean"],
         "random_state": ["random_state"],
         "n_jobs": [None, numbers.Integral],
@@ -373,15 +398,34 @@ class DistributedKernelPCA(
         self : object
         """
         X = validate_data(self, X, accept_sparse="csr", dtype=[np.float64, np.float32])
+        check_magnitude(X)
         n_samples, n_features = X.shape
-        k, n_rep = self.n_components, self.n_representatives
-        if n_rep > n_samples:
+        k = self.n_components
+        n_rep = self._clipped("n_representatives", n_samples, "training samples")
+        if k >= n_samples:
             raise ValueError(
-                f"n_representatives={n_rep} exceeds the number of training "
-                f"samples (n_samples={n_samples}); use at most {n_samples} "
-                "representatives (with n_representatives=n_samples the fit is "
-                "exact kernel PCA)."
+                f"n_components={k} must be smaller than n_samples={n_samples}: "
+                "kernel PCA of N points has at most N - 1 informative "
+                "components; lower n_components or pass more samples."
             )
+        self._clipped("sketch_size", n_samples, "training samples")
+        dim = n_features if self.kernel == "linear" else self.n_random_features
+        self._embedding_dim = self._clipped(
+            "embedding_dim", min(n_samples, dim), "training samples or features"
+        )
+        # The clients' embedding holds a block of up to 4096 rows of D
+        # features and the t x D map S (float32): refuse sizes that would
+        # allocate gigabytes per client instead of trying.
+        if self.kernel != "linear":
+            floats = self.n_random_features * (self._embedding_dim + _BLOCK)
+            if floats > _MAX_CLIENT_FLOATS:
+                raise ValueError(
+                    f"n_random_features={self.n_random_features} would make "
+                    f"every client allocate {4 * floats / 2**30:.1f} GiB for "
+                    "its kernel embedding; use at most "
+                    f"{_MAX_CLIENT_FLOATS // (self._embedding_dim + _BLOCK)} "
+                    "(a few thousand features suffice for leverage scores)."
+                )
         if k >= n_rep:
             raise ValueError(
                 f"n_components={k} must be smaller than n_representatives="
@@ -483,6 +527,19 @@ class DistributedKernelPCA(
         self.communication_ = fed.log
         return self
 
+    def _clipped(self, name, limit, what):
+        """A size parameter, clipped with a warning to what the data allows
+        (as scikit-learn's Nystroem does with ``n_components``)."""
+        value = getattr(self, name)
+        if value <= limit:
+            return value
+        warnings.warn(
+            f"{name}={value} exceeds the {limit} {what}; using {name}={limit}.",
+            UserWarning,
+            stacklevel=3,
+        )
+        return limit
+
     def _server_gamma(self, fed, rng, n_features):
         """γ: given, sklearn's 1/d for "poly", or the federated median."""
         if self.kernel == "linear":
@@ -538,12 +595,12 @@ class DistributedKernelPCA(
                     degree=self.degree,
                     coef0=float(self.coef0),
                     n_random_features=self.n_random_features,
-                    embedding_dim=self.embedding_dim,
+                    embedding_dim=self._embedding_dim,
                     sketch_size=self.sketch_size,
                 ),
                 (seed, spec["gamma"]),
             )
-            Z = _leverage_basis(sketches, self.embedding_dim)
+            Z = _leverage_basis(sketches, self._embedding_dim)
             summaries = fed.run_round(
                 "leverage scores", partial(_leverage_step, budget=m1), Z
             )
@@ -588,6 +645,7 @@ class DistributedKernelPCA(
         X = validate_data(
             self, X, accept_sparse="csr", dtype=[np.float64, np.float32], reset=False
         )
+        check_magnitude(X)
         spec = {
             "kernel": self.kernel,
             "gamma": self.gamma_,
@@ -636,10 +694,20 @@ class DistributedKernelPCA(
 
 
 def _kernel(X, Y, spec):
-    """κ(X, Y) in float64 (float32 kernels would limit the basis' accuracy)."""
+    """κ(X, Y) in float64 (float32 kernels would limit the basis' accuracy).
+
+    Shift-invariant kernels are computed on X and Y minus the mean of Y, a
+    point every party holding Y gets alike: the squared distances inside
+    "rbf" are expanded as ‖x‖² − 2x·y + ‖y‖², which cancels far from the
+    origin (at an offset of 1e9 the kernel was noise). "linear" and "poly"
+    are not shift-invariant and work on the coordinates as given.
+    """
     X = X.astype(np.float64, copy=False)
     Y = Y.astype(np.float64, copy=False)
     kernel = spec["kernel"]
+    if kernel in ("rbf", "laplacian") and not (sp.issparse(X) or sp.issparse(Y)):
+        reference = Y.mean(axis=0)
+        X, Y = X - reference, Y - reference
     if kernel == "linear":
         K = X @ Y.T
         return K.toarray() if sp.issparse(K) else np.asarray(K)

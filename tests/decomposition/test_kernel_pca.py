@@ -479,12 +479,55 @@ def test_feature_names_set_output_and_pipeline_routing(digits):
 
 def test_too_many_components_or_representatives():
     X = np.random.RandomState(0).normal(size=(50, 3))
+    with pytest.raises(ValueError, match="n_components=50 must be smaller"):
+        DistributedKernelPCA(50).fit(X)
     with pytest.raises(ValueError, match="n_components=10 must be smaller"):
         DistributedKernelPCA(10, n_representatives=10).fit(X)
-    with pytest.raises(
-        ValueError, match=r"n_representatives=60 exceeds .*n_samples=50"
-    ):
-        DistributedKernelPCA(3, n_representatives=60).fit(X)
+    # More representatives than samples: all of them, with a warning, as
+    # scikit-learn's Nystroem does (this raised before, failing the
+    # defaults on iris, wine or any data set under 400 rows).
+    with pytest.warns(UserWarning, match="n_representatives=60 exceeds the 50"):
+        est = DistributedKernelPCA(3, n_representatives=60, random_state=0).fit(X)
+    assert est.n_representatives_ == 50
+
+
+def test_defaults_on_small_data_match_kernel_pca():
+    # 400 representatives by default: on 150 rows every row is one, and the
+    # fit is kernel PCA of the same centering and kernel width, up to the
+    # clients' rank-2k truncation of their share (lowrank_upload).
+    from sklearn.datasets import load_iris
+
+    X = load_iris().data
+    with pytest.warns(UserWarning, match="n_representatives=400 exceeds the 150"):
+        est = DistributedKernelPCA(2, center=True, random_state=0).fit(
+            X, partitions=np.arange(150) % 3
+        )
+    ref = KernelPCA(2, kernel="rbf", gamma=est.gamma_).fit(X)
+    np.testing.assert_allclose(est.eigenvalues_, ref.eigenvalues_, rtol=1e-4)
+    np.testing.assert_allclose(
+        np.abs(est.transform(X)), np.abs(ref.transform(X)), atol=1e-3
+    )
+
+
+def test_sizes_that_would_allocate_gigabytes_are_refused_up_front():
+    X = np.random.RandomState(0).normal(size=(120, 4))
+    with pytest.warns(UserWarning, match="embedding_dim=10000 exceeds"):
+        est = DistributedKernelPCA(2, embedding_dim=10**4, random_state=0).fit(X)
+    assert np.all(np.isfinite(est.transform(X)))
+    with pytest.raises(ValueError, match="n_random_features=10000000 would make"):
+        DistributedKernelPCA(2, n_random_features=10**7).fit(X)
+
+
+def test_kernel_rows_far_from_the_origin():
+    # The model's kernels are exact at an offset of 1e9 (the expanded
+    # squared distances inside "rbf" cancelled there).
+    X = np.random.RandomState(1).normal(size=(80, 3))
+    spec = {"kernel": "rbf", "gamma": 0.5}
+    from skfed.decomposition._kernel_pca import _kernel
+
+    near = _kernel(X, X[:20], spec)
+    far = _kernel(X + 1e9, X[:20] + 1e9, spec)
+    np.testing.assert_allclose(far, near, atol=1e-6)
 
 
 def test_clients_smaller_than_their_quota():
