@@ -15,11 +15,12 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state, gen_batches
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._federation import FederatedMixin
+from .._validation import StrictInterval, check_magnitude
 from ..kernel import gamma_from_moments, moments_step
 from ._sparse_dual import (
     AtomDictionary,
@@ -127,13 +128,20 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         Largest number of iterations of the sparse solve (per one-vs-rest
         problem); also of a client's dense solve without the bias (a client
         holding a single label of a problem).
-    tol : float, default=1e-4
+    tol : float in (0, 1), default=1e-4
         Stopping tolerance: relative progress of the primal P and dual D
         ("active-set", see ``primal_objective_``) or relative change of λ
-        ("fista", "ascent"); also the tolerance of the dense (γ = 0)
-        solves.
+        per ascent step of length 1/L ("fista", "ascent"); also the
+        tolerance of the dense (γ = 0) solves. Relative, hence below 1 (at
+        2.5 libsvm stopped before selecting any sample).
     random_state : int, RandomState instance or None, default=None
         Seeds the clients and the random split of an int ``partitions``.
+    on_client_error : {"raise", "drop"}, default="raise"
+        What a client step that raises does to the fit: ``"raise"`` stops it
+        with a :class:`~skfed.ClientStepError` naming the client and the
+        round; ``"drop"`` goes on without that client from that round on
+        (its critical samples sent before stay in the server's pool) and
+        lists it in ``failed_clients_``.
     n_jobs : int, default=None
         Clients solved in parallel (joblib).
     verbose : int, default=0
@@ -189,6 +197,9 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         Largest number of ascent iterations over the problems.
     n_clients_ : int
         Number of clients.
+    failed_clients_ : dict
+        Client id -> reason, for the clients dropped by
+        ``on_client_error="drop"`` (empty otherwise).
     communication_ : CommunicationLog
         Everything sent: d + 2 floats per critical sample for two classes
         (x, class, λ), d + 1 + n_classes for more (λ per class); d + 1 per
@@ -234,20 +245,24 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
     """
 
     _parameter_constraints: dict = {
-        "sparsity": [Interval(numbers.Real, 0, 1, closed="left")],
-        "widths": [Interval(numbers.Integral, 1, None, closed="left"), "array-like"],
-        "epsilon": [Interval(numbers.Real, 0, 1, closed="left")],
-        "C": [Interval(numbers.Real, 0, None, closed="right")],
+        "sparsity": [StrictInterval(numbers.Real, 0, 1, closed="left")],
+        "widths": [
+            StrictInterval(numbers.Integral, 1, None, closed="left"),
+            "array-like",
+        ],
+        "epsilon": [StrictInterval(numbers.Real, 0, 1, closed="left")],
+        "C": [StrictInterval(numbers.Real, 0, None, closed="right")],
         "solver": [StrOptions({"active-set", "fista", "ascent"})],
         "step_size": [
             StrOptions({"auto"}),
-            Interval(numbers.Real, 0, None, closed="neither"),
+            StrictInterval(numbers.Real, 0, None, closed="neither"),
         ],
-        "refinement_rounds": [Interval(numbers.Integral, 0, None, closed="left")],
-        "refinement_margin": [Interval(numbers.Real, 0, 1, closed="both")],
-        "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
-        "tol": [Interval(numbers.Real, 0, None, closed="neither")],
+        "refinement_rounds": [StrictInterval(numbers.Integral, 0, None, closed="left")],
+        "refinement_margin": [StrictInterval(numbers.Real, 0, 1, closed="both")],
+        "max_iter": [StrictInterval(numbers.Integral, 1, None, closed="left")],
+        "tol": [StrictInterval(numbers.Real, 0, 1, closed="neither")],
         "random_state": ["random_state"],
+        "on_client_error": [StrOptions({"raise", "drop"})],
         "n_jobs": [numbers.Integral, None],
         "verbose": ["verbose"],
     }
@@ -266,6 +281,7 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         max_iter=1000,
         tol=1e-4,
         random_state=None,
+        on_client_error="raise",
         n_jobs=None,
         verbose=0,
     ):
@@ -280,6 +296,7 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         self.max_iter = max_iter
         self.tol = tol
         self.random_state = random_state
+        self.on_client_error = on_client_error
         self.n_jobs = n_jobs
         self.verbose = verbose
 
@@ -301,6 +318,7 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         self : object
         """
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
+        check_magnitude(X)
         check_classification_targets(y)
         self.classes_, y_code = np.unique(y, return_inverse=True)
         n_classes = len(self.classes_)
@@ -382,6 +400,7 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
                 model = solve(X_pool, y_pool, lam_pool)
             sent = fed.local_results(lambda state: state["sent"])
             self.n_clients_ = fed.n_clients
+            self.failed_clients_ = dict(fed.failed_clients)
         self.n_refinement_rounds_ = n_rounds
         self.widths_ = widths
         self.kernel_centers_ = model["centers"].astype(X.dtype, copy=False)
@@ -445,6 +464,7 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         """
         check_is_fitted(self)
         X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        check_magnitude(X)
         scores = np.empty((X.shape[0], len(self.intercept_)), dtype=X.dtype)
         coef = self.kernel_coef_.T.astype(X.dtype)
         # Rows in batches keep the (batch × n_kernels) block small.

@@ -343,7 +343,10 @@ def fista_dual(
         Whether the unpenalised bias (yᵀλ = 0) is part of the problem.
     max_iter : int
     tol : float
-        Stop when ‖λ_{k+1} − λ_k‖ ≤ tol · ‖λ_{k+1}‖.
+        Stop when ‖λ_{k+1} − λ_k‖ / (η L) ≤ tol · ‖λ_{k+1}‖, the change of
+        an ascent step of length 1/L: with the default η = 1/L that is the
+        change itself; with a smaller η the same progress must be made
+        (a tiny step changes λ little without being near the optimum).
     accelerate : bool, default=True
         False gives plain projected ascent (the paper's update), kept for
         comparison.
@@ -362,8 +365,12 @@ def fista_dual(
     """
     beta = 1.0 - gamma
     dtype = Phi.dtype
+    lipschitz = max(_spectral_norm_sq(Phi) / beta, 1e-12)
     if step is None:
-        step = 1.0 / max(_spectral_norm_sq(Phi) / beta, 1e-12)
+        step = 1.0 / lipschitz
+    # Progress is measured per step of length 1/L, so that a small step is
+    # not mistaken for convergence (step 1e-12 stopped after one iteration).
+    step_scale = step * lipschitz
 
     def c_of(lam):
         return (Phi.T @ (y * lam).astype(dtype)).astype(np.float64)
@@ -398,7 +405,7 @@ def fista_dual(
             z = lam_new + mom * (lam_new - lam)
             cz = c_new + mom * (c_new - c)
         lam, c, value, t = lam_new, c_new, value_new, t_new
-        if diff <= tol * max(np.linalg.norm(lam), 1e-12):
+        if diff <= step_scale * tol * max(np.linalg.norm(lam), 1e-12):
             converged = True
             break
     _, lam, c = best

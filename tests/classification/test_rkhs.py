@@ -10,7 +10,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from sklearn import config_context
-from sklearn.datasets import load_breast_cancer, load_digits
+from sklearn.datasets import load_breast_cancer, load_digits, make_moons
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import StratifiedKFold, cross_val_score, train_test_split
 from sklearn.pipeline import make_pipeline
@@ -715,3 +715,30 @@ def test_server_pool_is_order_free():
     X2, y2, l2, o2 = _server_pool([c, b, a], 1, np.float64)
     np.testing.assert_array_equal(X1, X2)
     np.testing.assert_array_equal(l1, l2)
+
+
+# -- issue 10: hostile input ------------------------------------------------
+
+
+@pytest.mark.parametrize("tol", [1.0, 2.5])
+def test_a_relative_tolerance_of_one_or_more_is_refused(tol):
+    # tol=2.5 passed validation, then libsvm stopped before choosing any
+    # sample: "zero-size array to reduction operation maximum".
+    from sklearn.utils._param_validation import InvalidParameterError
+
+    X, y = make_moons(60, noise=0.2, random_state=0)
+    with pytest.raises(InvalidParameterError, match="'tol' parameter"):
+        FederatedRKHSClassifier(tol=tol).fit(X, y, partitions=3)
+
+
+@pytest.mark.parametrize("solver", ["fista", "ascent"])
+def test_a_tiny_step_is_not_mistaken_for_convergence(solver):
+    # step_size=1e-12 moved λ by almost nothing, which the relative-change
+    # rule took for convergence after one iteration: no warning, accuracy
+    # 0.76 on moons. Progress now counts per step of length 1/L.
+    X, y = make_moons(300, noise=0.2, random_state=0)
+    with pytest.warns(ConvergenceWarning, match="did not converge"):
+        clf = FederatedRKHSClassifier(
+            solver=solver, step_size=1e-12, max_iter=50, random_state=0
+        ).fit(X, y, partitions=3)
+    assert clf.n_iter_ == 50
