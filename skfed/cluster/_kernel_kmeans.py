@@ -23,11 +23,12 @@ from scipy.linalg import eigh
 from sklearn.base import BaseEstimator, ClusterMixin, _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._federation import FederatedMixin
 from .._lanczos import lanczos
+from .._validation import StrictInterval, check_magnitude
 from ..kernel import (
     gamma_from_moments,
     moments_step,
@@ -41,6 +42,11 @@ __all__ = ["FederatedKernelKMeans"]
 _SEED_MAX = np.iinfo(np.int32).max
 # Rows per block when clients or predict map many points to many features.
 _CHUNK = 4096
+# Largest block of floats one party may allocate for random features (2 GiB
+# in float64); beyond it a size parameter is refused before the fit starts.
+_MAX_FLOATS = 2**28
+# The Gram solver's D x D matrix counts up to this many columns in the guard.
+_GRAM_MAX = 2**14
 # Eigenvalues below this fraction of the largest are numerically zero.
 _ROUNDOFF = 1e-10
 
@@ -208,20 +214,25 @@ class FederatedKernelKMeans(FederatedMixin, ClusterMixin, BaseEstimator):
     """
 
     _parameter_constraints: dict = {
-        "n_clusters": [Interval(numbers.Integral, 1, None, closed="left")],
-        "gamma": [Interval(numbers.Real, 0, None, closed="neither"), None],
-        "n_random_features": [Interval(numbers.Integral, 1, None, closed="left")],
-        "n_components": [Interval(numbers.Integral, 1, None, closed="left"), None],
-        "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
-        "tol": [Interval(numbers.Real, 0, None, closed="left")],
-        "threshold": [Interval(numbers.Real, 0, None, closed="left"), None],
+        "n_clusters": [StrictInterval(numbers.Integral, 1, None, closed="left")],
+        "gamma": [StrictInterval(numbers.Real, 0, None, closed="neither"), None],
+        "n_random_features": [StrictInterval(numbers.Integral, 1, None, closed="left")],
+        "n_components": [
+            StrictInterval(numbers.Integral, 1, None, closed="left"),
+            None,
+        ],
+        "max_iter": [StrictInterval(numbers.Integral, 1, None, closed="left")],
+        "tol": [StrictInterval(numbers.Real, 0, None, closed="left")],
+        "threshold": [StrictInterval(numbers.Real, 0, None, closed="left"), None],
         "step_size": [StrOptions({"1/t", "2/(t+1)"})],
         "use_cem": ["boolean"],
         "eigen_solver": [StrOptions({"lanczos", "gram"})],
-        "eigen_tol": [Interval(numbers.Real, 0, 1, closed="neither")],
-        "coreset_size": [Interval(numbers.Integral, 1, None, closed="left")],
-        "n_init": [Interval(numbers.Integral, 1, None, closed="left")],
-        "n_predict_features": [Interval(numbers.Integral, 1, None, closed="left")],
+        "eigen_tol": [StrictInterval(numbers.Real, 0, 1, closed="neither")],
+        "coreset_size": [StrictInterval(numbers.Integral, 1, None, closed="left")],
+        "n_init": [StrictInterval(numbers.Integral, 1, None, closed="left")],
+        "n_predict_features": [
+            StrictInterval(numbers.Integral, 1, None, closed="left")
+        ],
         "random_state": ["random_state"],
         "n_jobs": [numbers.Integral, None],
         "verbose": ["verbose"],
@@ -287,8 +298,10 @@ class FederatedKernelKMeans(FederatedMixin, ClusterMixin, BaseEstimator):
             Fitted estimator.
         """
         X = validate_data(self, X, accept_sparse="csr", dtype=[np.float64, np.float32])
+        check_magnitude(X)
         n_samples = X.shape[0]
         self._check_sizes(n_samples)
+        coreset_size, n_init = self._coreset_sizes(n_samples)
         s = self.n_clusters if self.n_components is None else self.n_components
         rng = check_random_state(self.random_state)
         fed = self._federation(X, None, partitions, random_state=rng)
@@ -344,9 +357,9 @@ class FederatedKernelKMeans(FederatedMixin, ClusterMixin, BaseEstimator):
             result = federated_coreset_kmeans(
                 fed,
                 n_clusters=self.n_clusters,
-                coreset_size=self.coreset_size,
+                coreset_size=coreset_size,
                 random_state=rng,
-                n_init=self.n_init,
+                n_init=n_init,
                 rows=spectral_rows,
             )
             labels = fed.assemble(lambda st: st["coreset"]["labels"], n_samples)
@@ -380,9 +393,51 @@ class FederatedKernelKMeans(FederatedMixin, ClusterMixin, BaseEstimator):
         self.communication_ = fed.log
         return self
 
+    def _coreset_sizes(self, n_samples):
+        """coreset_size and n_init clipped, with a warning, to the embedding's
+        rows (a coreset larger than the data summarises nothing; more
+        restarts than coreset points only repeat seedings)."""
+        coreset_size, n_init = self.coreset_size, self.n_init
+        if coreset_size > n_samples:
+            warnings.warn(
+                f"coreset_size={coreset_size} exceeds the {n_samples} samples; "
+                f"using coreset_size={n_samples}.",
+                UserWarning,
+                stacklevel=3,
+            )
+            coreset_size = n_samples
+        if n_init > coreset_size + n_samples:
+            warnings.warn(
+                f"n_init={n_init} exceeds the at most {coreset_size + n_samples} "
+                f"points of the coreset; using n_init={coreset_size + n_samples}.",
+                UserWarning,
+                stacklevel=3,
+            )
+            n_init = coreset_size + n_samples
+        return coreset_size, n_init
+
     def _check_sizes(self, n_samples):
         """Reject sizes the algorithm cannot serve, saying what to change."""
         k, D = self.n_clusters, self.n_random_features
+        # A client holds a block of up to _CHUNK rows of D (or D') random
+        # features, the server a D x D Gram matrix: refuse sizes that would
+        # allocate gigabytes instead of trying (10**7 features asked for
+        # hundreds of GiB).
+        rows = min(n_samples, _CHUNK)
+        for name, features, floats in (
+            ("n_random_features", D, D * max(rows, min(D, _GRAM_MAX))),
+            (
+                "n_predict_features",
+                self.n_predict_features,
+                self.n_predict_features * rows,
+            ),
+        ):
+            if floats > _MAX_FLOATS:
+                raise ValueError(
+                    f"{name}={features} would allocate "
+                    f"{8 * floats / 2**30:.0f} GiB per client or on the server; "
+                    "use a few hundred to a few thousand random features."
+                )
         if k > n_samples:
             raise ValueError(
                 f"n_samples={n_samples} should be >= n_clusters={k}; ask for "
@@ -578,6 +633,7 @@ class FederatedKernelKMeans(FederatedMixin, ClusterMixin, BaseEstimator):
         X = validate_data(
             self, X, accept_sparse="csr", dtype=[np.float64, np.float32], reset=False
         )
+        check_magnitude(X)
         means = self._predict_means
         # Clusters the clients left empty have no mean: never predicted.
         sq_norms = np.where(np.isfinite(means[:, 0]), (means**2).sum(axis=1), np.inf)

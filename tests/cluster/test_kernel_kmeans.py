@@ -457,3 +457,33 @@ def test_threshold_above_the_spectrum():
     X, _ = _rings(40)
     with pytest.raises(ValueError, match="No eigenvalue of the kernel estimate"):
         FederatedKernelKMeans(2, n_random_features=10, threshold=1e6, max_iter=2).fit(X)
+
+
+# -- issue 10: hostile input ------------------------------------------------
+
+
+def test_renamed_clients_give_the_same_model_the_issue_example():
+    # partitions=ids and 3 - ids: the same clients, renamed.
+    X, _ = make_blobs(300, centers=4, n_features=5, random_state=1)
+    ids = np.random.RandomState(0).randint(4, size=300)
+    a = FederatedKernelKMeans(4, random_state=0).fit(X, partitions=ids)
+    b = FederatedKernelKMeans(4, random_state=0).fit(X, partitions=3 - ids)
+    assert ari(a.labels_, b.labels_) == 1.0
+    np.testing.assert_allclose(a.eigenvalues_, b.eigenvalues_, rtol=1e-10)
+    np.testing.assert_allclose(np.abs(a.embedding_), np.abs(b.embedding_), atol=1e-10)
+    np.testing.assert_array_equal(a.predict(X), b.predict(X))
+
+
+def test_random_feature_sizes_that_would_allocate_gigabytes_are_refused():
+    X, _ = make_blobs(120, centers=3, n_features=4, random_state=0)
+    for name in ("n_random_features", "n_predict_features"):
+        with pytest.raises(ValueError, match=f"{name}=10000000 would allocate"):
+            FederatedKernelKMeans(3, **{name: 10**7}).fit(X, partitions=3)
+
+
+def test_coreset_sizes_beyond_the_data_are_clipped():
+    X, y = make_blobs(120, centers=3, n_features=4, random_state=0)
+    with pytest.warns(UserWarning, match="coreset_size=10000000 exceeds the 120"):
+        km = FederatedKernelKMeans(3, coreset_size=10**7, random_state=0)
+        km.fit(X, partitions=3)
+    assert ari(y, km.labels_) == 1.0
