@@ -79,21 +79,37 @@ def gaussian_atoms(X, centers, widths, *, dtype=np.float32):
     -------
     Phi : ndarray of shape (n_samples, n_atoms)
     """
-    sq = _sq_distances(X, centers, dtype)
-    sq *= (-0.5 / np.asarray(widths, dtype=np.float64) ** 2).astype(dtype)
+    widths = np.asarray(widths, dtype=np.float64)
+    scale = _length_scale(widths)
+    sq = _sq_distances(X, centers, dtype, scale)
+    sq *= (-0.5 / (widths / scale) ** 2).astype(dtype)
     np.exp(sq, out=sq)
     return sq
 
 
-def _sq_distances(X, centers, dtype):
+def _length_scale(widths):
+    """A power of two near the largest width, to measure lengths in.
+
+    ‖x − s‖² / (2w²) does not change when x, s and w are divided by the
+    same number; dividing by a power of two is exact. In those units the
+    squared distances of data at any magnitude (1e±30 and beyond) neither
+    overflow nor underflow float32.
+    """
+    top = float(np.max(widths, initial=0.0))
+    if not (np.isfinite(top) and top > 0):
+        return 1.0
+    return float(2.0 ** np.round(np.log2(top)))
+
+
+def _sq_distances(X, centers, dtype, scale=1.0):
     # ‖x‖² − 2 x·s + ‖s‖² cancels when the norms are large next to the
     # distances (data far from the origin, above all in float32: an offset
     # of 1000 cost 3 accuracy points). Distances do not move with the
     # origin, so measure them from the centres' mean, shifted in float64.
     centers = np.asarray(centers)
     shift = np.mean(centers, axis=0, dtype=np.float64) if len(centers) else 0.0
-    X = np.asarray(np.asarray(X) - shift, dtype=dtype)
-    centers = np.asarray(centers - shift, dtype=dtype)
+    X = np.asarray((np.asarray(X) - shift) / scale, dtype=dtype)
+    centers = np.asarray((centers - shift) / scale, dtype=dtype)
     sq = X @ centers.T
     sq *= -2
     sq += np.einsum("ij,ij->i", X, X)[:, None]
@@ -127,10 +143,15 @@ class AtomDictionary:
 
     def __init__(self, X, centers, widths, *, dtype=np.float32):
         self._given_centers = np.asarray(centers)
-        shift = np.mean(self._given_centers, axis=0, dtype=np.float64)
-        self.X = np.asarray(np.asarray(X) - shift, dtype=dtype)
-        self.centers = np.asarray(self._given_centers - shift, dtype=dtype)
         self.widths = np.asarray(widths, dtype=np.float64)
+        # Held shifted to the centres' mean and in units of _scale (see
+        # _sq_distances and _length_scale): the kernels do not change.
+        self._scale = _length_scale(self.widths)
+        shift = np.mean(self._given_centers, axis=0, dtype=np.float64)
+        self.X = np.asarray((np.asarray(X) - shift) / self._scale, dtype=dtype)
+        self.centers = np.asarray(
+            (self._given_centers - shift) / self._scale, dtype=dtype
+        )
         self.dtype = dtype = np.dtype(dtype)
         self.n_centers = self.centers.shape[0]
         self.n_atoms = self.n_centers * len(self.widths)
@@ -142,7 +163,7 @@ class AtomDictionary:
             # One distance matrix serves every width.
             sq = _sq_distances(self.X, self.centers, dtype)
             self._full = np.empty((n, self.n_atoms), dtype=dtype)
-            for k, w in enumerate(self.widths):
+            for k, w in enumerate(self.widths / self._scale):
                 block = self._full[:, k * self.n_centers : (k + 1) * self.n_centers]
                 np.multiply(sq, dtype.type(-0.5 / w**2), out=block)
                 np.exp(block, out=block)
@@ -168,7 +189,7 @@ class AtomDictionary:
         return gaussian_atoms(
             self.X,
             self.centers[atoms % self.n_centers],  # shifted like self.X
-            self.atom_widths(atoms),
+            self.atom_widths(atoms) / self._scale,  # in self.X's units
             dtype=self.dtype,
         )
 
@@ -188,7 +209,7 @@ class AtomDictionary:
         if self._full is not None:
             return (self._full.T @ vv).astype(np.float64)
         out = np.empty((self.n_atoms,) + v.shape[1:], dtype=np.float64)
-        scales = (-0.5 / self.widths**2).astype(self.dtype)
+        scales = (-0.5 / (self.widths / self._scale) ** 2).astype(self.dtype)
         for start in range(0, self.n_centers, self._chunk):
             stop = min(start + self._chunk, self.n_centers)
             sq = _sq_distances(self.X, self.centers[start:stop], self.dtype)

@@ -846,11 +846,14 @@ def _embedding_step(
     f32 = np.float32
     if kernel in ("rbf", "laplacian"):
         omega, offset = sample_fourier_weights(
-            shared, n_features, n_random_features, gamma, kernel=kernel, dtype=f32
+            shared, n_features, n_random_features, gamma, kernel=kernel
         )
 
         def features(B):
-            return random_fourier_features(B.astype(f32), omega, offset)
+            # Phases in the data's precision (float32 would overflow on data
+            # of magnitude 1e38 and lose the spread far from the origin);
+            # only the cosines are kept in float32.
+            return random_fourier_features(B, omega, offset).astype(f32)
 
         dim = n_random_features
     elif kernel == "poly":
