@@ -232,7 +232,8 @@ class DistributedKMeans(
     See Also
     --------
     sklearn.cluster.KMeans : The centralized algorithm.
-    federated_coreset_kmeans : The protocol on its own, for any per-client rows.
+    skfed.cluster._coreset.federated_coreset_kmeans : The protocol on its own,
+        for any per-client rows.
 
     Notes
     -----
