@@ -404,6 +404,13 @@ class DistributedKMeans(
         self.coreset_inertia_ = result.coreset_inertia
         self.n_iter_ = result.n_iter
         self.n_refine_iter_ = result.n_refine_iter
+        if result.n_iter >= self.max_iter:
+            warnings.warn(
+                f"The server's weighted Lloyd stopped at max_iter={self.max_iter} "
+                "iterations before the centers settled to tol; raise max_iter.",
+                ConvergenceWarning,
+                stacklevel=2,
+            )
         self.n_clients_ = len(self.client_ids_)
         self.coreset_sample_counts_ = result.sample_counts
         self.coreset_client_weight_sums_ = result.weight_sums

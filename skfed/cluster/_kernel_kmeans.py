@@ -609,6 +609,14 @@ class FederatedKernelKMeans(FederatedMixin, ClusterMixin, BaseEstimator):
         self.ranks_ = np.asarray(ranks, dtype=np.intp)
         self.lanczos_steps_ = np.asarray(steps, dtype=np.intp)
         self.eigenvalue_history_ = history
+        if self.tol > 0 and not _converged(history, self._s(), self.tol):
+            warnings.warn(
+                f"DSPGD stopped at max_iter={self.max_iter} iterations before "
+                f"its eigenvalue estimates settled to tol={self.tol}; raise "
+                "max_iter (or tol).",
+                ConvergenceWarning,
+                stacklevel=4,
+            )
 
     def predict(self, X):
         """Nearest cluster in kernel space, via our out-of-sample extension.

@@ -825,3 +825,11 @@ def test_client_ids_of_mixed_types_are_kept_as_given():
     ids = np.array([1, "1"] * 30, dtype=object)
     est = DistributedKMeans(2, coreset_size=20, random_state=0).fit(X, partitions=ids)
     assert est.client_ids_.tolist() == [1, "1"]
+
+
+def test_server_lloyd_stopped_by_max_iter_warns():
+    X, _ = make_blobs(600, centers=6, n_features=2, cluster_std=2.0, random_state=0)
+    with pytest.warns(ConvergenceWarning, match="stopped at max_iter=1"):
+        DistributedKMeans(6, coreset_size=300, max_iter=1, random_state=0).fit(
+            X, partitions=3
+        )

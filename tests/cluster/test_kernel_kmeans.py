@@ -487,3 +487,11 @@ def test_coreset_sizes_beyond_the_data_are_clipped():
         km = FederatedKernelKMeans(3, coreset_size=10**7, random_state=0)
         km.fit(X, partitions=3)
     assert ari(y, km.labels_) == 1.0
+
+
+def test_dspgd_stopped_by_max_iter_warns():
+    X, _ = make_blobs(120, centers=3, n_features=4, random_state=0)
+    with pytest.warns(ConvergenceWarning, match="DSPGD stopped at max_iter=2"):
+        FederatedKernelKMeans(3, max_iter=2, tol=1e-12, random_state=0).fit(
+            X, partitions=3
+        )
