@@ -1,6 +1,7 @@
 """Input checks shared by every skfed estimator: above all, ``partitions``."""
 
 import numbers
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -8,7 +9,14 @@ import scipy.sparse as sp
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval
 
-__all__ = ["Partitioning", "StrictInterval", "check_magnitude", "check_partitions"]
+__all__ = [
+    "Partitioning",
+    "StrictInterval",
+    "as_id_array",
+    "check_magnitude",
+    "check_partitions",
+    "clip_to_data",
+]
 
 
 class StrictInterval(Interval):
@@ -21,6 +29,39 @@ class StrictInterval(Interval):
 
     def is_satisfied_by(self, val):
         return not isinstance(val, (bool, np.bool_)) and super().is_satisfied_by(val)
+
+
+def clip_to_data(name, value, limit, what):
+    """A size parameter clipped, with a warning, to what the data allows.
+
+    As scikit-learn's ``Nystroem`` does with ``n_components``: a size beyond
+    the data (e.g. 400 representatives of 150 rows) uses the data, and says
+    so, instead of failing or allocating for nothing.
+
+    Parameters
+    ----------
+    name : str
+        The parameter, as the user wrote it.
+    value : int
+        Its value.
+    limit : int
+        The most the data allows.
+    what : str
+        What ``limit`` counts, e.g. "samples".
+
+    Returns
+    -------
+    value : int
+        ``min(value, limit)``.
+    """
+    if value <= limit:
+        return value
+    warnings.warn(
+        f"{name}={value} exceeds the {limit} {what}; using {name}={limit}.",
+        UserWarning,
+        stacklevel=3,
+    )
+    return limit
 
 
 def check_magnitude(X):
@@ -105,7 +146,7 @@ def _is_missing(value):
         return True
 
 
-def _as_id_array(partitions):
+def as_id_array(partitions):
     """One id per sample as a 1-D array, the ids exactly as given.
 
     A list is never coerced by numpy's common-type rules: ``[1, "1"]`` would
@@ -194,7 +235,7 @@ def check_partitions(partitions, n_samples, *, random_state=None, min_samples=1)
             "client."
         )
     else:
-        raw = _as_id_array(partitions)
+        raw = as_id_array(partitions)
         if raw.ndim != 1:
             raise ValueError(
                 "partitions must be one client id per sample, of shape "

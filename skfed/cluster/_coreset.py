@@ -44,7 +44,7 @@ from sklearn.utils.validation import (
 
 from .._federation import FederatedMixin
 from .._rows import canonical_row_order, row_hashes
-from .._validation import StrictInterval, check_magnitude
+from .._validation import StrictInterval, as_id_array, check_magnitude, clip_to_data
 
 __all__ = [
     "CoresetKMeansResult",
@@ -348,27 +348,14 @@ class DistributedKMeans(
                 f"n_samples={n_samples} should be >= n_clusters={self.n_clusters}; "
                 "ask for fewer clusters or pass more samples."
             )
-        coreset_size = self.coreset_size
-        if coreset_size > n_samples:
-            warnings.warn(
-                f"coreset_size={coreset_size} exceeds the {n_samples} samples; "
-                f"using coreset_size={n_samples} (a coreset larger than the "
-                "data summarises nothing).",
-                UserWarning,
-                stacklevel=2,
-            )
-            coreset_size = n_samples
-        # One restart per coreset point at most: more only repeat seedings.
-        n_init = self.n_init
-        max_points = coreset_size + n_samples
-        if n_init > max_points:
-            warnings.warn(
-                f"n_init={n_init} exceeds the at most {max_points} points of "
-                f"the coreset; using n_init={max_points}.",
-                UserWarning,
-                stacklevel=2,
-            )
-            n_init = max_points
+        # A coreset larger than the data summarises nothing; more restarts
+        # than coreset points only repeat seedings.
+        coreset_size = clip_to_data(
+            "coreset_size", self.coreset_size, n_samples, "samples"
+        )
+        n_init = clip_to_data(
+            "n_init", self.n_init, coreset_size + n_samples, "points of the coreset"
+        )
         weighted = sample_weight is not None
         if weighted:
             sample_weight = _check_sample_weight(
@@ -397,7 +384,7 @@ class DistributedKMeans(
             self.labels_ = fed.assemble(
                 lambda s: s["coreset"]["labels"], n_samples, dtype=np.int32
             )
-            self.client_ids_ = _id_array(fed.client_ids)
+            self.client_ids_ = as_id_array(fed.client_ids)
             self.failed_clients_ = dict(fed.failed_clients)
         self.cluster_centers_ = result.cluster_centers.astype(X.dtype, copy=False)
         self.inertia_ = result.inertia
@@ -646,7 +633,8 @@ def federated_coreset_kmeans(
     rows : callable, default=None
         Module-level function ``rows(client, state) -> (n_m, s)`` array (or
         CSR matrix) giving the rows each client clusters; ``None`` means
-        :func:`client_rows` (the client's ``X``). Must be picklable.
+        :func:`skfed.cluster._coreset.client_rows` (the client's ``X``).
+        Must be picklable.
     state_key : str, default="coreset"
         Key of the client state this protocol owns; other keys are kept.
     weights : callable, default=None
@@ -1270,16 +1258,6 @@ def _tolerance(X, w, tol):
     else:
         sq = (w @ (X * X)) / total
     return float(np.mean(np.maximum(sq - mean**2, 0.0)) * tol)
-
-
-def _id_array(ids):
-    """Client ids as given: numpy would turn ``[1, "1"]`` into two "1"."""
-    kinds = {type(c) for c in ids}
-    if kinds <= {int} or kinds <= {str}:
-        return np.asarray(ids)
-    out = np.empty(len(ids), dtype=object)
-    out[:] = ids
-    return out
 
 
 def _dense_rows(X, idx):

@@ -28,7 +28,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._federation import FederatedMixin
 from .._lanczos import lanczos
-from .._validation import StrictInterval, check_magnitude
+from .._validation import StrictInterval, check_magnitude, clip_to_data
 from ..kernel import (
     gamma_from_moments,
     moments_step,
@@ -397,23 +397,12 @@ class FederatedKernelKMeans(FederatedMixin, ClusterMixin, BaseEstimator):
         """coreset_size and n_init clipped, with a warning, to the embedding's
         rows (a coreset larger than the data summarises nothing; more
         restarts than coreset points only repeat seedings)."""
-        coreset_size, n_init = self.coreset_size, self.n_init
-        if coreset_size > n_samples:
-            warnings.warn(
-                f"coreset_size={coreset_size} exceeds the {n_samples} samples; "
-                f"using coreset_size={n_samples}.",
-                UserWarning,
-                stacklevel=3,
-            )
-            coreset_size = n_samples
-        if n_init > coreset_size + n_samples:
-            warnings.warn(
-                f"n_init={n_init} exceeds the at most {coreset_size + n_samples} "
-                f"points of the coreset; using n_init={coreset_size + n_samples}.",
-                UserWarning,
-                stacklevel=3,
-            )
-            n_init = coreset_size + n_samples
+        coreset_size = clip_to_data(
+            "coreset_size", self.coreset_size, n_samples, "samples"
+        )
+        n_init = clip_to_data(
+            "n_init", self.n_init, coreset_size + n_samples, "points of the coreset"
+        )
         return coreset_size, n_init
 
     def _check_sizes(self, n_samples):

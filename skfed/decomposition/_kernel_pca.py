@@ -25,7 +25,7 @@ from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._federation import FederatedMixin
-from .._validation import StrictInterval, check_magnitude
+from .._validation import StrictInterval, check_magnitude, clip_to_data
 from ..kernel._median import (
     allocate_quota,
     canonical_row_order,
@@ -401,17 +401,22 @@ class DistributedKernelPCA(
         check_magnitude(X)
         n_samples, n_features = X.shape
         k = self.n_components
-        n_rep = self._clipped("n_representatives", n_samples, "training samples")
+        n_rep = clip_to_data(
+            "n_representatives", self.n_representatives, n_samples, "training samples"
+        )
         if k >= n_samples:
             raise ValueError(
                 f"n_components={k} must be smaller than n_samples={n_samples}: "
                 "kernel PCA of N points has at most N - 1 informative "
                 "components; lower n_components or pass more samples."
             )
-        self._clipped("sketch_size", n_samples, "training samples")
+        clip_to_data("sketch_size", self.sketch_size, n_samples, "training samples")
         dim = n_features if self.kernel == "linear" else self.n_random_features
-        self._embedding_dim = self._clipped(
-            "embedding_dim", min(n_samples, dim), "training samples or features"
+        self._embedding_dim = clip_to_data(
+            "embedding_dim",
+            self.embedding_dim,
+            min(n_samples, dim),
+            "training samples or features",
         )
         # The clients' embedding holds a block of up to 4096 rows of D
         # features and the t x D map S (float32): refuse sizes that would
@@ -526,19 +531,6 @@ class DistributedKernelPCA(
         self.n_representatives_ = int(Y.shape[0])
         self.communication_ = fed.log
         return self
-
-    def _clipped(self, name, limit, what):
-        """A size parameter, clipped with a warning to what the data allows
-        (as scikit-learn's Nystroem does with ``n_components``)."""
-        value = getattr(self, name)
-        if value <= limit:
-            return value
-        warnings.warn(
-            f"{name}={value} exceeds the {limit} {what}; using {name}={limit}.",
-            UserWarning,
-            stacklevel=3,
-        )
-        return limit
 
     def _server_gamma(self, fed, rng, n_features):
         """γ: given, sklearn's 1/d for "poly", or the federated median."""
