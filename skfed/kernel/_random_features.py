@@ -47,8 +47,8 @@ def sample_fourier_weights(
     return omega.astype(dtype, copy=False), offset.astype(dtype, copy=False)
 
 
-def random_fourier_features(X, omega, offset, *, scale=None, center=None):
-    """Map rows of X to ``scale * cos((X − c) Ω + b)``.
+def random_fourier_features(X, omega, offset, *, scale=None):
+    """Map rows of X to ``scale * cos(X Ω + b)``.
 
     Parameters
     ----------
@@ -59,13 +59,6 @@ def random_fourier_features(X, omega, offset, *, scale=None, center=None):
         ``sqrt(2 / D)`` when omitted, so that ``Z Zᵀ`` estimates the kernel
         matrix (as ``sklearn.kernel_approximation.RBFSampler``); pass
         ``sqrt(2)`` for the unnormalised map with ``E[A Aᵀ / D] = K``.
-    center : ndarray of shape (n_features,), default=None
-        A reference point c shared by every party (e.g. the global mean from
-        :func:`mean_from_moments`). The kernel is shift-invariant, so c does
-        not change what Z estimates; it keeps the phases X Ω small, so that
-        data far from the origin does not lose its spread to rounding (at an
-        offset of 1e9, ``cos(X Ω + b)`` is noise). Dense X is shifted before
-        the product; for sparse X, ``c Ω`` is subtracted after it.
 
     Returns
     -------
@@ -73,13 +66,7 @@ def random_fourier_features(X, omega, offset, *, scale=None, center=None):
     """
     if scale is None:
         scale = np.sqrt(2.0 / omega.shape[1])
-    if center is None:
-        Z = X @ omega
-    elif sp.issparse(X):
-        Z = X @ omega
-        Z -= np.asarray(center, dtype=omega.dtype) @ omega
-    else:
-        Z = (X - np.asarray(center, dtype=X.dtype)) @ omega
+    Z = X @ omega
     Z += offset
     np.cos(Z, out=Z)
     Z *= scale
@@ -127,10 +114,9 @@ def mean_from_moments(uploads):
     Returns
     -------
     mean : ndarray of shape (n_features,), float64
-        Does not depend on the order or the names of the clients. A shared
-        reference point for computations that must not lose precision on
-        data far from the origin (see ``center`` in
-        :func:`random_fourier_features`).
+        Does not depend on the order or the names of the clients. A point
+        every party can agree on, e.g. to work around instead of the origin
+        (squared distances expanded on raw coordinates cancel far from it).
     """
     uploads = _ordered_moments(uploads)
     return np.sum([u[1] for u in uploads], axis=0) / math.fsum(u[0] for u in uploads)
