@@ -797,7 +797,7 @@ def _local_solution_step(
         rng = client.random_state(stream, 1)
         centers = _weighted_kmeans_plusplus(X, w, n_clusters, x_sq, rng, noise=noise)
         centers, labels, d2, _ = _weighted_lloyd(
-            X, w, centers, x_sq, max_iter, _tolerance(X, w, tol)
+            X, w, centers, x_sq, max_iter, _tolerance(X, w, tol), tie=noise
         )
     cost = float(w @ d2)
     # Everything below is in canonical row order; the centers are kept (and
@@ -1050,7 +1050,7 @@ def weighted_kmeans(
             X, sample_weight, n_clusters, x_sq, np.random.RandomState(seed), noise=noise
         )
         centers, _, d2, n_iter = _weighted_lloyd(
-            X, sample_weight, init, x_sq, max_iter, tol_abs
+            X, sample_weight, init, x_sq, max_iter, tol_abs, tie=noise
         )
         inertia = float(sample_weight @ d2)
         if verbose:
@@ -1104,7 +1104,7 @@ def _weighted_kmeans_plusplus(X, w, n_clusters, x_sq, rng, *, noise=0.0):
     return centers
 
 
-def _weighted_lloyd(X, w, centers, x_sq, max_iter, tol_abs):
+def _weighted_lloyd(X, w, centers, x_sq, max_iter, tol_abs, *, tie=0.0):
     """Weighted Lloyd iterations; weights of any sign.
 
     A cluster with no point, or with non-positive total weight, keeps its
@@ -1124,7 +1124,7 @@ def _weighted_lloyd(X, w, centers, x_sq, max_iter, tol_abs):
     """
     n_clusters = centers.shape[0]
     scale = _WEIGHT_EPS * np.abs(w).sum()
-    labels, d2 = _assign(X, x_sq, centers, d2="expanded")
+    labels, d2 = _assign(X, x_sq, centers, d2="expanded", tie=tie)
     cost = w @ d2
     n_iter = 0
     for iteration in range(1, max_iter + 1):
@@ -1133,7 +1133,7 @@ def _weighted_lloyd(X, w, centers, x_sq, max_iter, tol_abs):
         movable = totals > scale
         new_centers = centers.copy()
         new_centers[movable] = sums[movable] / totals[movable, None]
-        new_labels, d2 = _assign(X, x_sq, new_centers, d2="expanded")
+        new_labels, d2 = _assign(X, x_sq, new_centers, d2="expanded", tie=tie)
         new_cost = w @ d2
         if new_cost > cost:
             break
@@ -1142,7 +1142,7 @@ def _weighted_lloyd(X, w, centers, x_sq, max_iter, tol_abs):
         centers, labels, cost = new_centers, new_labels, new_cost
         if converged:
             break
-    labels, d2 = _assign(X, x_sq, centers)
+    labels, d2 = _assign(X, x_sq, centers, tie=tie)
     return centers, labels, d2, n_iter
 
 
@@ -1158,8 +1158,14 @@ def _cluster_sums(X, w, labels, n_clusters):
     return sums.astype(np.float64, copy=False), totals
 
 
-def _assign(X, x_sq, centers, *, d2="exact"):
+def _assign(X, x_sq, centers, *, d2="exact", tie=0.0):
     """Closest center of each row and the squared distance to it.
+
+    Centers within ``tie`` (a squared distance, rounding noise of the data's
+    magnitude: see :func:`_rounding_noise`) of the closest count as equally
+    close, and the one of lowest index wins: points that differ from one
+    another only by rounding then get one label, not labels split by the
+    last bits.
 
     ``d2`` is ``"exact"`` (computed from the difference for dense rows;
     CSR rows have no cheaper exact form and use the expanded one),
@@ -1175,7 +1181,11 @@ def _assign(X, x_sq, centers, *, d2="exact"):
         cross = safe_sparse_dot(X[batch], centers.T, dense_output=True)
         # ‖x‖² is the same for every center: not needed for the argmin.
         dist = c_sq - 2.0 * cross
-        labels[batch] = np.argmin(dist, axis=1)
+        if tie > 0:
+            near = dist <= dist.min(axis=1, keepdims=True) + tie
+            labels[batch] = np.argmax(near, axis=1)
+        else:
+            labels[batch] = np.argmin(dist, axis=1)
         rows = np.arange(dist.shape[0])
         if d2 == "expanded":
             closest = dist[rows, labels[batch]]
@@ -1228,11 +1238,12 @@ def _centered(X, w=None):
 def _assign_around_centers(X, centers, *, d2="exact"):
     """:func:`_assign` with rows and centers taken around the centers' mean
     (see :func:`_centered`)."""
+    tie = _rounding_noise(centers)
     if sp.issparse(X):
-        return _assign(X, row_norms(X, squared=True), centers, d2=d2)
+        return _assign(X, row_norms(X, squared=True), centers, d2=d2, tie=tie)
     reference = centers.mean(axis=0)
     X = X - reference.astype(X.dtype, copy=False)
-    return _assign(X, row_norms(X, squared=True), centers - reference, d2=d2)
+    return _assign(X, row_norms(X, squared=True), centers - reference, d2=d2, tie=tie)
 
 
 def _sq_dist(X, x_sq, centers, c_sq=None):

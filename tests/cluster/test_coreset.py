@@ -833,3 +833,16 @@ def test_server_lloyd_stopped_by_max_iter_warns():
         DistributedKMeans(6, coreset_size=300, max_iter=1, random_state=0).fit(
             X, partitions=3
         )
+
+
+def test_points_equal_up_to_rounding_get_one_label():
+    # Rows that differ only in their last bit (as a kernel embedding of
+    # constant data computed on two clients can): one cluster, not labels
+    # split by rounding. FederatedKernelKMeans' constant-data test depended
+    # on the BLAS thread count through this.
+    X = np.ones((40, 3))
+    X[::2] = np.nextafter(1.0, 2.0)
+    with pytest.warns(ConvergenceWarning, match="distinct clusters"):
+        est = DistributedKMeans(2, random_state=0).fit(X, partitions=2)
+    assert np.unique(est.labels_).tolist() == [0]
+    assert np.unique(est.predict(X)).tolist() == [0]
