@@ -403,7 +403,7 @@ def main():
             "",
             markdown(rows),
         ]
-        separations = [4, 6, 8, 10, 12, 16] if not quick else [4, 8, 12]
+        separations = [4, 6, 8, 10, 12, 16, 20] if not quick else [4, 8, 12]
         fig_rows = figure1(100, 64, n_per_component, separations, n_seeds)
         plot_figure1(
             fig_rows, RESULTS / "kfed_fig1_separation.png", "d=100, k=64, k'=8"

@@ -992,3 +992,46 @@ def test_robust_merge_never_worse_than_farthest_point(seed):
     km = KMeans(10, n_init=10, random_state=seed).fit(X)
     assert -robust.score(X) <= 1.07 * km.inertia_
     assert robust.communication_.upload_floats == paper.communication_.upload_floats
+
+
+def test_better_of_keeps_the_cheaper_local_solution():
+    # The default local step keeps the lower weighted local cost of the
+    # Awasthi–Sheffet result and plain k-means++/Lloyd (local work only).
+    from skfed.cluster._kfed import _better_of
+
+    rng = np.random.RandomState(0)
+    X = np.vstack([rng.normal(0, 1, (30, 2)), rng.normal(10, 1, (30, 2))])
+    w = rng.uniform(0.5, 2.0, 60)
+    truth = np.repeat([0, 1], 30)
+    good = (np.array([X[truth == 0].mean(0), X[truth == 1].mean(0)]), truth, 3)
+    split = (rng.permutation(X.shape[0]) % 2).astype(np.intp)
+    bad = (np.array([X[split == 0].mean(0), X[split == 1].mean(0)]), split, 5)
+    assert _better_of(X, w, bad, good) is good
+    assert _better_of(X, w, good, bad) is good
+
+
+@pytest.mark.slow
+def test_local_step_and_merge_match_kmeans_on_label_skewed_digits():
+    # Issue 11's target: NMI within 0.03 of KMeans(n_init=10) and cost at
+    # most 1.07 times its cost, 10 clients, Dirichlet(0.3). Met with k' = 2k
+    # (NMI gap -0.004 in the benchmark); with the default k' = k the cost
+    # is met and the NMI gap is 0.023-0.032 depending on the seeds.
+    from sklearn.datasets import load_digits
+    from sklearn.metrics import normalized_mutual_info_score as nmi
+
+    from skfed.partition import label_dirichlet
+
+    X, y = load_digits(return_X_y=True)
+    over, default, theirs, ratio = [], [], [], []
+    for seed in range(3):
+        ids = label_dirichlet(y, 10, alpha=0.3, min_size=5, random_state=seed)
+        km = KMeans(10, n_init=10, random_state=seed).fit(X)
+        theirs.append(nmi(y, km.labels_))
+        kfed = KFed(10, n_local_clusters=20, random_state=seed).fit(X, partitions=ids)
+        over.append(nmi(y, kfed.labels_))
+        ratio.append(-kfed.score(X) / km.inertia_)
+        plain = KFed(10, random_state=seed).fit(X, partitions=ids)
+        default.append(-plain.score(X) / km.inertia_)
+    assert np.mean(over) >= np.mean(theirs) - 0.03
+    assert np.mean(ratio) <= 1.07
+    assert np.mean(default) <= 1.07
