@@ -313,7 +313,14 @@ class Federation:
                 list(scattering.data_futures.values()),
             )
         self._sequential = effective_n_jobs(self.n_jobs) == 1
-        self._parallel = Parallel(n_jobs=self.n_jobs, prefer="threads")
+        # One call per task under dask: joblib's automatic batching follows
+        # the measured task durations, and a batch ships its arguments inline
+        # instead of the scattered clients (measured under CPU load: up to 14
+        # unpicklings of 6 clients on 2 workers, where scattering allows 12).
+        batch = 1 if self._config is not None else "auto"
+        self._parallel = Parallel(
+            n_jobs=self.n_jobs, prefer="threads", batch_size=batch
+        )
         self._parallel.__enter__()
         # The pool above has taken the enclosing joblib configuration; the
         # server steps that run in this thread from now on must not (see
