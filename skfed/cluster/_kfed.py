@@ -1,10 +1,11 @@
 """k-FED: one-shot federated k-means (Dennis, Li & Smith, ICML 2021).
 
 Every client clusters its own data once (Algorithm 1, the Awasthi–Sheffet
-variant of Lloyd's method) and uploads its local centers in a single round;
-the server picks k of the pooled centers by farthest-point selection, runs one
-Lloyd round over the pooled centers and sends each client the global cluster
-of each of its local centers (Algorithm 2). A training point's label is the
+variant of Lloyd's method, or plain k-means where that is cheaper) and
+uploads its local centers in a single round; the server clusters the pooled
+centers into k (weighted k-means by default; the paper's farthest-point
+selection and one Lloyd round, Algorithm 2, as an option) and sends each
+client the global cluster of each of its local centers. A training point's label is the
 global cluster of its local cluster (the *induced* clustering, Definition
 3.3).
 
@@ -72,12 +73,14 @@ class KFed(
     """One-shot federated k-means (k-FED).
 
     Each client runs the Awasthi–Sheffet variant of Lloyd's method on its own
-    data with k(z) local clusters and uploads its local centers Θ(z) once.
-    The server pools the centers, selects ``n_clusters`` of them by
-    farthest-point traversal, runs exactly one Lloyd round over the pooled
-    centers and tells each client the global cluster of each of its local
-    centers. Training points inherit the global cluster of their local
-    cluster (the k-FED induced clustering).
+    data with k(z) local clusters (keeping plain k-means++/Lloyd instead when
+    that is cheaper, ``local_step``) and uploads its local centers Θ(z)
+    once. The server pools the centers and clusters them into
+    ``n_clusters`` by weighted k-means (or, with ``merge="farthest"``, the
+    paper's farthest-point traversal and one Lloyd round) and tells each
+    client the global cluster of each of its local centers. Training points
+    inherit the global cluster of their local cluster (the k-FED induced
+    clustering).
 
     The algorithm needs one upload round. It suits heterogeneous (non-IID)
     networks where every client holds data from only a few (k' ≤ k) of the
@@ -269,7 +272,9 @@ class KFed(
     processes its rows in a canonical (content-defined) order, so the result
     does not depend on the order of the samples either.
 
-    Server (Algorithm 2): M starts as the centers of the client with the
+    Server, ``merge="kmeans"``: weighted k-means++ and weighted Lloyd over
+    the pooled centers, best of ``server_n_init``. ``merge="farthest"``
+    (Algorithm 2): M starts as the centers of the client with the
     most local centers (among ties, one drawn with ``random_state`` from an
     order defined by the centers' values); the pooled center farthest from M
     joins M until M has k centers; one Lloyd round assigns every pooled center to
