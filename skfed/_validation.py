@@ -88,7 +88,8 @@ def check_magnitude(X):
     values = X.data if sp.issparse(X) else X
     if values.size == 0:
         return
-    largest = float(np.max(np.abs(values)))
+    # max and -min rather than abs: no temporary copy of X.
+    largest = max(float(values.max()), -float(values.min()))
     info = np.finfo(X.dtype)
     upper = float(np.sqrt(info.max)) * 1e-6
     lower = float(np.sqrt(info.tiny)) * 1e6
