@@ -141,6 +141,7 @@ def run_diskpca(X, y, parts, meta, gamma, seed, n_representatives):
         meta["s"],
         gamma=gamma,
         n_representatives=n_representatives,
+        center=False,  # the kernel k-means paper's disKPCA baseline
         random_state=seed,
     )
     with warnings.catch_warnings():

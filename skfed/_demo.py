@@ -172,7 +172,7 @@ def _kernel_pca(args):
 
     X, y = _digits()
     ids = make_partition(args.partition, y, args.clients, args.seed)
-    est = DistributedKernelPCA(n_components=10, center=True, random_state=args.seed)
+    est = DistributedKernelPCA(n_components=10, random_state=args.seed)
     fed, t_fed = _timed(lambda: est.fit(X, partitions=ids))
     cen, t_cen = _timed(
         lambda: KernelPCA(n_components=10, kernel="rbf", gamma=fed.gamma_).fit(X)

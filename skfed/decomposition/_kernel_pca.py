@@ -47,6 +47,9 @@ _SEED_MAX = np.iinfo(np.int32).max
 # Rows per block when a client evaluates kernels or features, so that memory
 # stays O(block * |Y|) instead of O(n_m * |Y|).
 _BLOCK = 2048
+# A client keeps its projections Π[m]ᵀ for the sign round up to this many
+# floats (32 MiB); a larger client recomputes them.
+_KEEP_PROJECTIONS = 2**22
 # Eigenvalues of K_YY below this fraction of the largest are treated as zero:
 # their directions carry no energy and would only amplify rounding.
 _EIG_RTOL = 1e-10
@@ -68,8 +71,10 @@ class DistributedKernelPCA(
 
     Finds k orthonormal directions L = φ(Y) C in the kernel feature space,
     spanned by a small set Y of representative points, that minimise the
-    (uncentered, by default) reconstruction error ‖φ(A) − L Lᵀ φ(A)‖²_F of
-    the data A spread over clients. Communication does not grow with the
+    reconstruction error ‖φ(A) − L Lᵀ φ(A)‖²_F of the data A spread over
+    clients, centred in feature space like
+    :class:`sklearn.decomposition.KernelPCA` (the paper's uncentered problem
+    with ``center=False``). Communication does not grow with the
     number of samples N:
 
     1. **disLS** (``sampling="leverage+adaptive"``): each client embeds its
@@ -156,11 +161,14 @@ class DistributedKernelPCA(
         paper). Clients with at most w samples send Π[m] unsketched.
     local_rank : int, default=None
         h for ``lowrank_upload="local_svd"``; None means 2k.
-    center : bool, default=False
-        Center the data in feature space (an extension; the paper is
-        uncentered). The mean is projected on span φ(Y) federatedly (one
-        extra round of r floats each way); with ``|Y|`` = N this is exactly
-        :class:`sklearn.decomposition.KernelPCA`'s centering.
+    center : bool, default=True
+        Center the data in feature space, as
+        :class:`sklearn.decomposition.KernelPCA` does (an extension of the
+        paper). The mean is projected on span φ(Y) federatedly (one extra
+        round: Y down, r floats up) and the components minimise the error
+        around it; with ``|Y|`` = N this is exactly KernelPCA's centering.
+        False solves the paper's uncentered problem, whose first component
+        mostly points at the mean of the data in feature space.
     random_state : int, RandomState instance or None, default=None
         Seeds the shared maps, the client sketches and the sampling.
     n_jobs : int, default=None
@@ -219,7 +227,7 @@ class DistributedKernelPCA(
     uniform sample        1 (quota)                      quota · d (rows)
     feature mean          ``|Y|`` · d + 1 (Y, γ)         r
     disLR                 ``|Y|`` · d + 1 (Y, γ), or r   r · min(h, r, n_m)
-    error                 r · k (W)                      1 + k
+    error                 r · k (W)                      1 + 2k
     ====================  =============================  ========================
 
     Notes on the table:
@@ -254,10 +262,17 @@ class DistributedKernelPCA(
     representatives. "linear" and "poly" are not shift-invariant and work
     on the coordinates as given.
 
+    Signs follow :class:`~sklearn.decomposition.KernelPCA`'s convention: on
+    every component the training sample of largest absolute projection
+    projects positively. The "error" round carries it (each client's signed
+    projection of largest magnitude, k floats).
+
     Privacy: RepSample uploads raw sampled rows (Y) and the server
     broadcasts them to every client; this is inherent to disKPCA. The
-    "error" round sends k + 1 floats instead of the paper's 2 so that
-    ``eigenvalues_`` are exact per component.
+    "error" round sends 2k + 1 floats instead of the paper's 2 so that
+    ``eigenvalues_`` are exact per component and the signs are fixed; the
+    signed extremes tell the server how far out each client's most extreme
+    sample lies along each component.
 
     Choices where the paper is silent or loose:
 
@@ -354,7 +369,7 @@ class DistributedKernelPCA(
         lowrank_upload="local_svd",
         lowrank_sketch_size=None,
         local_rank=None,
-        center=False,
+        center=True,
         random_state=None,
         n_jobs=None,
         verbose=0,
@@ -495,7 +510,11 @@ class DistributedKernelPCA(
             W = _lowrank_solve(factors, k)
             stats = fed.run_round("error", _error_step, W)
             self.n_clients_ = fed.n_clients
-        trace, energy = _error_totals(stats)
+        trace, energy, signs = _error_totals(stats)
+        # KernelPCA's convention (svd_flip on its eigenvectors): the training
+        # sample with the largest |projection| on a component projects
+        # positively on it.
+        W = W * signs
         if mean is not None:
             # Σ‖φ(a) − Qm‖² = Σ κ(a, a) − N ‖m‖² because Σ Qᵀφ(a) = N m.
             trace -= n_samples * float(mean @ mean)
@@ -503,12 +522,13 @@ class DistributedKernelPCA(
         W, energy = W[:, order], energy[order]
         C = R @ W
         offset = W.T @ mean if mean is not None else np.zeros(W.shape[1])
-        C, offset = _flip_signs(C, offset)
         if C.shape[1] < k:
             warnings.warn(
                 f"Only {C.shape[1]} directions are available in the span of the "
-                f"representatives (rank of K_YY), fewer than n_components={k}; "
-                "the remaining components are zero.",
+                "representatives (the rank of "
+                + ("the centred K_YY" if self.center else "K_YY")
+                + f"), fewer than n_components={k}; the remaining components "
+                "are zero.",
                 UserWarning,
                 stacklevel=2,
             )
@@ -783,15 +803,6 @@ def _unique_rows(Y):
     return Y[order]
 
 
-def _flip_signs(C, offset):
-    """Make the largest |entry| of each component positive (deterministic)."""
-    if C.shape[1] == 0:
-        return C, offset
-    signs = np.sign(C[np.argmax(np.abs(C), axis=0), np.arange(C.shape[1])])
-    signs[signs == 0] = 1.0
-    return C * signs, offset * signs
-
-
 # ---------------------------------------------------------------------------
 # Client steps
 #
@@ -1015,9 +1026,15 @@ def _project_step(client, state, message, *, spec, upload, local_rank, sketch_wi
             sketch = np.zeros((n_mid, r + 1))
         else:
             sketch = np.zeros((n, r + 1))
+    # The sign round needs the projections again: kept when small, else
+    # recomputed from Y and R (a second kernel pass) rather than held at
+    # n_m · r floats for a large client.
+    kept = [] if n * r <= _KEEP_PROJECTIONS else None
     for start in range(0, n, _BLOCK):
         block = slice(start, start + _BLOCK)
         Pt = _kernel(X[block], Y, spec) @ R
+        if kept is not None:
+            kept.append(Pt)
         # Upper triangle only (BLAS syrk): half the flops of Ptᵀ Pt.
         gram = scipy.linalg.blas.dsyrk(1.0, Pt.T, beta=1.0, c=gram, overwrite_c=True)
         colsum += Pt.sum(axis=0)
@@ -1030,6 +1047,9 @@ def _project_step(client, state, message, *, spec, upload, local_rank, sketch_wi
     gram = np.triu(gram) + np.triu(gram, 1).T
     if cs is None and sketch is not None:
         sketch = sketch[order]
+    state["kpca_basis"] = (Y, R, spec)
+    if kept is not None:
+        state["kpca_projections"] = np.vstack(kept) if kept else np.zeros((0, r))
     state["kpca_gram"] = gram
     state["kpca_colsum"] = colsum
     state["kpca_n"] = n
@@ -1049,6 +1069,7 @@ def _lowrank_step(client, state, mean):
     gram, colsum, n = state["kpca_gram"], state["kpca_colsum"], state["kpca_n"]
     upload, local_rank, _ = state["kpca_upload"]
     if mean is not None:
+        state["kpca_mean"] = mean
         cross = np.outer(colsum, mean)
         gram = gram - cross - cross.T + n * np.outer(mean, mean)
         state["kpca_gram"] = gram
@@ -1075,11 +1096,39 @@ def _project_and_lowrank_step(client, state, message, *, project):
 
 
 def _error_step(client, state, W):
-    """Approximation error, worker part: trace of the local kernel block and
-    the energy ‖w_iᵀ Π[m]‖² captured by each component (1 + k floats)."""
+    """Approximation error and sign, worker part: trace of the local kernel
+    block, the energy ‖w_iᵀ Π[m]‖² captured by each component, and per
+    component the client's projection of largest magnitude, signed
+    (1 + 2k floats)."""
+    mean = state.get("kpca_mean")
     gram = state["kpca_gram"]
     energy = np.einsum("ij,ij->j", W, gram @ W)
-    return state, (state["kpca_trace"], energy)
+    shift = np.zeros(W.shape[1]) if mean is None else mean @ W
+    extreme = np.zeros(W.shape[1])
+    for proj in _client_projections(client, state):
+        extreme = _signed_extreme(np.vstack([extreme, proj @ W - shift]))
+    return state, (state["kpca_trace"], energy, extreme)
+
+
+def _client_projections(client, state):
+    """Blocks of Π[m]ᵀ = K_{X[m], Y} R: kept ones, or recomputed."""
+    kept = state.get("kpca_projections")
+    if kept is not None:
+        yield kept
+        return
+    Y, R, spec = state["kpca_basis"]
+    X = client.X
+    for start in range(0, X.shape[0], _BLOCK):
+        yield _kernel(X[start : start + _BLOCK], Y, spec) @ R
+
+
+def _signed_extreme(values):
+    """Per column, the entry of largest magnitude with its sign (the first
+    one on ties)."""
+    if values.shape[0] == 0:
+        return np.zeros(values.shape[1])
+    rows = np.argmax(np.abs(values), axis=0)
+    return values[rows, np.arange(values.shape[1])]
 
 
 # ---------------------------------------------------------------------------
@@ -1139,7 +1188,11 @@ def _inclusion_quota(summaries, total, sizes):
 
 
 def _error_totals(stats):
-    """Σ_m trace(K_m) and Σ_m energies: the error is their difference."""
-    trace = float(sum(t for t, _ in stats))
-    energy = np.sum([e for _, e in stats], axis=0)
-    return trace, np.asarray(energy, dtype=np.float64)
+    """Σ_m trace(K_m), Σ_m energies (the error is their difference), and
+    per component the sign of the training projection of largest
+    magnitude over all clients."""
+    trace = float(sum(t for t, _, _ in stats))
+    energy = np.sum([e for _, e, _ in stats], axis=0)
+    signs = np.sign(_signed_extreme(np.vstack([x for _, _, x in stats])))
+    signs[signs == 0] = 1.0
+    return trace, np.asarray(energy, dtype=np.float64), signs

@@ -92,7 +92,11 @@ def test_error_ratio_near_optimal_and_shrinking_with_representatives(digits):
         runs = []
         for seed in range(2):
             est = DistributedKernelPCA(
-                k, n_representatives=n_rep, median_factor=1.0, random_state=seed
+                k,
+                n_representatives=n_rep,
+                median_factor=1.0,
+                random_state=seed,
+                center=False,
             ).fit(X, partitions=parts)
             K = exact_kernel(est, X)
             opt, top = optimum(K, k)
@@ -114,7 +118,13 @@ def test_error_ratio_polynomial_kernel_sparse(varying_norms):
     X, gamma = varying_norms
     k = 5
     est = DistributedKernelPCA(
-        k, kernel="poly", degree=3, gamma=gamma, n_representatives=200, random_state=0
+        k,
+        kernel="poly",
+        degree=3,
+        gamma=gamma,
+        n_representatives=200,
+        random_state=0,
+        center=False,
     ).fit(X, partitions=power_law(X.shape[0], 5, random_state=1))
     K = exact_kernel(est, X)
     opt, _ = optimum(K, k)
@@ -167,6 +177,7 @@ def test_all_points_as_representatives_is_exact_kpca(sampling, upload):
         lowrank_upload=upload,
         local_rank=90,
         random_state=0,
+        center=False,
     ).fit(X, partitions=power_law(90, 3, random_state=0))
     K = rbf_kernel(X, gamma=0.3)
     lam, V = np.linalg.eigh(K)
@@ -178,35 +189,57 @@ def test_all_points_as_representatives_is_exact_kpca(sampling, upload):
     assert_allclose(C.T @ rbf_kernel(Y, gamma=0.3) @ C, np.eye(k), atol=1e-8)
 
 
-def test_centered_with_all_points_matches_sklearn_kernel_pca():
+@pytest.mark.parametrize("sampling", ["uniform", "leverage+adaptive"])
+def test_default_with_all_points_matches_sklearn_kernel_pca(sampling):
+    # The defaults centre as KernelPCA does, and the components carry
+    # KernelPCA's signs (svd_flip on its eigenvectors), not just its span.
     rng = np.random.RandomState(1)
     X = rng.normal(size=(80, 3))
-    k = 3
+    k = 4
     est = DistributedKernelPCA(
         k,
         gamma=0.5,
         n_representatives=80,
-        sampling="uniform",
-        center=True,
+        sampling=sampling,
         local_rank=80,
         random_state=0,
     )
     Z = est.fit_transform(X, partitions=4)
     ref = KernelPCA(k, kernel="rbf", gamma=0.5, eigen_solver="dense").fit(X)
-    Zref = ref.transform(X)
-    signs = np.sign(np.sum(Z * Zref, axis=0))
-    assert_allclose(Z * signs, Zref, atol=1e-7)
+    assert_allclose(Z, ref.transform(X), atol=1e-7)
     assert_allclose(est.eigenvalues_, ref.eigenvalues_, rtol=1e-7)
     # New points are centred with the training mean as well.
     Xnew = rng.normal(size=(5, 3))
-    assert_allclose(est.transform(Xnew) * signs, ref.transform(Xnew), atol=1e-7)
+    assert_allclose(est.transform(Xnew), ref.transform(Xnew), atol=1e-7)
+
+
+@pytest.mark.parametrize("center", [True, False])
+def test_sign_convention_largest_training_projection_is_positive(digits, center):
+    # With |Y| < N the span is approximate, but the convention is exact: on
+    # every component, the training sample of largest |projection| projects
+    # positively, however the rows are spread over clients.
+    X = digits[:300]
+    kw = {"n_representatives": 60, "random_state": 0, "center": center}
+    Z = DistributedKernelPCA(5, **kw).fit_transform(X, partitions=5)
+    top = np.argmax(np.abs(Z), axis=0)
+    assert np.all(Z[top, np.arange(5)] > 0)
+    # A client holding the extreme row alone changes nothing.
+    parts = np.zeros(300, dtype=int)
+    parts[top[0]] = 1
+    Z2 = DistributedKernelPCA(5, **kw).fit_transform(X, partitions=parts)
+    assert np.all(Z2[np.argmax(np.abs(Z2), axis=0), np.arange(5)] > 0)
 
 
 def test_linear_kernel_with_all_points_is_uncentered_pca():
     rng = np.random.RandomState(2)
     X = rng.normal(size=(60, 6)) @ rng.normal(size=(6, 6))
     est = DistributedKernelPCA(
-        2, kernel="linear", n_representatives=60, local_rank=60, random_state=0
+        2,
+        kernel="linear",
+        n_representatives=60,
+        local_rank=60,
+        random_state=0,
+        center=False,
     ).fit(X, partitions=3)
     _, s, Vt = np.linalg.svd(X, full_matrices=False)
     Z = est.transform(X)
@@ -263,6 +296,7 @@ def test_ledger_matches_per_round_formulas(upload):
         lowrank_sketch_size=w,
         local_rank=q,
         random_state=0,
+        center=False,
     ).fit(X, partitions=parts)
     log = est.communication_
     r, n_y = est.rank_, est.n_representatives_
@@ -284,7 +318,7 @@ def test_ledger_matches_per_round_formulas(upload):
             r * (min(q, r, s) if upload == "local_svd" else min(w, s)) for s in sizes
         ],
         ("error", "download"): [r * k] * 6,
-        ("error", "upload"): [1 + k] * 6,
+        ("error", "upload"): [1 + 2 * k] * 6,
     }
     for (name, direction), floats in expected.items():
         got = _per_client(log, name, direction)
@@ -552,7 +586,7 @@ def test_duplicated_rows_are_deduplicated_and_exact():
     base = rng.normal(size=(25, 3))
     X = np.vstack([base] * 6)
     est = DistributedKernelPCA(
-        3, gamma=0.5, n_representatives=60, local_rank=30, random_state=0
+        3, gamma=0.5, n_representatives=60, local_rank=30, random_state=0, center=False
     ).fit(X, partitions=4)
     assert est.n_representatives_ <= 25
     assert len(np.unique(est.representatives_, axis=0)) == est.n_representatives_
@@ -564,15 +598,15 @@ def test_duplicated_rows_are_deduplicated_and_exact():
 def test_constant_columns_and_rank_deficient_kernel():
     rng = np.random.RandomState(0)
     X = np.hstack([rng.normal(size=(80, 2)), np.zeros((80, 3)), np.ones((80, 1))])
-    est = DistributedKernelPCA(4, n_representatives=30, random_state=0).fit(
-        X, partitions=3
-    )
+    est = DistributedKernelPCA(
+        4, n_representatives=30, random_state=0, center=False
+    ).fit(X, partitions=3)
     K = exact_kernel(est, X)
     assert central_error(est, X, K) / optimum(K, 4)[0] < 1.2
     # A linear kernel on 2 informative columns has rank 3 < 4 components.
     with pytest.warns(UserWarning, match="Only 3 directions"):
         lin = DistributedKernelPCA(
-            4, kernel="linear", n_representatives=30, random_state=0
+            4, kernel="linear", n_representatives=30, random_state=0, center=False
         ).fit(X, partitions=3)
     Z = lin.transform(X)
     assert np.isfinite(Z).all() and np.allclose(Z[:, 3], 0)
@@ -584,8 +618,15 @@ def test_identical_rows():
     with pytest.raises(ValueError, match="identical"):
         DistributedKernelPCA(2, n_representatives=5).fit(X)
     with pytest.warns(UserWarning, match="Only 1 directions"):
-        est = DistributedKernelPCA(2, gamma=1.0, n_representatives=5).fit(X)
+        est = DistributedKernelPCA(2, gamma=1.0, n_representatives=5, center=False).fit(
+            X
+        )
     assert est.n_representatives_ == 1
+    assert est.approximation_error_ == pytest.approx(0, abs=1e-8)
+    # Centred, identical rows have no variance at all.
+    with pytest.warns(UserWarning, match="Only 0 directions"):
+        est = DistributedKernelPCA(2, gamma=1.0, n_representatives=5).fit(X)
+    assert_allclose(est.transform(X), 0, atol=1e-12)
     assert est.approximation_error_ == pytest.approx(0, abs=1e-8)
 
 
@@ -628,7 +669,7 @@ def test_all_zero_data_in_feature_space():
     # With coef0 > 0 the polynomial kernel is constant: one direction.
     with pytest.warns(UserWarning, match="Only 1 directions"):
         est = DistributedKernelPCA(
-            2, kernel="poly", n_representatives=5, random_state=0
+            2, kernel="poly", n_representatives=5, random_state=0, center=False
         ).fit(X, partitions=3)
     assert est.approximation_error_ == pytest.approx(0, abs=1e-9)
 
