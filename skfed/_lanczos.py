@@ -59,6 +59,7 @@ def lanczos(
     n_components=None,
     threshold=None,
     tol=1e-8,
+    tol_scale="largest",
     max_iter=None,
     random_state=None,
     v0=None,
@@ -98,6 +99,12 @@ def lanczos(
         Every eigenpair whose eigenvalue exceeds it is wanted.
     tol : float, default=1e-8
         Relative residual tolerance of a converged Ritz pair.
+    tol_scale : {"largest", "each"}, default="largest"
+        What ``tol`` is relative to: the largest Ritz value (the usual
+        criterion), or each pair's own Ritz value, so that a small wanted
+        eigenvalue converges to the same relative accuracy as the largest
+        (the largest Ritz value must still have converged; values at
+        round-off level are measured against the round-off floor).
     max_iter : int, default=None
         Most products with ``G``; ``n`` when omitted (the Krylov space is then
         the whole space and the Ritz pairs are exact).
@@ -125,6 +132,8 @@ def lanczos(
     n = int(n)
     if n_components is None and threshold is None:
         raise ValueError("Pass n_components, threshold or both.")
+    if tol_scale not in ("largest", "each"):
+        raise ValueError(f"tol_scale={tol_scale!r} must be 'largest' or 'each'.")
     if n_components is not None and not 1 <= n_components <= n:
         raise ValueError(f"n_components={n_components} must be in [1, n={n}].")
     max_iter = n if max_iter is None else min(int(max_iter), n)
@@ -160,7 +169,11 @@ def lanczos(
         scale = max(float(np.abs(theta).max()), np.finfo(float).tiny)
         residual = beta * np.abs(P[-1])
         floor = None if threshold is None else max(threshold, _ROUNDOFF * scale)
-        wanted, done = _wanted(theta, residual, scale * tol, n_components, floor)
+        if tol_scale == "each":
+            atol = tol * np.maximum(np.abs(theta), _ROUNDOFF * scale)
+        else:
+            atol = scale * tol
+        wanted, done = _wanted(theta, residual, atol, n_components, floor)
         n_above = np.inf if threshold is None else int(np.sum(theta > floor))
         if threshold is not None:
             done = done and n_above == n_above_prev and n_above <= q
@@ -205,7 +218,9 @@ def _wanted(theta, residual, atol, n_components, threshold):
     wanted = np.arange(n_wanted)
     # The largest Ritz value must have converged even when none is wanted:
     # early Ritz values sit inside the spectrum, below its top.
-    done = bool(np.all(residual[: max(n_wanted, 1)] <= atol))
+    n_check = max(n_wanted, 1)
+    atol = np.broadcast_to(atol, residual.shape)
+    done = bool(np.all(residual[:n_check] <= atol[:n_check]))
     if n_components is not None:
         done = done and theta.shape[0] >= n_components
     return wanted, done

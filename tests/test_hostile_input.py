@@ -367,7 +367,6 @@ OVERSIZE = {
     "KFed": {"n_init": 10**7},
     "DistributedKMeans": {"coreset_size": 10**7, "n_init": 10**7},
     "FederatedKernelKMeans": {
-        "n_predict_features": 10**7,
         "n_random_features": 10**7,
         "coreset_size": 10**7,
         "n_init": 10**7,

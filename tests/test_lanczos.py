@@ -174,3 +174,24 @@ def test_bad_arguments():
         lanczos(G.__matmul__, 4)
     with pytest.raises(ValueError, match=r"n_components=5 must be in \[1, n=4\]"):
         lanczos(G.__matmul__, 4, n_components=5)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_tol_relative_to_each_ritz_value(seed):
+    # A spectrum whose 6th eigenvalue is 1/500 of the 1st (a kernel
+    # matrix's is often 1/100): measured against the largest, a loose tol
+    # accepts a small pair that is far from its eigenvector; measured
+    # against each value, every wanted pair is accurate in its own scale.
+    rng = np.random.RandomState(seed)
+    n = 80
+    Q, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    w = np.concatenate([[500, 200, 100, 50, 10, 1.0], rng.uniform(0, 0.5, n - 6)])
+    G = (Q * w) @ Q.T
+    res = lanczos(
+        G.__matmul__, n, n_components=6, tol=1e-3, tol_scale="each", random_state=0
+    )
+    for theta, v in zip(res.eigenvalues, res.eigenvectors.T):
+        assert np.linalg.norm(G @ v - theta * v) <= 1e-3 * theta * 1.0001
+    np.testing.assert_allclose(res.eigenvalues, w[:6], rtol=1e-4)
+    with pytest.raises(ValueError, match="tol_scale"):
+        lanczos(G.__matmul__, n, n_components=2, tol_scale="smallest")

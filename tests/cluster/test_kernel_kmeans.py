@@ -230,7 +230,7 @@ def test_no_cem_upload_grows_with_n():
 def test_ledger_matches_protocol_formulas():
     X, _ = _digits(150)
     n, d = X.shape
-    M, D, k, Dp = 4, 14, 3, 40
+    M, D, k = 4, 14, 3
     km = FederatedKernelKMeans(
         k,
         n_random_features=D,
@@ -238,7 +238,6 @@ def test_ledger_matches_protocol_formulas():
         tol=0,
         eigen_solver="gram",
         coreset_size=60,
-        n_predict_features=Dp,
         random_state=0,
     ).fit(X, partitions=M)
     log = km.communication_
@@ -252,22 +251,33 @@ def test_ledger_matches_protocol_formulas():
     assert down["eigenpairs"] == M * np.sum(kept * (D + r + 1))
     assert "lanczos" not in up
     assert down["embedding"] == M * km.n_components_
-    assert up["cluster feature means"] == M * k * (Dp + 1)
-    assert down["cluster feature means"] == M
+    # Distributed Lloyd on H: centers down, per-cluster sums and counts up.
+    s, rounds = km.n_components_, km.n_refine_iter_
+    assert 1 <= rounds <= km.refine_iter
+    assert down["lloyd refinement"] == rounds * M * k * s
+    assert up["lloyd refinement"] == rounds * M * k * (s + 1)
+    # transform, predict and score replay the server's record: nothing more.
+    n_records = len(log)
+    km.transform(X), km.predict(X), km.score(X)
+    assert len(log) == n_records
+    assert "cluster feature means" not in up
     # r_{t+1} = s_t: the rank of Z_{t+1} is the number of kept pairs.
     np.testing.assert_array_equal(r[1:], kept[:-1])
     assert r[0] == 0
 
 
-def test_default_threshold_is_the_k_plus_2_th_eigenvalue():
+@pytest.mark.parametrize("n_components", [None, 4, 6])
+def test_default_threshold_is_the_s_plus_2_th_eigenvalue(n_components):
     X, _ = _digits(200)
     k = 4
     km = FederatedKernelKMeans(
-        k, n_random_features=30, max_iter=3, tol=0, random_state=0
+        k, n_components=n_components, n_random_features=30, max_iter=3, random_state=0
     ).fit(X, partitions=2)
+    s = 3 * k if n_components is None else n_components  # default s = 3k
     first = km.eigenvalue_history_[0]  # η_1 = 1: the eigenvalues of G_1
-    assert first.shape[0] == k + 1  # exactly the k + 1 above the (k+2)-th
+    assert first.shape[0] == s + 1  # exactly the s + 1 above the (s+2)-th
     assert np.all(first > km.threshold_)
+    assert km.n_components_ == s
     # The user's λ is used as given.
     km2 = FederatedKernelKMeans(
         k, n_random_features=30, max_iter=3, threshold=km.threshold_, random_state=0
@@ -293,9 +303,14 @@ def test_step_sizes_and_early_stopping(step_size):
         X, partitions=3
     )
     assert loose.n_iter_ < 15
-    # Stopped because the estimates moved by at most tol (relative).
-    prev, cur = loose.eigenvalue_history_[-2][:2], loose.eigenvalue_history_[-1][:2]
-    assert np.max(np.abs(cur - prev)) <= 0.5 * cur[0]
+    # Stopped because each estimate moved by at most tol times itself; the
+    # iteration before, some had not.
+    hist, s = loose.eigenvalue_history_, loose.n_components_
+    prev, cur = hist[-2][:s], hist[-1][:s]
+    assert np.all(np.abs(cur - prev) <= 0.5 * cur)
+    if len(hist) > 2:
+        before = hist[-3][:s]
+        assert np.any(np.abs(prev - before) > 0.5 * prev)
 
 
 @settings(max_examples=3, deadline=None)
@@ -402,7 +417,18 @@ def test_too_few_random_features_for_default_threshold():
 def test_spectral_dimension_larger_than_features():
     X, _ = _rings(50)
     with pytest.raises(ValueError, match=r"n_components=12 exceeds n_random_features"):
-        FederatedKernelKMeans(2, n_components=12, n_random_features=10).fit(X)
+        FederatedKernelKMeans(
+            2, n_components=12, n_random_features=10, threshold=0.1
+        ).fit(X)
+    # The default λ needs s + 2 eigenvalues of the D-dimensional G.
+    with pytest.raises(ValueError, match=r"at least n_components \+ 2 = 14"):
+        FederatedKernelKMeans(2, n_components=12, n_random_features=13).fit(X)
+    # The default s = 3k is cut to D − 2 (but never below k).
+    km = FederatedKernelKMeans(4, n_random_features=8, max_iter=2).fit(X)
+    assert km.n_components_ <= 6
+    assert FederatedKernelKMeans(4, n_random_features=8)._s() == 6
+    assert FederatedKernelKMeans(4, n_random_features=5, threshold=0.1)._s() == 4
+    assert FederatedKernelKMeans(4)._s() == 12
 
 
 def test_more_clusters_than_samples():
@@ -476,9 +502,8 @@ def test_renamed_clients_give_the_same_model_the_issue_example():
 
 def test_random_feature_sizes_that_would_allocate_gigabytes_are_refused():
     X, _ = make_blobs(120, centers=3, n_features=4, random_state=0)
-    for name in ("n_random_features", "n_predict_features"):
-        with pytest.raises(ValueError, match=f"{name}=10000000 would allocate"):
-            FederatedKernelKMeans(3, **{name: 10**7}).fit(X, partitions=3)
+    with pytest.raises(ValueError, match="n_random_features=10000000 would allocate"):
+        FederatedKernelKMeans(3, n_random_features=10**7).fit(X, partitions=3)
 
 
 def test_coreset_sizes_beyond_the_data_are_clipped():
@@ -495,3 +520,54 @@ def test_dspgd_stopped_by_max_iter_warns():
         FederatedKernelKMeans(3, max_iter=2, tol=1e-12, random_state=0).fit(
             X, partitions=3
         )
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        {"eigen_solver": "gram"},
+        {"use_cem": False},
+    ],
+    ids=["lanczos", "gram", "no-cem"],
+)
+def test_transform_replays_the_embedding_and_predict_the_labels(params):
+    # transform replays DSPGD from what the server sent: on the training
+    # rows, in any order, it is the embedding the clients computed, and the
+    # nearest center in it is the clients' label.
+    X, _ = _digits(300)
+    km = FederatedKernelKMeans(
+        5, n_random_features=60, max_iter=8, random_state=0, **params
+    ).fit(X, partitions=3)
+    perm = np.random.RandomState(0).permutation(300)
+    H = km.transform(X[perm])
+    scale = np.abs(km.embedding_).max()
+    np.testing.assert_allclose(H, km.embedding_[perm], atol=1e-7 * scale)
+    assert np.mean(km.predict(X[perm]) == km.labels_[perm]) >= 0.995
+    assert km.score(X) == pytest.approx(-km.inertia_, rel=1e-6)
+    np.testing.assert_allclose(
+        km.fit_transform(X, partitions=3), km.embedding_, rtol=0, atol=0
+    )
+    assert km.get_feature_names_out().shape == (km.n_components_,)
+
+
+def test_transform_of_new_points_is_their_nystroem_embedding():
+    # With enough features and iterations the DSPGD subspace is the kernel's
+    # top eigenspace; the replayed transform of unseen points then agrees
+    # with the exact Nyström extension K(x, X) U Λ^{-1/2} of the exact
+    # embedding, up to a rotation within the subspace.
+    X, _ = _digits(400)
+    X_new = load_digits().data[1000:1100]
+    km = FederatedKernelKMeans(
+        3, n_components=3, n_random_features=400, max_iter=30, random_state=0
+    ).fit(X, partitions=4)
+    K = rbf_kernel(X, gamma=km.gamma_)
+    lam, U = np.linalg.eigh(K)
+    lam, U = lam[::-1][:3], U[:, ::-1][:, :3]
+    exact_new = rbf_kernel(X_new, X, gamma=km.gamma_) @ U / np.sqrt(lam)
+    # Best rotation from the training embeddings (Procrustes), then apply it
+    # to the new points.
+    u, _, vt = np.linalg.svd(km.embedding_.T @ (U * np.sqrt(lam)))
+    rotation = u @ vt
+    err = np.linalg.norm(km.transform(X_new) @ rotation - exact_new)
+    assert err / np.linalg.norm(exact_new) < 0.1
