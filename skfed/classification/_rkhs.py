@@ -78,19 +78,26 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
 
     Parameters
     ----------
-    sparsity : float in [0, 1), default=0.5
+    sparsity : float in [0, 1), default=0.7
         γ in the paper: the weight of the number of kernels against the
         squared norm of the coefficients. Larger values give fewer kernels.
         Named ``sparsity`` because ``gamma`` means the kernel width in
-        scikit-learn.
+        scikit-learn. The default, with ``epsilon=0.3``, comes from real
+        data (breast_cancer and a 3-vs-8 image task, 3 clients, 15 folds):
+        5.3 times fewer kernels than SVC's support vectors on both, at 0.9
+        point of accuracy below SVC's; the former defaults (0.5, ε = 0)
+        kept 2.8-3.0 times fewer at 0.8-1.1 point below. See the user
+        guide's trade-off plot.
     widths : int or array-like of float, default=5
         w in the paper, the kernel widths of the dictionary (standard
         deviations of the Gaussians). An int asks for that many widths
         log-spaced between 0.2 and 1 times the root mean squared distance
         between training samples, computed federatedly (one extra round).
-    epsilon : float in [0, 1), default=0.0
+    epsilon : float in [0, 1), default=0.3
         ε in the paper: margin slack, every sample must satisfy
-        y f(x) ≥ 1 − ε (up to the soft-margin slack).
+        y f(x) ≥ 1 − ε (up to the soft-margin slack). A slack lets fewer
+        kernels meet the constraints: at equal accuracy, ε = 0.3 needed
+        10-30% fewer kernels than ε = 0 on the real data above.
     C : float or inf, default=1.0
         Upper bound on the dual variables λ (soft margin). ``np.inf`` gives
         the paper's hard constraints, which need separable data.
@@ -110,7 +117,7 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         (see ``refinement_margin``) that they had not sent, and the server
         re-solves warm-started. Stops early when no client has such a
         sample. 0 gives the paper's one-shot protocol.
-    refinement_margin : float in [0, 1], default=0.25
+    refinement_margin : float in [0, 1], default=0.5
         ρ: a refinement round sends the samples with y f(x) < ρ (1 − ε)
         for some problem. ρ = 1 tests the global constraints exactly: when
         the rounds stop early, every unsent sample meets them, so it would
@@ -123,7 +130,8 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         (N = 250 to 4000); at N = 2000 / 10000, ρ = 0.5 sent 31% / 50%,
         ρ = 0.25 26% / 31% and ρ = 0 (misclassified samples only)
         21% / 24%, all within 0.1 point of SVC's accuracy except ρ = 0 at
-        N = 10000 (-0.4 point).
+        N = 10000 (-0.4 point). With sparsity 0.95 on breast_cancer, 0.5
+        gained 0.2 point over 0.25 for 2% more of the samples sent.
     max_iter : int, default=1000
         Largest number of iterations of the sparse solve (per one-vs-rest
         problem); also of a client's dense solve without the bias (a client
@@ -269,15 +277,15 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
 
     def __init__(
         self,
-        sparsity=0.5,
+        sparsity=0.7,
         *,
         widths=5,
-        epsilon=0.0,
+        epsilon=0.3,
         C=1.0,
         solver="active-set",
         step_size="auto",
         refinement_rounds=3,
-        refinement_margin=0.25,
+        refinement_margin=0.5,
         max_iter=1000,
         tol=1e-4,
         random_state=None,
