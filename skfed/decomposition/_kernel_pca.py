@@ -7,7 +7,7 @@ Kernel Principal Component Analysis", KDD 2016 (Algorithms 1-4).
 
 import numbers
 import warnings
-from functools import partial
+from functools import lru_cache, partial
 
 import numpy as np
 import scipy.linalg
@@ -498,14 +498,14 @@ class DistributedKernelPCA(
             )
             mean = None
             if self.center:
-                sums = fed.run_round("feature mean", project, (Y, gamma))
+                sums = fed.run_round("feature mean", project, (Y, R, gamma))
                 mean = np.sum(sums, axis=0) / n_samples
                 factors = fed.run_round("disLR", _lowrank_step, mean)
             else:
                 factors = fed.run_round(
                     "disLR",
                     partial(_project_and_lowrank_step, project=project),
-                    (Y, gamma),
+                    (Y, R, gamma),
                 )
             W = _lowrank_solve(factors, k)
             stats = fed.run_round("error", _error_step, W)
@@ -625,10 +625,15 @@ class DistributedKernelPCA(
             P = _unique_rows(_stack_rows(rows))
         if m2 == 0:
             return P
+        # The basis of span φ(P) is computed here once and sent, rather than
+        # by every client from P (an eigendecomposition of K_PP each).
+        R_P = None
+        if P is not None and P.shape[0] > 0:
+            R_P = _span_basis(_kernel(P, P, spec))
         summaries = fed.run_round(
             "adaptive residuals",
             partial(_residual_step, spec=spec, budget=m2),
-            (P, spec["gamma"]),
+            (P, R_P, spec["gamma"]),
         )
         # Points already taken have zero residual, so they cannot be drawn
         # again and count for nothing in the expected shares.
@@ -821,28 +826,18 @@ def _row_order(client, state):
     return order
 
 
-def _embedding_step(
-    client,
-    state,
-    message,
-    *,
-    kernel,
-    degree,
-    coef0,
-    n_random_features,
-    embedding_dim,
-    sketch_size,
+# Two entries: the embedding round of the current fit (and of one running
+# beside it); the maps hold d · D + D · t floats each.
+@lru_cache(maxsize=2)
+def _shared_embedding(
+    seed, n_features, kernel, gamma, degree, coef0, n_random_features, embedding_dim
 ):
-    """disLS, worker part 1: kernel subspace embedding and point sketch.
+    """The shared map z and Gaussian S of disLS, drawn from the round's seed.
 
-    E[m] = S z(X[m])ᵀ (t × n_m) with the shared map z and Gaussian S; the
-    upload is G[m] = E[m] T_m (t × min(n_m, p)), T_m private to the client.
-    E[m] stays on the client for the leverage scores.
+    Every client draws the same ones; a process serving many clients (a
+    thousand small ones in one joblib worker) draws them once.
     """
-    seed, gamma = message
-    X = client.X
-    n_features = X.shape[1]
-    shared = check_random_state(int(seed))
+    shared = check_random_state(seed)
     # Leverage scores are only needed to a constant factor, so the embedding
     # is computed in float32: half the time and memory of the dominant cost
     # (n_m · D cosines or FFTs).
@@ -876,6 +871,40 @@ def _embedding_step(
         dim = n_features
     S = (shared.standard_normal((dim, embedding_dim)) / np.sqrt(embedding_dim)).astype(
         f32
+    )
+    S.flags.writeable = False
+    return features, S
+
+
+def _embedding_step(
+    client,
+    state,
+    message,
+    *,
+    kernel,
+    degree,
+    coef0,
+    n_random_features,
+    embedding_dim,
+    sketch_size,
+):
+    """disLS, worker part 1: kernel subspace embedding and point sketch.
+
+    E[m] = S z(X[m])ᵀ (t × n_m) with the shared map z and Gaussian S; the
+    upload is G[m] = E[m] T_m (t × min(n_m, p)), T_m private to the client.
+    E[m] stays on the client for the leverage scores.
+    """
+    seed, gamma = message
+    X = client.X
+    features, S = _shared_embedding(
+        int(seed),
+        X.shape[1],
+        kernel,
+        float(gamma) if gamma is not None else None,
+        degree,
+        coef0,
+        n_random_features,
+        embedding_dim,
     )
     Et = np.empty((X.shape[0], embedding_dim))
     for start in range(0, X.shape[0], _BLOCK):
@@ -979,14 +1008,13 @@ def _residual_step(client, state, message, *, spec, budget):
     """RepSample, adaptive part: d_j = κ(a_j, a_j) − ‖R_Pᵀ k_P(a_j)‖², the
     squared feature-space distance of a_j to span φ(P); upload Σ_j d_j and
     the ``budget`` largest d_j."""
-    P, gamma = message
+    P, R, gamma = message
     spec = dict(spec, gamma=gamma)
     X = client.X
     diag = _kernel_diag(X, spec)
     if P is None or P.shape[0] == 0:
         resid = diag
     else:
-        R = _span_basis(_kernel(P, P, spec))
         resid = np.empty(X.shape[0])
         for start in range(0, X.shape[0], _BLOCK):
             block = slice(start, start + _BLOCK)
@@ -1002,11 +1030,10 @@ def _project_step(client, state, message, *, spec, upload, local_rank, sketch_wi
     """disLR, worker part 1: Π[m] = Rᵀ K_{Y, X[m]}, kept as what the upload
     needs (the r × r Gram Π Πᵀ, or the right sketch Π T_m), plus the column
     sums of Π for centering; upload the column sums (r floats)."""
-    Y, gamma = message
+    Y, R, gamma = message
     spec = dict(spec, gamma=gamma)
     X = client.X
     n = X.shape[0]
-    R = _span_basis(_kernel(Y, Y, spec))
     r = R.shape[1]
     gram = np.zeros((r, r), order="F")
     colsum = np.zeros(r)
@@ -1030,13 +1057,22 @@ def _project_step(client, state, message, *, spec, upload, local_rank, sketch_wi
     # recomputed from Y and R (a second kernel pass) rather than held at
     # n_m · r floats for a large client.
     kept = [] if n * r <= _KEEP_PROJECTIONS else None
+    # A client with fewer rows than r works on its n × r projections and
+    # never forms the r × r Gram matrix (O(r²) per client, the fixed cost
+    # that dominated with a thousand small clients).
+    small = kept is not None and n < r
+    if small:
+        gram = None
     for start in range(0, n, _BLOCK):
         block = slice(start, start + _BLOCK)
         Pt = _kernel(X[block], Y, spec) @ R
         if kept is not None:
             kept.append(Pt)
-        # Upper triangle only (BLAS syrk): half the flops of Ptᵀ Pt.
-        gram = scipy.linalg.blas.dsyrk(1.0, Pt.T, beta=1.0, c=gram, overwrite_c=True)
+        if not small:
+            # Upper triangle only (BLAS syrk): half the flops of Ptᵀ Pt.
+            gram = scipy.linalg.blas.dsyrk(
+                1.0, Pt.T, beta=1.0, c=gram, overwrite_c=True
+            )
         colsum += Pt.sum(axis=0)
         if sketch is not None:
             aug = np.hstack([Pt, np.ones((Pt.shape[0], 1))])
@@ -1044,7 +1080,8 @@ def _project_step(client, state, message, *, spec, upload, local_rank, sketch_wi
                 sketch[block] = aug
             else:
                 sketch += cs[:, block] @ aug
-    gram = np.triu(gram) + np.triu(gram, 1).T
+    if not small:
+        gram = np.triu(gram) + np.triu(gram, 1).T
     if cs is None and sketch is not None:
         sketch = sketch[order]
     state["kpca_basis"] = (Y, R, spec)
@@ -1070,15 +1107,24 @@ def _lowrank_step(client, state, mean):
     upload, local_rank, _ = state["kpca_upload"]
     if mean is not None:
         state["kpca_mean"] = mean
-        cross = np.outer(colsum, mean)
-        gram = gram - cross - cross.T + n * np.outer(mean, mean)
-        state["kpca_gram"] = gram
+        if gram is not None:
+            cross = np.outer(colsum, mean)
+            gram = gram - cross - cross.T + n * np.outer(mean, mean)
+            state["kpca_gram"] = gram
     if upload == "sketch":
         sketch = state.pop("kpca_sketch")
         factor = sketch[:-1]
         if mean is not None:
             factor = factor - np.outer(mean, sketch[-1])
         return state, factor
+    if gram is None:
+        # A small client: the SVD of its n × r projections (O(n² r)) gives
+        # the same U_q Σ_q as the r × r eigenproblem (O(r³)).
+        centred = _centred_projections(state)
+        r = centred.shape[1]
+        q = min(local_rank, n, r)
+        _, sv, Vt = np.linalg.svd(centred, full_matrices=False)
+        return state, Vt[:q].T * sv[:q]
     r = gram.shape[0]
     q = min(local_rank, n, r)
     if q == 0:
@@ -1102,12 +1148,21 @@ def _error_step(client, state, W):
     (1 + 2k floats)."""
     mean = state.get("kpca_mean")
     gram = state["kpca_gram"]
-    energy = np.einsum("ij,ij->j", W, gram @ W)
+    if gram is None:
+        energy = np.sum((_centred_projections(state) @ W) ** 2, axis=0)
+    else:
+        energy = np.einsum("ij,ij->j", W, gram @ W)
     shift = np.zeros(W.shape[1]) if mean is None else mean @ W
     extreme = np.zeros(W.shape[1])
     for proj in _client_projections(client, state):
         extreme = _signed_extreme(np.vstack([extreme, proj @ W - shift]))
     return state, (state["kpca_trace"], energy, extreme)
+
+
+def _centred_projections(state):
+    """A small client's kept Π[m]ᵀ, minus the projected mean if centred."""
+    kept, mean = state["kpca_projections"], state.get("kpca_mean")
+    return kept if mean is None else kept - mean
 
 
 def _client_projections(client, state):

@@ -310,10 +310,12 @@ def test_ledger_matches_per_round_formulas(upload):
         ("leverage scores", "download"): [t * t] * 6,
         ("leverage scores", "upload"): [1 + min(m1, s) for s in sizes],
         ("leverage sample", "download"): [1] * 6,
-        ("adaptive residuals", "download"): [m1 * d + 1] * 6,
+        # P, its basis R_P (the RBF kernel of distinct rows has full rank,
+        # so |P| x |P|) and γ.
+        ("adaptive residuals", "download"): [m1 * d + m1 * m1 + 1] * 6,
         ("adaptive residuals", "upload"): [1 + min(n_rep - m1, s) for s in sizes],
         ("adaptive sample", "download"): [1] * 6,
-        ("disLR", "download"): [n_y * d + 1] * 6,
+        ("disLR", "download"): [n_y * d + n_y * r + 1] * 6,
         ("disLR", "upload"): [
             r * (min(q, r, s) if upload == "local_svd" else min(w, s)) for s in sizes
         ],
@@ -350,7 +352,9 @@ def test_ledger_uniform_and_centered_rounds():
     assert list(_per_client(log, "uniform sample", "upload").values()) == list(
         quota * 4
     )
-    assert set(_per_client(log, "feature mean", "download").values()) == {30 * 4 + 1}
+    assert set(_per_client(log, "feature mean", "download").values()) == {
+        30 * 4 + 30 * r + 1
+    }
     assert set(_per_client(log, "feature mean", "upload").values()) == {r}
     assert set(_per_client(log, "disLR", "download").values()) == {r}
 
