@@ -222,11 +222,11 @@ class DistributedKernelPCA(
     embedding             2 (seed, γ)                    t · min(n_m, p)
     leverage scores       t² (Z)                         1 + min(m₁, n_m)
     leverage sample       1 (quota)                      quota · d (rows)
-    adaptive residuals    ``|P|`` · d + 1 (P, γ)         1 + min(m₂, n_m)
+    adaptive residuals    ``|P|`` (d + r_P) + 1          1 + min(m₂, n_m)
     adaptive sample       1 (quota)                      quota · d (rows)
     uniform sample        1 (quota)                      quota · d (rows)
-    feature mean          ``|Y|`` · d + 1 (Y, γ)         r
-    disLR                 ``|Y|`` · d + 1 (Y, γ), or r   r · min(h, r, n_m)
+    feature mean          ``|Y|`` (d + r) + 1            r
+    disLR                 ``|Y|`` (d + r) + 1, or r      r · min(h, r, n_m)
     error                 r · k (W)                      1 + 2k
     ====================  =============================  ========================
 
@@ -239,6 +239,9 @@ class DistributedKernelPCA(
       floats, or their CSR size).
     * "uniform sample" replaces the five disLS/RepSample rounds ("embedding"
       to "adaptive sample") for ``sampling="uniform"``.
+    * "adaptive residuals" carries P, the basis R_P of span φ(P) and γ;
+      "feature mean" or "disLR" carry Y, the basis R of span φ(Y) and γ:
+      the server computes the bases once instead of every client.
     * "feature mean" runs only with ``center=True``: it then carries Y, and
       the "disLR" download is the projected mean (r floats).
     * The "disLR" upload is for ``lowrank_upload="local_svd"``; it is
