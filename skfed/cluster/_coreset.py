@@ -32,19 +32,18 @@ from sklearn.base import (
     _fit_context,
 )
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.metrics.pairwise import euclidean_distances
 from sklearn.utils import check_random_state, gen_batches
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.extmath import row_norms, safe_sparse_dot
 from sklearn.utils.validation import (
     _check_sample_weight,
-    check_is_fitted,
     validate_data,
 )
 
 from .._federation import FederatedMixin
 from .._rows import canonical_row_order, row_hashes
 from .._validation import StrictInterval, as_id_array, check_magnitude, clip_to_data
+from ._centers import KMeansCentersMixin
 
 __all__ = [
     "CoresetKMeansResult",
@@ -66,6 +65,7 @@ _WEIGHT_EPS = 1e-10
 
 
 class DistributedKMeans(
+    KMeansCentersMixin,
     FederatedMixin,
     ClassNamePrefixFeaturesOutMixin,
     ClusterMixin,
@@ -416,119 +416,6 @@ class DistributedKMeans(
                 stacklevel=2,
             )
         return self
-
-    def fit_predict(self, X, y=None, *, partitions=None, sample_weight=None):
-        """Fit and return ``labels_``.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-        y : Ignored
-        partitions : None, int or array-like of shape (n_samples,), default=None
-            See :meth:`fit`.
-        sample_weight : array-like of shape (n_samples,), default=None
-            See :meth:`fit`.
-
-        Returns
-        -------
-        labels : ndarray of shape (n_samples,)
-        """
-        return self.fit(X, partitions=partitions, sample_weight=sample_weight).labels_
-
-    def fit_transform(self, X, y=None, *, partitions=None, sample_weight=None):
-        """Fit and return the distances of ``X`` to the centers.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-        y : Ignored
-        partitions : None, int or array-like of shape (n_samples,), default=None
-            See :meth:`fit`.
-        sample_weight : array-like of shape (n_samples,), default=None
-            See :meth:`fit`.
-
-        Returns
-        -------
-        X_new : ndarray of shape (n_samples, n_clusters)
-        """
-        self.fit(X, partitions=partitions, sample_weight=sample_weight)
-        X = validate_data(self, X, reset=False, **self._test_data_args())
-        return self._transform(X)
-
-    def predict(self, X):
-        """Index of the closest center for each sample.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-
-        Returns
-        -------
-        labels : ndarray of shape (n_samples,)
-        """
-        check_is_fitted(self)
-        X = validate_data(self, X, reset=False, **self._test_data_args())
-        check_magnitude(X)
-        labels, _ = _assign_around_centers(X, self.cluster_centers_, d2=None)
-        return labels.astype(np.int32, copy=False)
-
-    def transform(self, X):
-        """Euclidean distance of each sample to each center.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-
-        Returns
-        -------
-        X_new : ndarray of shape (n_samples, n_clusters)
-        """
-        check_is_fitted(self)
-        X = validate_data(self, X, reset=False, **self._test_data_args())
-        return self._transform(X)
-
-    def _transform(self, X):
-        check_magnitude(X)
-        if sp.issparse(X):
-            return euclidean_distances(X, self.cluster_centers_)
-        reference = self.cluster_centers_.mean(axis=0)
-        return euclidean_distances(X - reference, self.cluster_centers_ - reference)
-
-    def score(self, X, y=None, sample_weight=None):
-        """Opposite of the k-means objective of ``X`` against the centers.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-        y : Ignored
-        sample_weight : array-like of shape (n_samples,), default=None
-
-        Returns
-        -------
-        score : float
-            ``-Σ_i w_i min_j ‖x_i − c_j‖²``.
-        """
-        check_is_fitted(self)
-        X = validate_data(self, X, reset=False, **self._test_data_args())
-        check_magnitude(X)
-        sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64)
-        _, d2 = _assign_around_centers(X, self.cluster_centers_)
-        return -float(sample_weight @ d2)
-
-    @staticmethod
-    def _test_data_args():
-        return {
-            "accept_sparse": "csr",
-            "dtype": [np.float64, np.float32],
-            "order": "C",
-            "accept_large_sparse": False,
-        }
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = True
-        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
-        return tags
 
 
 class CoresetKMeansResult(NamedTuple):

@@ -41,7 +41,8 @@ from ..kernel import (
     random_fourier_features,
     sample_fourier_weights,
 )
-from ._coreset import _assign_around_centers, federated_coreset_kmeans
+from ._centers import KMeansCentersMixin
+from ._coreset import federated_coreset_kmeans
 
 __all__ = ["FederatedKernelKMeans"]
 
@@ -58,6 +59,7 @@ _ROUNDOFF = 1e-10
 
 
 class FederatedKernelKMeans(
+    KMeansCentersMixin,
     FederatedMixin,
     ClassNamePrefixFeaturesOutMixin,
     TransformerMixin,
@@ -490,7 +492,6 @@ class FederatedKernelKMeans(
         D, s = self.n_random_features, self._s()
         gram = self.eigen_solver == "gram"
         lam = None if self.threshold is None else float(self.threshold)
-        hook = getattr(self, "_iteration_hook", None)
         r = 0
         ranks, steps, history, replay = [], [], [], []
         for t in range(1, self.max_iter + 1):
@@ -528,12 +529,6 @@ class FederatedKernelKMeans(
             r = kept.shape[0]
             estimate = kept + (1.0 - eta) * lam
             history.append(estimate)
-            if hook is not None:
-                hook(
-                    t=t,
-                    eigenvalues=estimate,
-                    embedding=lambda: fed.assemble(lambda st: st["U"], n_samples),
-                )
             if self.verbose:
                 print(
                     f"[FederatedKernelKMeans] iteration {t}: η={eta:.3g}, "
@@ -557,7 +552,6 @@ class FederatedKernelKMeans(
         sizes = fed.client_sizes
         splits = np.cumsum(sizes)[:-1]
         lam = None if self.threshold is None else float(self.threshold)
-        hook = getattr(self, "_iteration_hook", None)
         B = np.zeros((n_samples, 0))
         ranks, steps, history, replay = [], [], [], []
         for t in range(1, self.max_iter + 1):
@@ -616,8 +610,6 @@ class FederatedKernelKMeans(
             B = U * shrink
             estimate = mu[keep] + (1.0 - eta) * lam
             history.append(estimate)
-            if hook is not None:
-                hook(t=t, eigenvalues=estimate, embedding=None)
             if self.verbose:
                 print(
                     f"[FederatedKernelKMeans] iteration {t} (no CEM): "
@@ -680,68 +672,24 @@ class FederatedKernelKMeans(
 
     def _embed(self, X):
         """H(x) in float64 (the replay of :meth:`transform`)."""
-        n, d = X.shape
-        D, s = self.n_random_features, self.n_components_
-        U = B = None
-        # Iterations outer, rows inner: one iteration's Ω is d x D, and all
-        # of them together would be T times that.
-        for seed, eta, basis, shrink in self._replay:
-            omega, offset = sample_fourier_weights(seed, d, D, self.gamma_)
-            U = np.empty((n, basis.shape[1]))
-            for start in range(0, n, _CHUNK):
-                block = slice(start, start + _CHUNK)
-                W = iteration_features(
-                    X[block], omega, offset, eta, None if B is None else B[block]
-                )
-                U[block] = W @ basis
-            B = U * shrink
-        return U[:, :s] * self._scales
+        U = replay_eigenvectors(X, self._replay, self.gamma_, self.n_random_features)
+        return U[:, : self.n_components_] * self._scales
 
-    def predict(self, X):
-        """Nearest center in the spectral embedding of :meth:`transform`.
+    # predict and score come from KMeansCentersMixin, in the space the
+    # hooks below give: the replayed embedding. On the training samples
+    # predict gives ``labels_`` (up to floating-point ties) and score
+    # ``-inertia_``, with no client involved.
 
-        On the training samples this gives ``labels_`` (up to floating-point
-        ties), with no client involved.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            New samples.
-
-        Returns
-        -------
-        labels : ndarray of shape (n_samples,)
-            Index of the cluster each sample belongs to.
-        """
-        return self._assign(X)[0]
-
-    def score(self, X, y=None):
-        """Opposite of the k-means objective of X in the spectral embedding.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            New samples.
-        y : Ignored
-            Not used, present for API consistency.
-
-        Returns
-        -------
-        score : float
-            −Σ min_c ‖H(x) − c‖²; on the training samples, ``-inertia_``.
-        """
-        return -float(self._assign(X)[1].sum())
-
-    def _assign(self, X):
-        check_is_fitted(self)
+    def _center_space(self, X):
         X = validate_data(
             self, X, accept_sparse="csr", dtype=[np.float64, np.float32], reset=False
         )
         check_magnitude(X)
-        # As the clients' label step: rows in float64, centers as stored.
-        centers = self.cluster_centers_.astype(np.float64)
-        labels, d2 = _assign_around_centers(self._embed(X), centers)
-        return labels.astype(np.intp, copy=False), d2
+        return self._embed(X)
+
+    def _centers(self):
+        # As the clients' label step: rows and centers in float64.
+        return self.cluster_centers_.astype(np.float64)
 
     @property
     def _n_features_out(self):
@@ -787,11 +735,6 @@ class FederatedKernelKMeans(
         """
         return self.fit(X, partitions=partitions).labels_
 
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = True
-        return tags
-
 
 # --------------------------------------------------------------------------
 # Client steps
@@ -827,6 +770,31 @@ def _random_features_step(
     if upload_gram:
         return state, state["G"][np.triu_indices(W.shape[1])]
     return state, None
+
+
+def replay_eigenvectors(X, replay, gamma, n_random_features):
+    """Server: U_T(x), the eigenvector estimates after the recorded
+    iterations, for any rows X (see :meth:`FederatedKernelKMeans.transform`).
+
+    ``replay`` holds, per iteration, the seed of its random features, η_t,
+    V_t / √μ_t and √(μ_t − η_t λ), as sent to the clients; a prefix of it
+    gives the estimates after that many iterations.
+    """
+    n, d = X.shape
+    U = B = None
+    # Iterations outer, rows inner: one iteration's Ω is d x D, and all of
+    # them together would be T times that.
+    for seed, eta, basis, shrink in replay:
+        omega, offset = sample_fourier_weights(seed, d, n_random_features, gamma)
+        U = np.empty((n, basis.shape[1]))
+        for start in range(0, n, _CHUNK):
+            block = slice(start, start + _CHUNK)
+            W = iteration_features(
+                X[block], omega, offset, eta, None if B is None else B[block]
+            )
+            U[block] = W @ basis
+        B = U * shrink
+    return U
 
 
 def iteration_features(X, omega, offset, eta, B):

@@ -36,14 +36,12 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import (
     euclidean_distances,
     pairwise_distances_argmin,
-    pairwise_distances_argmin_min,
 )
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.extmath import randomized_svd, row_norms
 from sklearn.utils.validation import (
     _check_sample_weight,
-    check_is_fitted,
     validate_data,
 )
 from threadpoolctl import ThreadpoolController
@@ -51,6 +49,7 @@ from threadpoolctl import ThreadpoolController
 from .._federation import ClientStepError, ClientValueError, FederatedMixin
 from .._rows import row_hashes
 from .._validation import StrictInterval, check_magnitude
+from ._centers import KMeansCentersMixin
 from ._coreset import weighted_kmeans
 
 __all__ = ["KFed"]
@@ -64,6 +63,7 @@ _PLAIN_STREAM = 4
 
 
 class KFed(
+    KMeansCentersMixin,
     FederatedMixin,
     ClassNamePrefixFeaturesOutMixin,
     TransformerMixin,
@@ -569,129 +569,6 @@ class KFed(
         self.communication_ = fed.log
         return self
 
-    def fit_predict(self, X, y=None, *, partitions=None, sample_weight=None):
-        """Fit and return the induced label of each training sample.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            Training data.
-
-        y : Ignored
-            Not used, present here for API consistency by convention.
-
-        partitions : None, int or array-like of shape (n_samples,), \
-                default=None
-            Client id of each sample, see :meth:`fit`.
-
-        sample_weight : array-like of shape (n_samples,), default=None
-            Weight of each sample in the k-means objective; equal weights
-            when None. Each client uses its own samples' weights.
-
-        Returns
-        -------
-        labels : ndarray of shape (n_samples,)
-            ``labels_``: the global cluster of each sample's local cluster.
-        """
-        return self.fit(X, partitions=partitions, sample_weight=sample_weight).labels_
-
-    def fit_transform(self, X, y=None, *, partitions=None, sample_weight=None):
-        """Fit, then return the distances of X to the global centers.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            Training data.
-
-        y : Ignored
-            Not used, present here for API consistency by convention.
-
-        partitions : None, int or array-like of shape (n_samples,), \
-                default=None
-            Client id of each sample, see :meth:`fit`.
-
-        sample_weight : array-like of shape (n_samples,), default=None
-            Weight of each sample in the k-means objective; equal weights
-            when None. Each client uses its own samples' weights.
-
-        Returns
-        -------
-        X_new : ndarray of shape (n_samples, n_clusters)
-            Distances to the global centers.
-        """
-        self.fit(X, partitions=partitions, sample_weight=sample_weight)
-        return self._transform(self._validate_test_data(X))
-
-    def predict(self, X):
-        """Index of the nearest global center of each sample.
-
-        Works sample by sample: no client structure is needed. For training
-        samples this can differ from the induced ``labels_`` when a point
-        is closer to another global center than its local cluster's.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            New data.
-
-        Returns
-        -------
-        labels : ndarray of shape (n_samples,)
-            Index of the cluster each sample belongs to.
-        """
-        check_is_fitted(self)
-        X, centers = self._around_reference(self._validate_test_data(X))
-        labels, _ = pairwise_distances_argmin_min(X, centers)
-        return labels.astype(np.int32, copy=False)
-
-    def transform(self, X):
-        """Distances of X to the global centers (as ``KMeans.transform``).
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            New data.
-
-        Returns
-        -------
-        X_new : ndarray of shape (n_samples, n_clusters)
-            Euclidean distance of each sample to each global center.
-        """
-        check_is_fitted(self)
-        return self._transform(self._validate_test_data(X))
-
-    def score(self, X, y=None, sample_weight=None):
-        """Opposite of the k-means objective of X with the global centers.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            New data.
-
-        y : Ignored
-            Not used, present here for API consistency by convention.
-
-        sample_weight : array-like of shape (n_samples,), default=None
-            Weight of each sample; equal weights when None.
-
-        Returns
-        -------
-        score : float
-            Minus the (weighted) sum of squared distances to the nearest
-            global center.
-        """
-        check_is_fitted(self)
-        X = self._validate_test_data(X)
-        sample_weight = _check_sample_weight(sample_weight, X, dtype=X.dtype)
-        _, distances = pairwise_distances_argmin_min(*self._around_reference(X))
-        return -float(np.dot(sample_weight, distances.astype(np.float64) ** 2))
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = True
-        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
-        return tags
-
     # -- orchestration helpers (no math here) ---------------------------------
 
     def _validate_training_data(self, X, *, reset):
@@ -728,35 +605,6 @@ class KFed(
         return _check_sample_weight(
             sample_weight, X, dtype=X.dtype, ensure_non_negative=True
         )
-
-    def _validate_test_data(self, X):
-        X = validate_data(
-            self,
-            X,
-            accept_sparse="csr",
-            dtype=[np.float64, np.float32],
-            order="C",
-            accept_large_sparse=False,
-            reset=False,
-        )
-        check_magnitude(X)
-        return X
-
-    def _transform(self, X):
-        return euclidean_distances(*self._around_reference(X))
-
-    def _around_reference(self, X):
-        """X and the global centers minus the centers' mean.
-
-        Distances are then computed where the expansion ‖x‖² − 2x·c + ‖c‖²
-        does not cancel, even for data far from the origin. Sparse X is left
-        as it is (subtracting a point would densify it).
-        """
-        centers = self.cluster_centers_
-        if sp.issparse(X):
-            return X, centers
-        reference = centers.mean(axis=0)
-        return X - reference, centers - reference
 
     def _local_round(self, fed, name):
         """Run the local step on every client of ``fed``; gather its centers."""

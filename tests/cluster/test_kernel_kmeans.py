@@ -15,6 +15,7 @@ from sklearn.metrics.pairwise import euclidean_distances, rbf_kernel
 
 from skfed import FederatedKernelKMeans
 from skfed._testing import iteration_uploads
+from skfed.cluster._kernel_kmeans import replay_eigenvectors
 
 
 def _rings(n=300):
@@ -99,7 +100,6 @@ def test_recovery_error_falls_like_one_over_t():
     n, s, T = X.shape[0], 5, 30
     curves = []
     for seed in range(3):
-        seen = []
         km = FederatedKernelKMeans(
             5,
             n_random_features=30,
@@ -110,11 +110,17 @@ def test_recovery_error_falls_like_one_over_t():
             n_init=1,
             random_state=seed,
         )
-        km._iteration_hook = lambda t, eigenvalues, embedding, seen=seen: seen.append(
-            (eigenvalues[:s], embedding()[:, :s])
-        )
         km.fit(X, partitions=3)
-        assert km.n_iter_ == T == len(seen)
+        assert km.n_iter_ == T
+        # U_t of every iteration, replayed from what the server sent (equal
+        # to the clients' U_t; see the transform tests).
+        seen = [
+            (
+                km.eigenvalue_history_[t - 1][:s],
+                replay_eigenvectors(X, km._replay[:t], km.gamma_, 30)[:, :s],
+            )
+            for t in range(1, T + 1)
+        ]
         w, U = np.linalg.eigh(rbf_kernel(X, gamma=km.gamma_))
         U_s = U[:, ::-1][:, :s]
         K_s = (U_s * w[::-1][:s]) @ U_s.T

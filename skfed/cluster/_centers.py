@@ -1,0 +1,181 @@
+"""What every k-means estimator does with its fitted centers, written once.
+
+:class:`~skfed.KFed` and :class:`~skfed.DistributedKMeans` cluster the data
+in its own space, :class:`~skfed.FederatedKernelKMeans` in a spectral
+embedding; all three end with ``cluster_centers_`` in some space and answer
+``predict`` and ``score`` there, on the server, with no client involved.
+The space is the one hook: :meth:`KMeansCentersMixin._center_space` maps
+validated samples into it (the identity for the first two, the replayed
+embedding for the third).
+"""
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.base import TransformerMixin
+from sklearn.metrics.pairwise import euclidean_distances
+from sklearn.utils.validation import (
+    _check_sample_weight,
+    check_is_fitted,
+    validate_data,
+)
+
+from .._validation import check_magnitude
+
+__all__ = ["KMeansCentersMixin"]
+
+
+class KMeansCentersMixin(TransformerMixin):
+    """predict, transform, score, fit_predict and fit_transform from
+    ``cluster_centers_`` (mix in before :class:`~sklearn.base.BaseEstimator`).
+
+    A :class:`~sklearn.base.TransformerMixin`, so that ``set_output`` wraps
+    the ``transform`` and ``fit_transform`` defined here.
+
+    Distances are taken around the centers' mean (see
+    :func:`skfed.cluster._coreset._assign_around_centers`): far from the
+    origin the expansion ‖x‖² − 2x·c + ‖c‖² would cancel, and a sample
+    equidistant from two centers to rounding goes to the first.
+    """
+
+    def fit_predict(self, X, y=None, *, partitions=None, sample_weight=None):
+        """Fit and return ``labels_``.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Training data.
+        y : Ignored
+            Not used, present here for API consistency by convention.
+        partitions : None, int or array-like of shape (n_samples,), \
+                default=None
+            Client id of each sample, see :meth:`fit`.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Weight of each sample, see :meth:`fit`.
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,)
+            The cluster of each training sample, as the clients labelled it.
+        """
+        return self.fit(X, partitions=partitions, sample_weight=sample_weight).labels_
+
+    def fit_transform(self, X, y=None, *, partitions=None, sample_weight=None):
+        """Fit, then return the distances of X to the centers.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Training data.
+        y : Ignored
+            Not used, present here for API consistency by convention.
+        partitions : None, int or array-like of shape (n_samples,), \
+                default=None
+            Client id of each sample, see :meth:`fit`.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Weight of each sample, see :meth:`fit`.
+
+        Returns
+        -------
+        X_new : ndarray of shape (n_samples, n_clusters)
+            Euclidean distance of each sample to each center.
+        """
+        self.fit(X, partitions=partitions, sample_weight=sample_weight)
+        return self._distances(self._center_space(X))
+
+    def predict(self, X):
+        """Index of the nearest center of each sample (no client involved).
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            New data.
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,)
+            Index of the cluster each sample belongs to.
+        """
+        check_is_fitted(self)
+        labels, _ = _assign_around_centers(
+            self._center_space(X), self._centers(), d2=None
+        )
+        return labels.astype(np.int32, copy=False)
+
+    def transform(self, X):
+        """Distances of X to the centers (as ``KMeans.transform``).
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            New data.
+
+        Returns
+        -------
+        X_new : ndarray of shape (n_samples, n_clusters)
+            Euclidean distance of each sample to each center.
+        """
+        check_is_fitted(self)
+        return self._distances(self._center_space(X))
+
+    def score(self, X, y=None, sample_weight=None):
+        """Opposite of the k-means objective of X against the centers.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            New data.
+        y : Ignored
+            Not used, present here for API consistency by convention.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Weight of each sample; equal weights when None.
+
+        Returns
+        -------
+        score : float
+            ``-Σ_i w_i min_j ‖x_i − c_j‖²``.
+        """
+        check_is_fitted(self)
+        rows = self._center_space(X)
+        sample_weight = _check_sample_weight(sample_weight, rows, dtype=np.float64)
+        _, d2 = _assign_around_centers(rows, self._centers())
+        return -float(sample_weight @ d2)
+
+    # -- hooks ------------------------------------------------------------------
+
+    def _center_space(self, X):
+        """Validated samples in the space of ``cluster_centers_``."""
+        X = validate_data(
+            self,
+            X,
+            accept_sparse="csr",
+            dtype=[np.float64, np.float32],
+            order="C",
+            accept_large_sparse=False,
+            reset=False,
+        )
+        check_magnitude(X)
+        return X
+
+    def _centers(self):
+        return self.cluster_centers_
+
+    def _distances(self, rows):
+        centers = self._centers()
+        if sp.issparse(rows):
+            return euclidean_distances(rows, centers)
+        reference = centers.mean(axis=0)
+        return euclidean_distances(rows - reference, centers - reference)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+        return tags
+
+
+def _assign_around_centers(X, centers, *, d2="exact"):
+    # Imported here: the coreset module defines DistributedKMeans, which
+    # mixes this class in.
+    from ._coreset import _assign_around_centers as assign
+
+    return assign(X, centers, d2=d2)
