@@ -24,7 +24,6 @@ an order-free fingerprint of the client's data, never on the backend, on
 import hashlib
 import sys
 import traceback
-import uuid
 
 import numpy as np
 import scipy.sparse as sp
@@ -47,10 +46,6 @@ __all__ = [
 ]
 
 _SEED_MAX = np.iinfo(np.int32).max
-
-# How many times a ClientData was unpickled in this process (how often client
-# data was shipped to it), per fit. Read on dask workers by the scale-out tests.
-N_CLIENT_DATA_RECEIVED = {}
 
 
 class ClientStepError(RuntimeError):
@@ -144,11 +139,6 @@ class ClientData:
 
     def __repr__(self):
         return f"ClientData(client_id={self.client_id!r}, n_samples={self.n_samples})"
-
-    def __setstate__(self, state):
-        self.__dict__.update(state)
-        fit = self.__dict__.get("fit_id")
-        N_CLIENT_DATA_RECEIVED[fit] = N_CLIENT_DATA_RECEIVED.get(fit, 0) + 1
 
 
 class _Failure:
@@ -260,7 +250,6 @@ class Federation:
             See :class:`Federation`.
         """
         base = int(check_random_state(random_state).randint(_SEED_MAX))
-        fit_id = uuid.uuid4().hex  # tags this fit's clients; no effect on results
         if sp.issparse(X):
             X = X.tocsr()
         clients = []
@@ -280,7 +269,6 @@ class Federation:
                     sample_weight=weights,
                 )
             )
-            clients[-1].fit_id = fit_id
         return cls(
             clients,
             n_jobs=n_jobs,

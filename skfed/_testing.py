@@ -9,6 +9,7 @@ and the benchmarks measure the same thing.
 __all__ = [
     "INTEGRATION_CASES",
     "client_data_received",
+    "settled_receipts",
     "fail_on",
     "iteration_uploads",
     "keep_message_as_labels",
@@ -48,12 +49,36 @@ def keep_message_as_labels(client, state, message):
     return state, None
 
 
-def client_data_received():
-    """How many times client data was unpickled in this process, per fit id
-    (run on a dask worker to measure what was shipped to it)."""
-    from . import _federation
+# How many times a ClientData was unpickled in this process, per fit (keyed
+# by the first entropy word, which all clients of one fit share). Counted
+# only once install_receive_counter has run here: the library itself keeps
+# no counter.
+_RECEIVED = {}
 
-    return dict(_federation.N_CLIENT_DATA_RECEIVED)
+
+def install_receive_counter():
+    """Count unpicklings of ClientData in this process from now on (run it
+    on every dask worker; idempotent)."""
+    from ._federation import ClientData
+
+    if getattr(ClientData, "_skfed_counting", False):
+        return
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        key = self.entropy[0]
+        _RECEIVED[key] = _RECEIVED.get(key, 0) + 1
+
+    ClientData.__setstate__ = __setstate__
+    ClientData._skfed_counting = True
+
+
+def client_data_received():
+    """How many times client data was unpickled in this process, per fit
+    (run on a dask worker to measure what was shipped to it); installs the
+    counter on first use."""
+    install_receive_counter()
+    return dict(_RECEIVED)
 
 
 # Estimator name -> (small, fast constructor params, a grid over the
@@ -89,12 +114,30 @@ def leak_thread_limits(client, state, message):
     return state, None
 
 
+def settled_receipts(dask_client, *, wait=0.25, tries=40):
+    """:func:`client_data_received` on every worker, read once two readings
+    ``wait`` seconds apart agree: copies of earlier fits that were still in
+    flight (a broadcast scatter does not wait for every worker) have landed
+    by then and are not taken for the next fit's."""
+    import time
+
+    counts = dask_client.run(client_data_received)
+    for _ in range(tries):
+        time.sleep(wait)
+        again = dask_client.run(client_data_received)
+        if again == counts:
+            break
+        counts = again
+    return counts
+
+
 def shipped_since(before, after):
     """Client-data shipments of the fits that first appear in ``after``.
 
     ``before`` and ``after`` map each worker to :func:`client_data_received`
     read there; fits already seen in ``before`` (whose late copies may still
-    be landing) are left out.
+    be landing) are left out, so every counted fit needs its own
+    ``random_state`` (the key is derived from it).
     """
     seen = {fit for counts in before.values() for fit in counts}
     return sum(

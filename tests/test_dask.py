@@ -10,8 +10,8 @@ import skfed
 from skfed._federation import Federation
 from skfed._testing import (
     INTEGRATION_CASES,
-    client_data_received,
     noisy_sum,
+    settled_receipts,
     shipped_since,
 )
 from skfed._validation import check_partitions
@@ -37,7 +37,9 @@ def dask_client():
 
 def _fit(X, ids, n_rounds):
     p = check_partitions(ids, X.shape[0])
-    with Federation.from_arrays(X, None, p, random_state=0) as fed:
+    # A random_state of its own: the shipment counter tells fits apart by
+    # the seed their clients derive from it.
+    with Federation.from_arrays(X, None, p, random_state=48_611) as fed:
         out = [
             fed.run_round("sum", noisy_sum, {"round": r, "scale": 1.0})
             for r in range(n_rounds)
@@ -51,10 +53,10 @@ def test_dask_gives_the_sequential_result_and_ships_data_once(dask_client):
     n_rounds = 6
     _, expected = _fit(X, ids, n_rounds)
 
-    before = dask_client.run(client_data_received)
+    before = settled_receipts(dask_client)
     with parallel_config(backend="dask"):
         fed, got = _fit(X, ids, n_rounds)
-    shipped = shipped_since(before, dask_client.run(client_data_received))
+    shipped = shipped_since(before, settled_receipts(dask_client))
 
     np.testing.assert_array_equal(got, expected)
     assert fed.local_results(lambda s: s["calls"]) == dict.fromkeys(range(5), n_rounds)
@@ -68,17 +70,20 @@ def test_estimators_on_dask_match_the_sequential_fit(name, dask_client):
     X, y = make_blobs(n_samples=240, centers=3, n_features=4, random_state=1)
     y = (y == 0).astype(int) if INTEGRATION_CASES[name][2] == "classify" else y
     partitions = np.arange(240) % 6
-    params = INTEGRATION_CASES[name][0]
+    # Each estimator's fit gets its own seed (the shipment counter tells
+    # fits apart by it).
+    seed = 1000 + sorted(INTEGRATION_CASES).index(name)
+    params = dict(INTEGRATION_CASES[name][0], random_state=seed)
 
     # dask workers run BLAS on one thread; so do both fits in this process
     # (the server's steps run here), because a multithreaded BLAS sums in
     # another order (differences of ~1e-14).
     with threadpool_limits(limits=1):
         expected = getattr(skfed, name)(**params).fit(X, y, partitions=partitions)
-        before = dask_client.run(client_data_received)
+        before = settled_receipts(dask_client)
         with parallel_config(backend="dask"):
             got = getattr(skfed, name)(**params).fit(X, y, partitions=partitions)
-    shipped = shipped_since(before, dask_client.run(client_data_received))
+    shipped = shipped_since(before, settled_receipts(dask_client))
 
     for method in ("predict", "transform", "decision_function"):
         if hasattr(expected, method):
