@@ -864,7 +864,7 @@ def test_n_init_is_clipped_to_the_client_sizes(blobs, monkeypatch):
     X, _ = blobs
     X = X[:60]
     asked = []
-    original = kfed_module.KMeans
+    original = kfed_module._kmeans
 
     def spy(*args, **kwargs):
         asked.append(kwargs.get("n_init"))
@@ -872,7 +872,7 @@ def test_n_init_is_clipped_to_the_client_sizes(blobs, monkeypatch):
             raise AssertionError(f"n_init={kwargs['n_init']} on 20 samples")
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(kfed_module, "KMeans", spy)
+    monkeypatch.setattr(kfed_module, "_kmeans", spy)
     with pytest.warns(UserWarning, match="n_init=10000000 exceeds .* 3 client"):
         kfed = KFed(4, n_init=10**7, random_state=0).fit(X, partitions=3)
     assert 20 in asked
@@ -1035,3 +1035,32 @@ def test_local_step_and_merge_match_kmeans_on_label_skewed_digits():
     assert np.mean(over) >= np.mean(theirs) - 0.03
     assert np.mean(ratio) <= 1.07
     assert np.mean(default) <= 1.07
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_small_client_kmeans_matches_scikit_learn(monkeypatch, dtype):
+    # Small clients run k-means on arrays (no KMeans.fit overhead); the
+    # cost must be KMeans' own, from k-means++ and from a given init.
+    from sklearn.datasets import make_blobs
+
+    X, _ = make_blobs(300, centers=6, n_features=5, random_state=3)
+    X = X.astype(dtype)
+    w = np.random.RandomState(0).uniform(0.5, 2.0, 300)
+
+    def cost(centers):
+        d2 = ((X[:, None, :] - centers[None]) ** 2).sum(axis=2).min(axis=1)
+        return float(w @ d2)
+
+    kw = {"n_init": 5, "max_iter": 300, "tol": 1e-4, "seed": 0}
+    small = kfed_module._kmeans(X, w, 6, **kw)
+    init = X[:6].astype(np.float64)
+    small_init = kfed_module._kmeans(X, w, 6, init=init, **dict(kw, n_init=1))
+    monkeypatch.setattr(kfed_module, "_SMALL_CLIENT", 0)
+    large = kfed_module._kmeans(X, w, 6, **kw)
+    large_init = kfed_module._kmeans(X, w, 6, init=init, **dict(kw, n_init=1))
+    assert cost(small[0]) == pytest.approx(cost(large[0]), rel=0.01)
+    assert cost(small_init[0]) == pytest.approx(cost(large_init[0]), rel=0.01)
+    # Labels are the nearest centers.
+    for centers, labels, _ in (small, small_init):
+        d2 = ((X[:, None, :] - centers[None]) ** 2).sum(axis=2)
+        np.testing.assert_array_equal(labels, d2.argmin(axis=1))
