@@ -47,9 +47,6 @@ _SEED_MAX = np.iinfo(np.int32).max
 # Rows per block when a client evaluates kernels or features, so that memory
 # stays O(block * |Y|) instead of O(n_m * |Y|).
 _BLOCK = 2048
-# A client keeps its projections Π[m]ᵀ for the sign round up to this many
-# floats (32 MiB); a larger client recomputes them.
-_KEEP_PROJECTIONS = 2**22
 # Eigenvalues of K_YY below this fraction of the largest are treated as zero:
 # their directions carry no energy and would only amplify rounding.
 _EIG_RTOL = 1e-10
@@ -1056,14 +1053,15 @@ def _project_step(client, state, message, *, spec, upload, local_rank, sketch_wi
             sketch = np.zeros((n_mid, r + 1))
         else:
             sketch = np.zeros((n, r + 1))
-    # The sign round needs the projections again: kept when small, else
-    # recomputed from Y and R (a second kernel pass) rather than held at
-    # n_m · r floats for a large client.
-    kept = [] if n * r <= _KEEP_PROJECTIONS else None
     # A client with fewer rows than r works on its n × r projections and
     # never forms the r × r Gram matrix (O(r²) per client, the fixed cost
-    # that dominated with a thousand small clients).
-    small = kept is not None and n < r
+    # that dominated with a thousand small clients); it keeps them, as they
+    # are smaller than that Gram matrix. A larger client keeps only the
+    # Gram matrix and recomputes its projections for the sign round (a
+    # second kernel pass): held until then, n_m · r floats per client add
+    # up to N · r over the federation (3.2 GB at N = 1M, r = 400).
+    small = n < r
+    kept = [] if small else None
     if small:
         gram = None
     for start in range(0, n, _BLOCK):
