@@ -42,6 +42,7 @@ from pathlib import Path
 
 import numpy as np
 from _data import digit_images
+from scipy.sparse.linalg import eigsh
 from sklearn.cluster import KMeans
 from sklearn.datasets import load_digits
 from sklearn.decomposition import KernelPCA
@@ -223,8 +224,6 @@ def defaults_against_exact(X, y, k, name, seeds):
             }
         )
     start = time.perf_counter()
-    from scipy.sparse.linalg import eigsh
-
     w, U = eigsh(rbf_kernel(X, gamma=gamma), k=2 * k, which="LA")
     order = np.argsort(-w)
     w, U = w[order], U[:, order]

@@ -144,6 +144,11 @@ class KMeansCentersMixin(TransformerMixin):
 
     def _center_space(self, X):
         """Validated samples in the space of ``cluster_centers_``."""
+        return self._validated(X)
+
+    def _validated(self, X, *, reset=False):
+        """X as every k-means estimator here takes it, in fit (``reset``)
+        and after: float64/32, CSR accepted, finite, of usable magnitude."""
         X = validate_data(
             self,
             X,
@@ -151,7 +156,7 @@ class KMeansCentersMixin(TransformerMixin):
             dtype=[np.float64, np.float32],
             order="C",
             accept_large_sparse=False,
-            reset=False,
+            reset=reset,
         )
         check_magnitude(X)
         return X

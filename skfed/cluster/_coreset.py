@@ -37,12 +37,11 @@ from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.extmath import row_norms, safe_sparse_dot
 from sklearn.utils.validation import (
     _check_sample_weight,
-    validate_data,
 )
 
 from .._federation import FederatedMixin
 from .._rows import canonical_row_order, row_hashes
-from .._validation import StrictInterval, as_id_array, check_magnitude, clip_to_data
+from .._validation import StrictInterval, as_id_array, clip_to_data
 from ._centers import KMeansCentersMixin
 
 __all__ = [
@@ -333,15 +332,7 @@ class DistributedKMeans(
         self : object
             Fitted estimator.
         """
-        X = validate_data(
-            self,
-            X,
-            accept_sparse="csr",
-            dtype=[np.float64, np.float32],
-            order="C",
-            accept_large_sparse=False,
-        )
-        check_magnitude(X)
+        X = self._validated(X, reset=True)
         n_samples = X.shape[0]
         if n_samples < self.n_clusters:
             raise ValueError(

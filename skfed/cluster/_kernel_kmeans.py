@@ -335,8 +335,7 @@ class FederatedKernelKMeans(
         self : object
             Fitted estimator.
         """
-        X = validate_data(self, X, accept_sparse="csr", dtype=[np.float64, np.float32])
-        check_magnitude(X)
+        X = self._validated(X, reset=True)
         n_samples = X.shape[0]
         self._check_sizes(n_samples)
         coreset_size, n_init = self._coreset_sizes(n_samples)
@@ -665,10 +664,7 @@ class FederatedKernelKMeans(
             Same dtype as X (float32 or float64).
         """
         check_is_fitted(self)
-        X = validate_data(
-            self, X, accept_sparse="csr", dtype=[np.float64, np.float32], reset=False
-        )
-        check_magnitude(X)
+        X = self._validated(X)
         return self._embed(X).astype(X.dtype, copy=False)
 
     def _embed(self, X):
@@ -682,11 +678,16 @@ class FederatedKernelKMeans(
     # ``-inertia_``, with no client involved.
 
     def _center_space(self, X):
+        return self._embed(self._validated(X))
+
+    def _validated(self, X, *, reset=False):
+        # Only products with X are needed: any CSR matrix and memory layout
+        # will do (the coordinate-space estimators ask for C order).
         X = validate_data(
-            self, X, accept_sparse="csr", dtype=[np.float64, np.float32], reset=False
+            self, X, accept_sparse="csr", dtype=[np.float64, np.float32], reset=reset
         )
         check_magnitude(X)
-        return self._embed(X)
+        return X
 
     def _centers(self):
         # As the clients' label step: rows and centers in float64.

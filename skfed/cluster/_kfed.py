@@ -42,13 +42,12 @@ from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.extmath import randomized_svd, row_norms
 from sklearn.utils.validation import (
     _check_sample_weight,
-    validate_data,
 )
 from threadpoolctl import ThreadpoolController
 
 from .._federation import ClientStepError, ClientValueError, FederatedMixin
 from .._rows import row_hashes
-from .._validation import StrictInterval, check_magnitude
+from .._validation import StrictInterval
 from ._centers import KMeansCentersMixin
 from ._coreset import (
     _centered,
@@ -582,16 +581,7 @@ class KFed(
     # -- orchestration helpers (no math here) ---------------------------------
 
     def _validate_training_data(self, X, *, reset):
-        X = validate_data(
-            self,
-            X,
-            accept_sparse="csr",
-            dtype=[np.float64, np.float32],
-            order="C",
-            accept_large_sparse=False,
-            reset=reset,
-        )
-        check_magnitude(X)
+        X = self._validated(X, reset=reset)
         local = self.n_local_clusters
         values = local.values() if isinstance(local, Mapping) else [local]
         for value in values:
