@@ -1,40 +1,43 @@
-"""The simulated network: clients, their parallel execution, and the ledger.
+"""The network of one fit: its clients, the rounds, and the ledger.
 
 A fit cuts the data once into :class:`ClientData` pieces that live for the
-whole fit. Client steps are module-level functions::
+whole fit. Client steps are module-level functions registered by name
+(:func:`skfed._protocol.client_step`)::
 
-    def step(client, state, message):
+    @client_step("myalgo.local")
+    def step(client, state, message, **options):
         ...
         return new_state, upload
 
-``client`` is the client's own data, ``state`` what the same client kept from
-its previous rounds (``None`` at first) and ``message`` what the server sent
-it. ``new_state`` stays on the client; ``upload`` goes to the server and is
-measured by the ledger. Server steps are plain functions of uploads: they
-never see a :class:`ClientData`, which is the privacy boundary of the code.
+``client`` is the client's own data, ``state`` what the same client kept
+under the step's namespace in earlier rounds (``None`` at first) and
+``message`` what the server sent it. ``new_state`` stays on the client;
+``upload`` goes to the server and is measured by the ledger. Server steps
+are plain functions of uploads: they never see a :class:`ClientData`, which
+is the privacy boundary of the code.
 
-All rounds of one fit run in one reused ``sklearn.utils.parallel.Parallel``
-pool, so the backend (sequential, threads, loky, dask) is chosen by
-``n_jobs`` and any enclosing ``joblib.parallel_config``. Per-client random
-streams are fixed before the first round and depend on the fit's seed and on
-an order-free fingerprint of the client's data, never on the backend, on
-``n_jobs``, on the order of the clients or on their names.
+Where the clients live and their steps run is the federation's transport
+(:mod:`skfed._transport`); by default one reused
+``sklearn.utils.parallel.Parallel`` pool serves all rounds, so the backend
+(sequential, threads, loky, dask) is chosen by ``n_jobs`` and any enclosing
+``joblib.parallel_config``. Per-client random streams are fixed before the
+first round and depend on the fit's seed and on an order-free fingerprint
+of the client's data, never on the backend, on ``n_jobs``, on the order of
+the clients or on their names.
 """
 
 import hashlib
 import sys
-import traceback
+from types import MappingProxyType
 
 import numpy as np
 import scipy.sparse as sp
-from joblib import effective_n_jobs, parallel_config
-from joblib.parallel import get_active_backend
 from sklearn.utils import check_random_state
-from sklearn.utils.parallel import Parallel, delayed
-from threadpoolctl import threadpool_limits
 
 from ._ledger import DOWNLOAD, UPLOAD, CommunicationLog, count_payload
+from ._protocol import as_step_call, client_step, stream_key
 from ._rows import rounded_row_hashes
+from ._transport import JoblibTransport, StepFailure
 from ._validation import check_partitions
 
 __all__ = [
@@ -106,6 +109,7 @@ class ClientData:
     """
 
     def __init__(self, client_id, X, y, sample_indices, entropy, sample_weight=None):
+        self._storage = None
         self.client_id = client_id
         self.X = X
         self.y = y
@@ -118,63 +122,85 @@ class ClientData:
         """n_m, the number of samples on this client."""
         return self.X.shape[0]
 
-    def random_state(self, *keys):
-        """A ``RandomState`` private to this client, one stream per ``keys``.
+    def random_state(self, name, *keys):
+        """A ``RandomState`` private to this client, one stream per name.
 
         Parameters
         ----------
+        name : str
+            Names the stream, e.g. ``"kfed.seeding"``: streams of different
+            names are independent.
         *keys : int
-            Distinguish streams, e.g. the round index.
+            Further distinguish streams of one name, e.g. the round index.
 
         Returns
         -------
         rng : numpy.random.RandomState
         """
-        seq = np.random.SeedSequence([*self.entropy, *(int(k) for k in keys)])
+        if not isinstance(name, str):
+            raise TypeError(f"A random stream is named by a str, got {name!r}.")
+        words = [*self.entropy, stream_key(name), *(int(k) for k in keys)]
+        seq = np.random.SeedSequence(words)
         return np.random.RandomState(seq.generate_state(4))
 
-    def seed(self, *keys):
+    def seed(self, name, *keys):
         """An int seed private to this client (for ``random_state=`` args)."""
-        return int(self.random_state(*keys).randint(_SEED_MAX))
+        return int(self.random_state(name, *keys).randint(_SEED_MAX))
+
+    def read(self, namespace, key=None):
+        """What this client kept under another protocol's ``namespace``
+        (read-only; a step writes only its own namespace).
+
+        Raises
+        ------
+        KeyError
+            If no step of that protocol has run on this client.
+        """
+        storage = getattr(self, "_storage", None) or {}
+        if namespace not in storage:
+            raise KeyError(
+                f"Client {self.client_id!r} keeps nothing under {namespace!r}: "
+                "run that protocol's steps first."
+            )
+        value = storage[namespace]
+        return value if key is None else value[key]
+
+    def with_storage(self, storage):
+        """This client as a step sees it: the same data, plus read access to
+        what the client kept in earlier rounds (``storage``: namespace ->
+        state)."""
+        # Not copy.copy, which would go through __setstate__ (a test patches
+        # it to count data shipments).
+        view = object.__new__(type(self))
+        view.__dict__.update(self.__dict__)
+        view._storage = MappingProxyType(storage)
+        return view
 
     def __repr__(self):
         return f"ClientData(client_id={self.client_id!r}, n_samples={self.n_samples})"
 
 
-class _Failure:
-    def __init__(self, exc, tb):
-        self.exc = exc
-        self.tb = tb
-
-
-def _run_client_step(step, client, state, message):
-    """Run one client step where the backend puts it; never let it raise."""
-    try:
-        # The clients are the unit of parallelism. Without this, scikit-learn
-        # helpers called by a step (n_jobs=None) would inherit the enclosing
-        # joblib configuration, split their work differently per backend and
-        # round differently, breaking "same seed, same model".
-        with parallel_config(backend="sequential"):
-            return step(client, state, message)
-    except Exception as exc:  # surfaced by Federation.run_round
-        return _Failure(exc, traceback.format_exc())
-
-
 class Federation:
     """The clients of one fit and the network between them and the server.
 
-    Use as a context manager so that one worker pool serves every round::
+    Use as a context manager so that what serves the clients (a worker pool,
+    a dask client) is opened once for every round::
 
         with Federation.from_arrays(X, y, partitioning, ...) as fed:
             uploads = fed.run_round("local step", local_step, message)
 
     Parameters
     ----------
-    clients : list of ClientData
-        In canonical order.
+    clients : list of ClientData, default=None
+        In canonical order, held in this process (a
+        :class:`~skfed._transport.JoblibTransport` is built for them).
+    transport : transport, default=None
+        Where the clients live and their steps run (see
+        :mod:`skfed._transport`); replaces ``clients``.
     n_jobs : int, default=None
-        Passed to ``sklearn.utils.parallel.Parallel``; ``None`` lets an
-        enclosing ``joblib.parallel_config`` decide.
+        For the joblib transport built from ``clients``: passed to
+        ``sklearn.utils.parallel.Parallel``; ``None`` lets an enclosing
+        ``joblib.parallel_config`` decide.
     verbose : int, default=0
         Print one line per round when positive.
     log : CommunicationLog, default=None
@@ -201,23 +227,32 @@ class Federation:
     """
 
     def __init__(
-        self, clients, *, n_jobs=None, verbose=0, log=None, on_client_error="raise"
+        self,
+        clients=None,
+        *,
+        transport=None,
+        n_jobs=None,
+        verbose=0,
+        log=None,
+        on_client_error="raise",
     ):
         if on_client_error not in ("raise", "drop"):
             raise ValueError(
                 f"on_client_error must be 'raise' or 'drop', got {on_client_error!r}."
             )
-        self._clients = {c.client_id: c for c in clients}
-        self._states = {c.client_id: None for c in clients}
-        self.client_ids = [c.client_id for c in clients]
+        if (clients is None) == (transport is None):
+            raise ValueError("Pass either clients or a transport.")
+        if transport is None:
+            transport = JoblibTransport(clients, n_jobs=n_jobs)
+        self.transport = transport
+        self.client_ids = list(transport.client_ids)
+        self._sizes = transport.client_sizes
         self.failed_clients = {}
         self.client_errors = {}
         self.on_client_error = on_client_error
         self.n_jobs = n_jobs
         self.verbose = verbose
         self.log = CommunicationLog() if log is None else log
-        self._parallel = None
-        self._sequential = True
 
     @classmethod
     def from_arrays(
@@ -278,62 +313,11 @@ class Federation:
         )
 
     def __enter__(self):
-        # Client steps that call scikit-learn (e.g. KMeans) limit BLAS/OpenMP
-        # threads while they run; limits set and undone from several client
-        # threads at once interleave and can leave the process with one
-        # thread after the fit. Snapshot them here, restore them on exit.
-        self._thread_limits = threadpool_limits(limits=None)
-        self._config = None
-        backend, _ = get_active_backend()
-        if type(backend).__name__ == "DaskDistributedBackend":
-            # joblib's dask backend scatters arguments anew for every call of
-            # the pool, i.e. every round; scattering the clients up front
-            # ships each client's data to the workers once per fit.
-            self._config = parallel_config(
-                backend="dask",
-                client=backend.client,
-                scatter=list(self._clients.values()),
-            )
-            self._config.__enter__()
-            scattering = get_active_backend()[0]
-            self._scattered = (
-                scattering.client,
-                list(scattering.data_futures.values()),
-            )
-        self._sequential = effective_n_jobs(self.n_jobs) == 1
-        # One call per task under dask: joblib's automatic batching follows
-        # the measured task durations, and a batch ships its arguments inline
-        # instead of the scattered clients (measured under CPU load: up to 14
-        # unpicklings of 6 clients on 2 workers, where scattering allows 12).
-        batch = 1 if self._config is not None else "auto"
-        self._parallel = Parallel(
-            n_jobs=self.n_jobs, prefer="threads", batch_size=batch
-        )
-        self._parallel.__enter__()
-        # The pool above has taken the enclosing joblib configuration; the
-        # server steps that run in this thread from now on must not (see
-        # _run_client_step).
-        self._server_config = parallel_config(backend="sequential")
-        self._server_config.__enter__()
+        self.transport.__enter__()
         return self
 
     def __exit__(self, *exc_info):
-        self._server_config.__exit__(*exc_info)
-        parallel, self._parallel = self._parallel, None
-        try:
-            return parallel.__exit__(*exc_info)
-        finally:
-            if self._config is not None:
-                self._config.__exit__(*exc_info)
-                self._config = None
-                # Release the scattered clients now, synchronously: joblib
-                # scatters them under a content hash, and a release still in
-                # flight when a later fit scatters the same data under the
-                # same key cancels that fit's tasks ("lost dependencies").
-                client, futures = self._scattered
-                client.cancel(futures)
-                self._scattered = None
-            self._thread_limits.restore_original_limits()
+        return self.transport.__exit__(*exc_info)
 
     @property
     def n_clients(self):
@@ -344,12 +328,12 @@ class Federation:
     def client_sizes(self):
         """n_m of every client still taking part (public protocol metadata:
         the server learns each client's size)."""
-        return np.array([self._clients[c].n_samples for c in self.client_ids])
+        return np.array([self._sizes[c] for c in self.client_ids])
 
     def drop(self, client_ids, reason):
         """Remove clients from every later round (simulated dropout)."""
         for cid in client_ids:
-            if cid in self._states:
+            if cid in self._sizes:
                 self.failed_clients[cid] = reason
         self.client_ids = [c for c in self.client_ids if c not in self.failed_clients]
 
@@ -360,9 +344,11 @@ class Federation:
         ----------
         name : str
             Name of the round in the ledger.
-        step : callable
-            Module-level client step ``step(client, state, message) ->
-            (state, upload)``.
+        step : callable, functools.partial or str
+            A registered client step (:func:`skfed._protocol.client_step`),
+            a ``functools.partial`` of one giving keyword options (plain
+            data), or its registered name. Only the name and the options
+            reach the clients.
         message : object, default=None
             Broadcast to every client (counted once per receiving client).
         messages : sequence, default=None
@@ -387,6 +373,7 @@ class Federation:
             ``ClientValueError``, also a ``ValueError``, when the client's
             error was a ``ValueError``).
         """
+        call = as_step_call(step)
         if tolerate is None:
             tolerate = self.on_client_error == "drop"
         ids = list(self.client_ids)
@@ -406,18 +393,10 @@ class Federation:
                 bytes={c: b for c, (_, b) in zip(ids, down)},
                 round=rnd,
             )
-        calls = [
-            (step, self._clients[c], self._states[c], m) for c, m in zip(ids, messages)
-        ]
-        if self._sequential:
-            # Iterative protocols (Lanczos) run thousands of tiny rounds; the
-            # pool's dispatch overhead would dominate them.
-            results = [_run_client_step(*call) for call in calls]
-        else:
-            results = self._parallel(delayed(_run_client_step)(*call) for call in calls)
+        results = self.transport.run(call, ids, list(messages))
         uploads, up = [], {}
         for cid, result in zip(ids, results):
-            if isinstance(result, _Failure):
+            if isinstance(result, StepFailure):
                 if not tolerate:
                     self._raise(cid, name, result)
                 self.failed_clients[cid] = (
@@ -425,10 +404,8 @@ class Federation:
                 )
                 self.client_errors[cid] = result.exc
                 continue
-            state, upload = result
-            self._states[cid] = state
-            uploads.append(upload)
-            up[cid] = count_payload(upload)
+            uploads.append(result)
+            up[cid] = count_payload(result)
         self.client_ids = [c for c in ids if c not in self.failed_clients]
         self.log.record(
             name,
@@ -460,38 +437,36 @@ class Federation:
             round_name=name,
         ) from exc
 
-    def local_results(self, extract):
+    def local_results(self, namespace, key=None):
         """Gather something each client keeps (never sent to the server).
 
         Parameters
         ----------
-        extract : callable
-            ``extract(state) -> value`` applied to each surviving client's
-            state.
+        namespace : str
+            The protocol's client-state key.
+        key : str, default=None
+            An entry of that state (a dict); the whole state when None.
 
         Returns
         -------
         results : dict
-            Client id -> value.
+            Client id -> value, for the clients still taking part.
         """
-        return {c: extract(self._states[c]) for c in self.client_ids}
+        return self.transport.local_values(namespace, key, self.client_ids)
 
-    def assemble(self, extract, n_samples, *, fill=-1, dtype=None):
+    def assemble(self, namespace, key, n_samples, *, fill=-1, dtype=None):
         """Reassemble a per-sample local output in training-sample order.
 
         For attributes such as ``labels_``: each client's values stay on the
         client in a deployment; the simulation stitches them together for
         the user. Samples of failed clients get ``fill``.
         """
-        parts = self.local_results(extract)
-        first = next(iter(parts.values()))
-        dtype = np.asarray(first).dtype if dtype is None else dtype
-        out = np.full((n_samples,) + np.asarray(first).shape[1:], fill, dtype=dtype)
-        for cid, values in parts.items():
-            out[self._clients[cid].sample_indices] = values
-        return out
+        return self.transport.assemble(
+            namespace, key, self.client_ids, n_samples, fill=fill, dtype=dtype
+        )
 
 
+@client_step("federation.receive")
 def _receive(client, state, message):
     """Client step that keeps what the server sent."""
     return state, None

@@ -19,29 +19,37 @@ __all__ = [
     "shipped_since",
 ]
 
+import builtins
+
 import numpy as np
 
+from ._protocol import client_step
 
+
+@client_step("testing.noisy_sum")
 def noisy_sum(client, state, message):
     """Upload the column sums of the client's rows plus seeded noise.
 
     Uses the client's own random stream keyed by ``message["round"]`` and
     counts its calls in the client state.
     """
-    rng = client.random_state(message["round"])
+    rng = client.random_state("testing.noise", message["round"])
     noise = rng.standard_normal(client.X.shape[1])
     state = dict(state or {})
     state["calls"] = state.get("calls", 0) + 1
     return state, client.X.sum(axis=0) + noise * message["scale"]
 
 
-def fail_on(client, state, message, *, bad, exc=RuntimeError):
-    """Raise ``exc`` on client ``bad``; others upload their size."""
+@client_step("testing.fail_on")
+def fail_on(client, state, message, *, bad, exc="RuntimeError"):
+    """Raise the built-in exception named ``exc`` on client ``bad``; others
+    upload their size."""
     if client.client_id == bad:
-        raise exc("disk on fire")
+        raise getattr(builtins, exc)("disk on fire")
     return state, float(client.n_samples)
 
 
+@client_step("testing.keep_message_as_labels")
 def keep_message_as_labels(client, state, message):
     """Label every sample of the client with ``message[0]``; upload nothing."""
     state = dict(state or {})
@@ -105,6 +113,7 @@ INTEGRATION_CASES = {
 }
 
 
+@client_step("testing.leak_thread_limits")
 def leak_thread_limits(client, state, message):
     """Set BLAS/OpenMP to one thread and never undo it (what interleaved
     limits from concurrent client threads can amount to)."""

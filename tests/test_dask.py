@@ -59,7 +59,7 @@ def test_dask_gives_the_sequential_result_and_ships_data_once(dask_client):
     shipped = shipped_since(before, settled_receipts(dask_client))
 
     np.testing.assert_array_equal(got, expected)
-    assert fed.local_results(lambda s: s["calls"]) == dict.fromkeys(range(5), n_rounds)
+    assert fed.local_results("testing", "calls") == dict.fromkeys(range(5), n_rounds)
     # Each client's data reaches each worker once per fit (broadcast scatter),
     # not once per round (which would be n_rounds * n_clients here).
     assert shipped == 5 * N_WORKERS

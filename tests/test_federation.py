@@ -66,10 +66,16 @@ def test_client_streams_differ_between_clients_and_seeds(data):
     X, ids = data
     p = check_partitions(ids, X.shape[0])
     fed = Federation.from_arrays(X, None, p, random_state=0)
-    draws = [fed._clients[c].random_state(0).rand() for c in fed.client_ids]
+    clients = [fed.transport.client(c) for c in fed.client_ids]
+    draws = [c.random_state("test.stream").rand() for c in clients]
     assert len(set(draws)) == len(draws)
     other = Federation.from_arrays(X, None, p, random_state=1)
-    assert other._clients[0].random_state(0).rand() != draws[0]
+    assert other.transport.client(0).random_state("test.stream").rand() != draws[0]
+    # Streams of different names are independent; a stream needs a name.
+    assert clients[0].random_state("test.other").rand() != draws[0]
+    assert clients[0].random_state("test.stream", 1).rand() != draws[0]
+    with pytest.raises(TypeError, match="named by a str"):
+        clients[0].random_state(0)
 
 
 def test_fingerprint_is_row_order_free_and_content_sensitive():
@@ -101,7 +107,7 @@ def test_ledger_counts_what_was_sent(data):
 def test_state_stays_with_each_client(data):
     X, ids = data
     fed, _ = _run(X, ids, n_rounds=3)
-    assert fed.local_results(lambda s: s["calls"]) == dict.fromkeys(range(5), 3)
+    assert fed.local_results("testing", "calls") == dict.fromkeys(range(5), 3)
 
 
 def test_per_client_messages_and_assemble(data):
@@ -111,7 +117,7 @@ def test_per_client_messages_and_assemble(data):
     with Federation.from_arrays(X, None, p, random_state=0) as fed:
         msgs = [np.full(c + 1, float(c)) for c in fed.client_ids]
         fed.run_round("label", keep_message_as_labels, messages=msgs)
-        labels = fed.assemble(lambda s: s["labels"], X.shape[0])
+        labels = fed.assemble("testing", "labels", X.shape[0])
         with pytest.raises(ValueError, match="2 messages for 5 clients"):
             fed.run_round("label", keep_message_as_labels, messages=msgs[:2])
     np.testing.assert_array_equal(labels, ids)
@@ -137,7 +143,7 @@ def test_client_failure_names_the_client(data, backend):
 def test_client_value_error_is_a_value_error(data):
     X, ids = data
     p = check_partitions(ids, X.shape[0])
-    step = functools.partial(fail_on, bad=1, exc=ValueError)
+    step = functools.partial(fail_on, bad=1, exc="ValueError")
     with pytest.raises(ValueError, match="Client 1 failed"):
         with Federation.from_arrays(X, None, p, random_state=0) as fed:
             fed.run_round("size", step)
@@ -162,7 +168,7 @@ def test_tolerated_failures_and_dropout(data):
 def test_on_client_error_sets_what_rounds_do_by_default(data):
     X, ids = data
     p = check_partitions(ids, X.shape[0])
-    step = functools.partial(fail_on, bad=2, exc=MemoryError)
+    step = functools.partial(fail_on, bad=2, exc="MemoryError")
     with pytest.raises(ClientStepError, match="Client 2 failed in round 'size'"):
         with Federation.from_arrays(X, None, p, random_state=0) as fed:
             fed.run_round("size", step)
@@ -195,7 +201,7 @@ def test_clients_hold_copies_cut_once(data):
     X, ids = data
     p = check_partitions(ids, X.shape[0])
     fed = Federation.from_arrays(X, None, p, random_state=0)
-    client = fed._clients[0]
+    client = fed.transport.client(0)
     assert not np.shares_memory(client.X, X)
     np.testing.assert_array_equal(client.X, X[ids == 0])
     np.testing.assert_array_equal(fed.client_sizes, np.bincount(ids))
@@ -207,11 +213,11 @@ def test_sample_weight_is_cut_with_the_data(data):
     p = check_partitions(ids, X.shape[0])
     fed = Federation.from_arrays(X, None, p, random_state=0, sample_weight=w)
     for cid in fed.client_ids:
-        np.testing.assert_array_equal(fed._clients[cid].sample_weight, w[ids == cid])
-    assert (
-        Federation.from_arrays(X, None, p, random_state=0)._clients[0].sample_weight
-        is None
-    )
+        np.testing.assert_array_equal(
+            fed.transport.client(cid).sample_weight, w[ids == cid]
+        )
+    unweighted = Federation.from_arrays(X, None, p, random_state=0)
+    assert unweighted.transport.client(0).sample_weight is None
 
 
 @pytest.mark.parametrize("backend", ["sequential", "threading"])
@@ -244,6 +250,37 @@ def test_zero_weight_rows_do_not_change_client_streams(data):
     )
     for c in weighted.client_ids:
         assert (
-            weighted._clients[c].random_state(0).rand()
-            == removed._clients[c].random_state(0).rand()
+            weighted.transport.client(c).random_state("test.stream").rand()
+            == removed.transport.client(c).random_state("test.stream").rand()
         )
+
+
+def _unregistered(client, state, message):
+    return state, None
+
+
+def test_only_registered_steps_run(data):
+    X, ids = data
+    p = check_partitions(ids, X.shape[0])
+    with Federation.from_arrays(X, None, p, random_state=0) as fed:
+        with pytest.raises(TypeError, match="not a registered client step"):
+            fed.run_round("code", _unregistered)
+        with pytest.raises(TypeError, match="options are data"):
+            fed.run_round("code", functools.partial(fail_on, bad=_unregistered))
+        # By name, as a remote transport would receive it.
+        sums = fed.run_round("sum", "testing.noisy_sum", {"round": 0, "scale": 0.0})
+    assert len(sums) == 5
+    assert fed.log.n_rounds == 1
+
+
+def test_steps_write_only_their_namespace(data):
+    X, ids = data
+    p = check_partitions(ids, X.shape[0])
+    with Federation.from_arrays(X, None, p, random_state=0) as fed:
+        fed.run_round("sum", noisy_sum, {"round": 0, "scale": 0.0})
+        fed.run_round("label", keep_message_as_labels, (3,))
+        state = fed.local_results("testing")
+    # Both testing.* steps share the "testing" namespace; each kept its key.
+    assert all(s["calls"] == 1 and (s["labels"] == 3).all() for s in state.values())
+    with pytest.raises(KeyError, match="keeps nothing under 'kfed'"):
+        fed.transport.client(0).with_storage({}).read("kfed")

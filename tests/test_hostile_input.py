@@ -23,7 +23,7 @@ from sklearn.metrics import adjusted_rand_score
 from sklearn.utils._param_validation import Interval, InvalidParameterError
 
 import skfed
-from skfed import ClientStepError, ClientValueError, _federation
+from skfed import ClientStepError, ClientValueError, _transport
 
 # Estimator -> (the minimum a user must pass, kind). Everything else is the
 # public default: the library promises that defaults just work.
@@ -258,17 +258,17 @@ def test_float32_draws_what_float64_draws(name):
 
 def _fail_for(monkeypatch, client_id, exc_type, round_index=0):
     """Make client ``client_id``'s step raise in the round-th round it runs."""
-    original = _federation._run_client_step
+    original = _transport.run_step
     seen = []
 
-    def failing(step, client, state, message):
+    def failing(call, client, storage, message):
         if client.client_id == client_id:
             seen.append(None)
             if len(seen) == round_index + 1:
-                return _federation._Failure(exc_type("injected failure"), "")
-        return original(step, client, state, message)
+                return _transport.StepFailure(exc_type("injected failure"), "")
+        return original(call, client, storage, message)
 
-    monkeypatch.setattr(_federation, "_run_client_step", failing)
+    monkeypatch.setattr(_transport, "run_step", failing)
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -20,6 +20,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._federation import FederatedMixin
+from .._protocol import client_step
 from .._validation import StrictInterval, check_magnitude
 from ..kernel import gamma_from_moments, moments_step
 from ._sparse_dual import (
@@ -366,12 +367,10 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
                     ),
                     message,
                 )
-            sent = fed.local_results(lambda state: state["sent"])
+            sent = fed.local_results("rkhs", "sent")
             critical = {c: np.sort(idx) for c, idx in sent.items()}
             # What each client knows of its own solve (not sent).
-            local_converged = fed.local_results(
-                lambda state: state.get("local_converged", True)
-            )
+            local_converged = fed.local_results("rkhs", "local_converged")
             X_pool, y_pool, lam_pool, order = _server_pool(uploads, n_problems, X.dtype)
             pool_index = np.concatenate([sent[c] for c in fed.client_ids])[order]
             solve = partial(
@@ -398,7 +397,7 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
                 )
                 if sum(len(u[1]) for u in uploads) == 0:
                     break
-                new = fed.local_results(lambda state: state["new"])
+                new = fed.local_results("rkhs", "new")
                 X_pool, y_pool, lam_pool, order = _server_pool(
                     [(X_pool, y_pool, model["lam"]), *uploads], n_problems, X.dtype
                 )
@@ -406,7 +405,7 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
                     [pool_index, *(new[c] for c in fed.client_ids)]
                 )[order]
                 model = solve(X_pool, y_pool, lam_pool)
-            sent = fed.local_results(lambda state: state["sent"])
+            sent = fed.local_results("rkhs", "sent")
             self.n_clients_ = fed.n_clients
             self.failed_clients_ = dict(fed.failed_clients)
         self.n_refinement_rounds_ = n_rounds
@@ -530,13 +529,14 @@ def _binary_labels(y_code, problem, n_problems):
 # Client steps
 
 
+@client_step("rkhs.send_all")
 def _send_all_step(client, state, message):
     """Client step of the centralized learner: send every sample (x, y)."""
-    state = dict(state or {})
-    state["sent"] = client.sample_indices
+    state = {"sent": client.sample_indices, "local_converged": True}
     return state, (client.X, client.y.astype(np.float64))
 
 
+@client_step("rkhs.critical_samples")
 def _local_dual_step(
     client,
     state,
@@ -589,6 +589,7 @@ def _local_dual_step(
     )
 
 
+@client_step("rkhs.violations")
 def _violations_step(client, state, message, *, threshold):
     """Client step (refinement): send the samples the global model violates.
 

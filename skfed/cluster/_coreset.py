@@ -18,7 +18,6 @@ import math
 import numbers
 import sys
 import warnings
-import zlib
 from functools import partial
 from typing import NamedTuple
 
@@ -40,6 +39,7 @@ from sklearn.utils.validation import (
 )
 
 from .._federation import FederatedMixin
+from .._protocol import client_step
 from .._rows import canonical_row_order, row_hashes
 from .._validation import StrictInterval, as_id_array, clip_to_data
 from ._centers import KMeansCentersMixin
@@ -47,7 +47,6 @@ from ._centers import KMeansCentersMixin
 __all__ = [
     "CoresetKMeansResult",
     "DistributedKMeans",
-    "client_rows",
     "federated_coreset_kmeans",
 ]
 
@@ -369,12 +368,10 @@ class DistributedKMeans(
                 tol=self.tol,
                 local_max_iter=self.local_max_iter,
                 refine_iter=self.refine_iter,
-                weights=client_sample_weight if weighted else None,
+                weighted=weighted,
                 verbose=self.verbose,
             )
-            self.labels_ = fed.assemble(
-                lambda s: s["coreset"]["labels"], n_samples, dtype=np.int32
-            )
+            self.labels_ = fed.assemble("coreset", "labels", n_samples, dtype=np.int32)
             self.client_ids_ = as_id_array(fed.client_ids)
             self.failed_clients_ = dict(fed.failed_clients)
         self.cluster_centers_ = result.cluster_centers.astype(X.dtype, copy=False)
@@ -459,8 +456,7 @@ def federated_coreset_kmeans(
     max_iter=300,
     tol=1e-4,
     rows=None,
-    state_key="coreset",
-    weights=None,
+    weighted=False,
     local_max_iter=20,
     refine_iter=0,
     exact_inertia=True,
@@ -489,7 +485,7 @@ def federated_coreset_kmeans(
        (k(s + 1) floats up); the server moves the centers to the means.
     4. ``"coreset labels"`` — the server broadcasts the k final centers:
        k·s floats down. Each client labels its rows and keeps the labels in
-       ``state[state_key]["labels"]``; with ``exact_inertia`` it uploads its
+       its ``"coreset"`` state as ``"labels"``; with ``exact_inertia`` it uploads its
        cost against the centers: 1 float up.
 
     Parameters
@@ -508,16 +504,14 @@ def federated_coreset_kmeans(
         Weighted Lloyd iterations per restart.
     tol : float, default=1e-4
         Relative center-shift tolerance (times the mean weighted variance).
-    rows : callable, default=None
-        Module-level function ``rows(client, state) -> (n_m, s)`` array (or
-        CSR matrix) giving the rows each client clusters; ``None`` means
-        :func:`skfed.cluster._coreset.client_rows` (the client's ``X``).
-        Must be picklable.
-    state_key : str, default="coreset"
-        Key of the client state this protocol owns; other keys are kept.
-    weights : callable, default=None
-        Module-level function ``weights(client, state) -> (n_m,)`` of
-        non-negative sample weights; ``None`` for unit weights.
+    rows : (str, str), default=None
+        Where each client finds the rows it clusters: ``(namespace, key)``
+        of another protocol's client state (an (n_m, s) array or CSR
+        matrix, e.g. FederatedKernelKMeans' spectral embedding); ``None``
+        means the client's own ``X``.
+    weighted : bool, default=False
+        Whether the clients weigh their rows by their own sample weights
+        (``client.sample_weight``); unit weights otherwise.
     local_max_iter : int, default=20
         Lloyd iterations of the local solutions B_m.
     refine_iter : int, default=0
@@ -533,12 +527,9 @@ def federated_coreset_kmeans(
     -------
     result : CoresetKMeansResult
         Centers, inertia, Lloyd iterations and coreset diagnostics. Labels
-        stay on the clients: ``fed.assemble(lambda s: s[state_key]["labels"],
-        n_samples)``.
+        stay on the clients: ``fed.assemble("coreset", "labels", n_samples)``.
     """
-    rows = client_rows if rows is None else rows
-    stream = zlib.crc32(state_key.encode())
-    common = {"rows": rows, "weights": weights, "state_key": state_key}
+    common = {"rows": None if rows is None else tuple(rows), "weighted": weighted}
 
     costs = fed.run_round(
         "coreset local cost",
@@ -547,7 +538,6 @@ def federated_coreset_kmeans(
             n_clusters=n_clusters,
             max_iter=local_max_iter,
             tol=tol,
-            stream=stream,
             **common,
         ),
     )
@@ -555,7 +545,7 @@ def federated_coreset_kmeans(
     asked = list(fed.client_ids)
     coresets = fed.run_round(
         "coreset sampling",
-        partial(_coreset_step, stream=stream, **common),
+        partial(_coreset_step, **common),
         messages=[int(t) for t in sample_counts],
     )
     # A client dropped in this round (on_client_error="drop") sent nothing.
@@ -613,46 +603,28 @@ def federated_coreset_kmeans(
 # Client steps
 
 
-def client_rows(client, state):
-    """Default row source: the client's own X."""
-    return client.X
+def _rows(client, rows):
+    """The rows a client clusters: its X, or another protocol's output."""
+    return client.X if rows is None else client.read(*rows)
 
 
-def client_sample_weight(client, state):
-    """The client's own sample weights (they never leave the client)."""
-    return client.sample_weight
-
-
-def _client_weights(client, state, weights, n_rows):
-    if weights is None:
+def _client_weights(client, weighted, n_rows):
+    if not weighted:
         return np.ones(n_rows)
-    w = np.asarray(weights(client, state), dtype=np.float64)
-    if w.shape != (n_rows,):
-        raise ValueError(f"weights gave shape {w.shape}; expected ({n_rows},).")
-    return w
+    return np.asarray(client.sample_weight, dtype=np.float64)
 
 
+@client_step("coreset.local_solution")
 def _local_solution_step(
-    client,
-    state,
-    message,
-    *,
-    rows,
-    weights,
-    state_key,
-    n_clusters,
-    max_iter,
-    tol,
-    stream,
+    client, state, message, *, rows, weighted, n_clusters, max_iter, tol
 ):
     """Client: local solution B_m and its cost (step 1 of §5).
 
     Upload: cost_m = Σ_p w_p d(p, B_m)², 1 float.
     """
-    state = dict(state or {})
-    X = rows(client, state)
+    X = _rows(client, rows)
     n = X.shape[0]
-    w = _client_weights(client, state, weights, n)
+    w = _client_weights(client, weighted, n)
     # Work on the rows in an order fixed by their values alone, so that
     # neither the client's random choices nor the rounding of its sums (and
     # hence its upload, bit for bit) depend on how its samples are stored.
@@ -672,7 +644,7 @@ def _local_solution_step(
         centers = _dense_rows(X, np.arange(n_clusters)).astype(np.float64)
         labels, d2 = _assign(X, x_sq, centers)
     else:
-        rng = client.random_state(stream, 1)
+        rng = client.random_state("coreset.local_solution")
         centers = _weighted_kmeans_plusplus(X, w, n_clusters, x_sq, rng, noise=noise)
         centers, labels, d2, _ = _weighted_lloyd(
             X, w, centers, x_sq, max_iter, _tolerance(X, w, tol), tie=noise
@@ -680,7 +652,7 @@ def _local_solution_step(
     cost = float(w @ d2)
     # Everything below is in canonical row order; the centers are kept (and
     # later uploaded) in the data's own coordinates.
-    state[state_key] = {
+    state = {
         "order": order,
         "centers": centers + shift,
         "labels": labels,
@@ -690,7 +662,8 @@ def _local_solution_step(
     return state, cost
 
 
-def _coreset_step(client, state, message, *, rows, weights, state_key, stream):
+@client_step("coreset.sample")
+def _coreset_step(client, state, message, *, rows, weighted):
     """Client: D² sampling of t_m rows and the weights (step 3 of §5).
 
     Upload: (local centers, drawn rows, weights) — (t_m + k_m)(s + 1) floats
@@ -699,25 +672,22 @@ def _coreset_step(client, state, message, *, rows, weights, state_key, stream):
     and their weights are uploaded instead (n⁺_m (s + 1) floats): the exact
     data, no larger than a coreset.
     """
-    state = dict(state or {})
-    X = rows(client, state)
-    local = state[state_key]
-    order, centers, labels = local["order"], local["centers"], local["labels"]
-    d2, cost = local["d2"], local["cost"]
-    w = _client_weights(client, state, weights, X.shape[0])[order]
+    X = _rows(client, rows)
+    order, centers, labels = state["order"], state["centers"], state["labels"]
+    d2, cost = state["d2"], state["cost"]
+    w = _client_weights(client, weighted, X.shape[0])[order]
     t = int(message)
     kept = order[w > 0]
     if t >= kept.shape[0]:
         # A budget that covers the client's rows: the rows themselves, each
         # with its own weight, are an exact summary and no larger.
-        state[state_key] = {}
         sample = X[kept]
-        return state, (centers[:0].astype(X.dtype), sample, w[w > 0])
+        return {}, (centers[:0].astype(X.dtype), sample, w[w > 0])
     k_m = centers.shape[0]
     center_weights = np.bincount(labels, weights=w, minlength=k_m)
     if t > 0 and cost > 0:
         p = w * d2
-        rng = client.random_state(stream, 2)
+        rng = client.random_state("coreset.sample")
         drawn = rng.choice(len(p), size=t, p=p / p.sum())
         sample_weights = cost / (t * d2[drawn])
         # Each drawn point stands for part of its local cluster; the center
@@ -729,44 +699,44 @@ def _coreset_step(client, state, message, *, rows, weights, state_key, stream):
     else:
         sample_weights = np.zeros(0)
         sample = X[:0]
-    state[state_key] = {}
     upload = (
         centers.astype(X.dtype, copy=False),
         sample,
         np.concatenate([center_weights, sample_weights]),
     )
-    return state, upload
+    return {}, upload
 
 
-def _cluster_sums_step(client, state, message, *, rows, weights, state_key):
+@client_step("coreset.cluster_sums")
+def _cluster_sums_step(client, state, message, *, rows, weighted):
     """Client: per-cluster weighted sums and weights (distributed Lloyd).
 
     Upload: k·s sums and k weights, k(s + 1) floats.
     """
-    X = rows(client, state)
+    X = _rows(client, rows)
     centers = np.asarray(message, dtype=np.float64)
     labels, _ = _assign_around_centers(X, centers, d2=None)
-    w = _client_weights(client, state, weights, X.shape[0])
+    w = _client_weights(client, weighted, X.shape[0])
     sums, totals = _cluster_sums(X, w, labels, centers.shape[0])
     return state, (sums, totals)
 
 
-def _label_step(client, state, message, *, rows, weights, state_key, exact_inertia):
+@client_step("coreset.labels")
+def _label_step(client, state, message, *, rows, weighted, exact_inertia):
     """Client: label own rows against the server's centers (step 4 of §5).
 
     Upload: the client's weighted cost against the centers (1 float) when
     ``exact_inertia``, else nothing.
     """
-    state = dict(state or {})
-    X = rows(client, state)
+    X = _rows(client, rows)
     # Label with the centers in the rows' precision, as the estimator stores
     # them, so that predict on the training rows reproduces these labels.
     centers = np.asarray(message, dtype=X.dtype)
     labels, d2 = _assign_around_centers(X, centers)
-    state[state_key] = {"labels": labels.astype(np.int32, copy=False)}
+    state = {"labels": labels.astype(np.int32, copy=False)}
     if not exact_inertia:
         return state, None
-    w = _client_weights(client, state, weights, X.shape[0])
+    w = _client_weights(client, weighted, X.shape[0])
     return state, float(w @ d2)
 
 

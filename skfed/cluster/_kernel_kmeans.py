@@ -34,6 +34,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._federation import FederatedMixin
 from .._lanczos import lanczos
+from .._protocol import client_step
 from .._validation import StrictInterval, check_magnitude, clip_to_data
 from ..kernel import (
     gamma_from_moments,
@@ -398,11 +399,11 @@ class FederatedKernelKMeans(
                 coreset_size=coreset_size,
                 random_state=rng,
                 n_init=n_init,
-                rows=spectral_rows,
+                rows=("kernel_kmeans", "H"),
                 refine_iter=self.refine_iter,
             )
-            labels = fed.assemble(lambda st: st["coreset"]["labels"], n_samples)
-            embedding = fed.assemble(lambda st: st["H"], n_samples)
+            labels = fed.assemble("coreset", "labels", n_samples)
+            embedding = fed.assemble("kernel_kmeans", "H", n_samples)
 
         self.gamma_ = gamma
         self.threshold_ = float(lam)
@@ -742,6 +743,7 @@ class FederatedKernelKMeans(
 # Client steps
 
 
+@client_step("kernel_kmeans.receive_gamma")
 def _receive_gamma_step(client, state, gamma):
     """Client step: keep the kernel width γ."""
     state = dict(state or {})
@@ -749,6 +751,7 @@ def _receive_gamma_step(client, state, gamma):
     return state, None
 
 
+@client_step("kernel_kmeans.random_features")
 def _random_features_step(
     client, state, message, *, n_features, upload_gram=False, with_memory=True
 ):
@@ -813,6 +816,7 @@ def iteration_features(X, omega, offset, eta, B):
     return W
 
 
+@client_step("kernel_kmeans.gram_matvec")
 def _gram_matvec_step(client, state, c):
     """Client step: one Lanczos product, W[m]ᵀ(W[m] c) (D + r_t floats up)."""
     if state["G"] is not None:
@@ -821,6 +825,7 @@ def _gram_matvec_step(client, state, c):
     return state, W.T @ (W @ c)
 
 
+@client_step("kernel_kmeans.eigenpairs")
 def _eigenpairs_step(client, state, message):
     """Client step: U_i[m] = W[m] v_i / √μ_i and B_{t+1}[m] = U √(μ − η_t λ).
 
@@ -836,6 +841,7 @@ def _eigenpairs_step(client, state, message):
     return state, None
 
 
+@client_step("kernel_kmeans.embedding")
 def _embedding_step(client, state, scales):
     """Client step: H[m] = [√(μ_i + (1 − η_T) λ) U_i[m]], first s columns."""
     state = dict(state)
@@ -843,27 +849,25 @@ def _embedding_step(client, state, scales):
     return state, None
 
 
+@client_step("kernel_kmeans.project")
 def _project_step(client, state, c_part):
     """Client step (no CEM): √(η/D) A[m]ᵀ c[m], D floats up."""
     return state, state["W"].T @ c_part
 
 
+@client_step("kernel_kmeans.expand")
 def _expand_step(client, state, y):
     """Client step (no CEM): √(η/D) A[m] y, n_m floats up."""
     return state, state["W"] @ y
 
 
+@client_step("kernel_kmeans.receive_embedding")
 def _receive_embedding_step(client, state, H_part):
     """Client step (no CEM): keep the rows of H the server computed."""
     state = dict(state)
     state.pop("W", None)
     state["H"] = H_part
     return state, None
-
-
-def spectral_rows(client, state):
-    """Rows the coreset k-means clusters: the client's spectral embedding."""
-    return state["H"]
 
 
 # --------------------------------------------------------------------------

@@ -46,6 +46,7 @@ from sklearn.utils.validation import (
 from threadpoolctl import ThreadpoolController
 
 from .._federation import ClientStepError, ClientValueError, FederatedMixin
+from .._protocol import client_step
 from .._rows import row_hashes
 from .._validation import StrictInterval
 from ._centers import KMeansCentersMixin
@@ -60,12 +61,12 @@ from ._coreset import (
 
 __all__ = ["KFed"]
 
-# Keys of the per-client random streams (``client.random_state(key)``).
-_SVD_STREAM = 0
-_SEEDING_STREAM = 1
-_LLOYD_STREAM = 2
-_DROPOUT_STREAM = 3
-_PLAIN_STREAM = 4
+# Names of the per-client random streams (``client.random_state(name)``).
+_SVD_STREAM = "kfed.svd"
+_SEEDING_STREAM = "kfed.seeding"
+_LLOYD_STREAM = "kfed.lloyd"
+_DROPOUT_STREAM = "kfed.dropout"
+_PLAIN_STREAM = "kfed.plain"
 # Clients with at most this many dense rows run k-means on arrays directly
 # (see _kmeans).
 _SMALL_CLIENT = 2048
@@ -690,21 +691,15 @@ class KFed(
 
     @staticmethod
     def _raw_clients(fed):
-        raw = fed.local_results(lambda state: state["kfed_raw"])
+        raw = fed.local_results("kfed", "raw")
         return [c for c, is_raw in raw.items() if is_raw]
 
     def _set_local_results(self, fed, n_samples):
         # Per-sample labels and inertia shares stay on the clients in a
         # deployment; the simulation gathers them for the fitted attributes.
-        self.labels_ = fed.assemble(
-            lambda state: state["kfed_labels"], n_samples, dtype=np.int32
-        )
-        self.inertia_ = float(
-            sum(fed.local_results(lambda state: state["kfed_inertia"]).values())
-        )
-        self.n_iter_ = int(
-            max(fed.local_results(lambda state: state["kfed_n_iter"]).values())
-        )
+        self.labels_ = fed.assemble("kfed", "labels", n_samples, dtype=np.int32)
+        self.inertia_ = float(sum(fed.local_results("kfed", "inertia").values()))
+        self.n_iter_ = int(max(fed.local_results("kfed", "n_iter").values()))
 
 
 def _client_step_error(client_id, round_name, exc):
@@ -739,6 +734,7 @@ class _RawUploadRefused(Exception):
     (``allow_raw_upload=False``)."""
 
 
+@client_step("kfed.local")
 def _local_step(
     client,
     state,
@@ -847,10 +843,11 @@ def _local_step(
     local_labels = np.empty(X.shape[0], dtype=np.intp)
     local_labels[order] = sorted_labels
 
-    state = dict(state or {})
-    state["kfed_local_labels"] = local_labels
-    state["kfed_raw"] = distinct is not None
-    state["kfed_n_iter"] = n_iter
+    state = {
+        "local_labels": local_labels,
+        "raw": distinct is not None,
+        "n_iter": n_iter,
+    }
     upload = {"centers": centers}
     if send_sizes:
         upload["sizes"] = np.bincount(
@@ -875,6 +872,7 @@ def _one_openmp_thread():
     return _THREADPOOL_CONTROLLER.limit(limits=1, user_api="openmp")
 
 
+@client_step("kfed.cluster_map")
 def _induce_labels_step(client, state, message):
     """Client step of round "cluster map": Definition 3.3 (induced labels).
 
@@ -883,9 +881,9 @@ def _induce_labels_step(client, state, message):
     its share of the k-means cost; nothing is uploaded.
     """
     state = dict(state)
-    labels = np.asarray(message["center_labels"])[state["kfed_local_labels"]]
-    state["kfed_labels"] = labels
-    state["kfed_inertia"] = _assigned_sq_distance(
+    labels = np.asarray(message["center_labels"])[state["local_labels"]]
+    state["labels"] = labels
+    state["inertia"] = _assigned_sq_distance(
         client.X, message["cluster_centers"], labels, client.sample_weight
     )
     return state, None

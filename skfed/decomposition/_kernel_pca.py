@@ -25,6 +25,7 @@ from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._federation import FederatedMixin
+from .._protocol import client_step
 from .._validation import StrictInterval, check_magnitude, clip_to_data
 from ..kernel._median import (
     allocate_quota,
@@ -489,16 +490,17 @@ class DistributedKernelPCA(
                 )
             q = 2 * k if self.local_rank is None else self.local_rank
             w = n_rep if self.lowrank_sketch_size is None else self.lowrank_sketch_size
-            project = partial(
-                _project_step,
-                spec=spec,
-                upload=self.lowrank_upload,
-                local_rank=q,
-                sketch_width=w,
-            )
+            project = {
+                "spec": spec,
+                "upload": self.lowrank_upload,
+                "local_rank": q,
+                "sketch_width": w,
+            }
             mean = None
             if self.center:
-                sums = fed.run_round("feature mean", project, (Y, R, gamma))
+                sums = fed.run_round(
+                    "feature mean", partial(_project_step, **project), (Y, R, gamma)
+                )
                 mean = np.sum(sums, axis=0) / n_samples
                 factors = fed.run_round("disLR", _lowrank_step, mean)
             else:
@@ -570,7 +572,7 @@ class DistributedKernelPCA(
                 median_sample_step,
                 metric=metric,
                 n_projections=_MEDIAN_PROJECTIONS,
-                stream=0,
+                stream="kernel_pca.median_sample",
             ),
             messages=[(seed, int(s)) for s in quota],
         )
@@ -584,7 +586,7 @@ class DistributedKernelPCA(
         quota = allocate_quota(self.n_representatives, sizes, sizes)
         rows = fed.run_round(
             "uniform sample",
-            partial(_sample_step, scores_key=None, stream=3),
+            partial(_sample_step, scores_key=None, stream="kernel_pca.uniform"),
             messages=[int(s) for s in quota],
         )
         return _stack_rows(rows)
@@ -619,7 +621,11 @@ class DistributedKernelPCA(
             quota = _inclusion_quota(summaries, m1, sizes)
             rows = fed.run_round(
                 "leverage sample",
-                partial(_sample_step, scores_key="kpca_scores", stream=1),
+                partial(
+                    _sample_step,
+                    scores_key="kpca_scores",
+                    stream="kernel_pca.leverage",
+                ),
                 messages=[int(s) for s in quota],
             )
             P = _unique_rows(_stack_rows(rows))
@@ -640,7 +646,9 @@ class DistributedKernelPCA(
         quota2 = _inclusion_quota(summaries, m2, sizes)
         rows = fed.run_round(
             "adaptive sample",
-            partial(_sample_step, scores_key="kpca_scores", stream=2),
+            partial(
+                _sample_step, scores_key="kpca_scores", stream="kernel_pca.adaptive"
+            ),
             messages=[int(s) for s in quota2],
         )
         new = _stack_rows(rows)
@@ -876,6 +884,7 @@ def _shared_embedding(
     return features, S
 
 
+@client_step("kernel_pca.embedding")
 def _embedding_step(
     client,
     state,
@@ -913,9 +922,12 @@ def _embedding_step(
     state = dict(state or {})
     Et = Et[_row_order(client, state)]
     state["kpca_embedding"] = Et
-    return state, sketch_columns(Et.T, sketch_size, client.random_state(10))
+    return state, sketch_columns(
+        Et.T, sketch_size, client.random_state("kernel_pca.embedding_sketch")
+    )
 
 
+@client_step("kernel_pca.leverage_scores")
 def _leverage_step(client, state, Z, *, budget):
     """disLS, worker part 2: ℓ_j = ‖Z⁻ᵀ E_{:,j}‖²; upload Σ_j ℓ_j and the
     ``budget`` largest scores (see :func:`_score_summary`)."""
@@ -973,6 +985,7 @@ def _saturation_scale(top, total, size):
     return c
 
 
+@client_step("kernel_pca.sample")
 def _sample_step(client, state, quota, *, scores_key, stream):
     """RepSample, worker part: draw ``quota`` rows without replacement,
     uniformly or with inclusion probabilities min(1, c s_j) from the stored
@@ -1004,6 +1017,7 @@ def _sample_step(client, state, quota, *, scores_key, stream):
     return state, rows
 
 
+@client_step("kernel_pca.residuals")
 def _residual_step(client, state, message, *, spec, budget):
     """RepSample, adaptive part: d_j = κ(a_j, a_j) − ‖R_Pᵀ k_P(a_j)‖², the
     squared feature-space distance of a_j to span φ(P); upload Σ_j d_j and
@@ -1026,6 +1040,7 @@ def _residual_step(client, state, message, *, spec, budget):
     return state, _score_summary(resid, budget)
 
 
+@client_step("kernel_pca.project")
 def _project_step(client, state, message, *, spec, upload, local_rank, sketch_width):
     """disLR, worker part 1: Π[m] = Rᵀ K_{Y, X[m]}, kept as what the upload
     needs (the r × r Gram Π Πᵀ, or the right sketch Π T_m), plus the column
@@ -1045,7 +1060,9 @@ def _project_step(client, state, message, *, spec, upload, local_rank, sketch_wi
         # can be formed once the mean m is known.
         n_mid = 4 * sketch_width
         if n > n_mid:
-            buckets, signs = sample_count_sketch(client.random_state(20), n, n_mid)
+            buckets, signs = sample_count_sketch(
+                client.random_state("kernel_pca.count_sketch"), n, n_mid
+            )
             # Buckets belong to canonical positions; map them to storage order.
             rank = np.empty_like(order)
             rank[order] = np.arange(n)
@@ -1095,11 +1112,12 @@ def _project_step(client, state, message, *, spec, upload, local_rank, sketch_wi
     state["kpca_upload"] = (upload, local_rank, sketch_width)
     if sketch is not None:
         state["kpca_sketch"] = sketch_columns(
-            sketch.T, sketch_width, client.random_state(21)
+            sketch.T, sketch_width, client.random_state("kernel_pca.lowrank_sketch")
         )
     return state, colsum
 
 
+@client_step("kernel_pca.lowrank")
 def _lowrank_step(client, state, mean):
     """disLR, worker part 2: upload Π[m] T_m ("sketch") or U_q Σ_q of Π[m]
     ("local_svd"), both centred on ``mean`` when it is not None."""
@@ -1136,12 +1154,14 @@ def _lowrank_step(client, state, mean):
     return state, U * np.sqrt(np.clip(lam, 0, None))
 
 
+@client_step("kernel_pca.project_and_lowrank")
 def _project_and_lowrank_step(client, state, message, *, project):
     """disLR in one round when there is no centering."""
-    state, _ = project(client, state, message)
+    state, _ = _project_step(client, state, message, **project)
     return _lowrank_step(client, state, None)
 
 
+@client_step("kernel_pca.error")
 def _error_step(client, state, W):
     """Approximation error and sign, worker part: trace of the local kernel
     block, the energy ‖w_iᵀ Π[m]‖² captured by each component, and per

@@ -30,6 +30,7 @@ from scipy.spatial.distance import pdist
 from sklearn.metrics.pairwise import manhattan_distances
 from sklearn.utils import check_random_state
 
+from .._protocol import client_step
 from .._rows import canonical_row_order
 
 __all__ = [
@@ -92,8 +93,15 @@ def allocate_quota(total, weights, caps):
     return quota
 
 
+@client_step("kernel.median_sample")
 def median_sample_step(
-    client, state, message, *, metric="euclidean", n_projections=64, stream=0
+    client,
+    state,
+    message,
+    *,
+    metric="euclidean",
+    n_projections=64,
+    stream="kernel.median_sample",
 ):
     """Client step: a uniform sample of the client's rows, randomly projected.
 
@@ -106,8 +114,8 @@ def median_sample_step(
         sent as they are.
     n_projections : int
         Target dimension; rows are sent unprojected when d is not larger.
-    stream : int
-        Key of the client's private stream for the choice of rows.
+    stream : str
+        Name of the client's private random stream for the choice of rows.
 
     Returns
     -------

@@ -7,6 +7,8 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.utils import check_random_state
 
+from .._protocol import client_step
+
 
 def sample_fourier_weights(
     random_state, n_features, n_components, gamma, *, kernel="rbf", dtype=np.float64
@@ -73,6 +75,7 @@ def random_fourier_features(X, omega, offset, *, scale=None):
     return Z
 
 
+@client_step("kernel.moments")
 def moments_step(client, state, message):
     """Client step: (n_m, Σ x, S_m) with S_m = Σ ‖x − x̄_m‖² of its rows.
 

@@ -19,6 +19,7 @@ from sklearn.utils import check_random_state
 
 from skfed import ClientValueError, DistributedKMeans
 from skfed._federation import Federation
+from skfed._protocol import client_step
 from skfed._validation import check_partitions
 from skfed.cluster._coreset import (
     _weighted_kmeans_plusplus,
@@ -662,16 +663,10 @@ def test_fewer_distinct_points_than_k_warns_but_fits():
 # The protocol on its own, as FederatedKernelKMeans uses it
 
 
+@client_step("test_coreset.derive")
 def _store_rows(client, state, message):
-    """A previous algorithm's round: keeps derived rows and its own key."""
-    state = dict(state or {})
-    state["H"] = 2.0 * client.X
-    state["other"] = "kept"
-    return state, None
-
-
-def _rows_from_state(client, state):
-    return state["H"]
+    """A previous algorithm's round: keeps derived rows under its namespace."""
+    return {"H": 2.0 * client.X, "other": "kept"}, None
 
 
 def test_protocol_on_rows_kept_in_client_state(blobs):
@@ -689,17 +684,18 @@ def test_protocol_on_rows_kept_in_client_state(blobs):
             # the clients sample rather than send their rows).
             coreset_size=450,
             random_state=rng,
-            rows=_rows_from_state,
-            state_key="km",
+            rows=("test_coreset", "H"),
             exact_inertia=False,
         )
-        labels = fed.assemble(lambda s: s["km"]["labels"], X.shape[0])
-        kept = fed.local_results(lambda s: (s["other"], s["H"].shape))
+        labels = fed.assemble("coreset", "labels", X.shape[0])
+        kept = fed.local_results("test_coreset")
     assert result.cluster_centers.shape == (K, X.shape[1])
     assert result.inertia == result.coreset_inertia
     assert result.coreset_size == 450 + 3 * K
     assert adjusted_rand_score(y, labels) == pytest.approx(1.0)
-    assert all(v[0] == "kept" for v in kept.values())
+    # The coreset's rounds read the other protocol's state, never write it.
+    assert all(v["other"] == "kept" for v in kept.values())
+    assert all(v["H"].shape[1] == X.shape[1] for v in kept.values())
     # Rows were 2 X: centers live in that space.
     ref = KMeans(K, n_init=10, random_state=0).fit(2.0 * X)
     assert (
@@ -715,10 +711,11 @@ def test_protocol_on_rows_kept_in_client_state(blobs):
     assert _upload_floats(fed.log, "coreset labels") == dict.fromkeys(range(3), 0)
 
 
-def _failing_rows(client, state):
+@client_step("test_coreset.failing_rows")
+def _failing_rows(client, state, message):
     if client.client_id == 1:
         raise ValueError("bad rows on this client")
-    return client.X
+    return {"X": client.X}, None
 
 
 def test_client_error_names_the_client(blobs):
@@ -727,20 +724,29 @@ def test_client_error_names_the_client(blobs):
     partitioning = check_partitions(np.arange(X.shape[0]) % 2, X.shape[0])
     with Federation.from_arrays(X, None, partitioning, random_state=rng) as fed:
         with pytest.raises(ClientValueError, match="Client 1"):
+            fed.run_round("derive", _failing_rows)
             federated_coreset_kmeans(
-                fed, n_clusters=2, coreset_size=10, random_state=rng, rows=_failing_rows
+                fed,
+                n_clusters=2,
+                coreset_size=10,
+                random_state=rng,
+                rows=("test_coreset", "X"),
             )
 
 
-def test_steps_pickle():
+def test_steps_travel_by_name_with_data_options():
     import pickle
 
+    from skfed._protocol import as_step_call
     from skfed.cluster._coreset import _coreset_step
 
-    step = partial(
-        _coreset_step, rows=_rows_from_state, weights=None, state_key="k", stream=1
-    )
-    assert pickle.loads(pickle.dumps(step)).keywords["state_key"] == "k"
+    call = as_step_call(partial(_coreset_step, rows=("other", "H"), weighted=False))
+    assert call.name == "coreset.sample" and call.namespace == "coreset"
+    assert call.module == "skfed.cluster._coreset"
+    assert pickle.loads(pickle.dumps(call)) == call
+    # Code never travels: an option that is a function is refused.
+    with pytest.raises(TypeError, match="options are data"):
+        as_step_call(partial(_coreset_step, rows=_store_rows, weighted=False))
 
 
 def test_no_warning_on_ordinary_fit(blobs):

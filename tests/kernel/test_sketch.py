@@ -10,6 +10,7 @@ from numpy.testing import assert_allclose, assert_array_equal
 from scipy.spatial.distance import pdist
 from sklearn.metrics.pairwise import polynomial_kernel
 
+from skfed._protocol import stream_key
 from skfed.kernel import (
     allocate_quota,
     canonical_row_order,
@@ -31,8 +32,8 @@ class FakeClient:
         self.n_samples = X.shape[0]
         self._seed = seed
 
-    def random_state(self, *keys):
-        return np.random.RandomState([self._seed, *keys])
+    def random_state(self, name, *keys):
+        return np.random.RandomState([self._seed, stream_key(name), *keys])
 
 
 def test_count_sketch_is_a_signed_bucket_sum_and_follows_sparsity():
