@@ -10,16 +10,16 @@ N x N one, so what a client uploads per iteration does not depend on N.
 k-means on the spectral embedding H = U Λ^½ (first s columns) is then run
 with the distributed coreset k-means of :mod:`skfed.cluster._coreset`.
 
+The protocol (:func:`run_kernel_kmeans`, its client and server steps and
+the replay of DSPGD for new points) lives in
+:mod:`skfed.cluster._kernel_kmeans_protocol`; this module is the estimator.
 Paper: "A Communication Efficient Federated Kernel k-Means" (ICLR 2021
-submission, seed 000); ``ALGORITHMS.md`` §2 resolves its ambiguities.
+submission).
 """
 
 import numbers
-import warnings
-from functools import partial
 
 import numpy as np
-from scipy.linalg import eigh
 from sklearn.base import (
     BaseEstimator,
     ClassNamePrefixFeaturesOutMixin,
@@ -27,27 +27,17 @@ from sklearn.base import (
     TransformerMixin,
     _fit_context,
 )
-from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._federation import FederatedMixin
-from .._lanczos import lanczos
-from .._protocol import client_step
 from .._validation import StrictInterval, check_magnitude, clip_to_data
-from ..kernel import (
-    gamma_from_moments,
-    moments_step,
-    random_fourier_features,
-    sample_fourier_weights,
-)
 from ._centers import KMeansCentersMixin
-from ._coreset import federated_coreset_kmeans
+from ._kernel_kmeans_protocol import replay_eigenvectors, run_kernel_kmeans
 
 __all__ = ["FederatedKernelKMeans"]
 
-_SEED_MAX = np.iinfo(np.int32).max
 # Rows per block when clients or predict map many points to many features.
 _CHUNK = 4096
 # Largest block of floats one party may allocate for random features (2 GiB
@@ -55,8 +45,6 @@ _CHUNK = 4096
 _MAX_FLOATS = 2**28
 # The Gram solver's D x D matrix counts up to this many columns in the guard.
 _GRAM_MAX = 2**14
-# Eigenvalues below this fraction of the largest are numerically zero.
-_ROUNDOFF = 1e-10
 
 
 class FederatedKernelKMeans(
@@ -340,85 +328,50 @@ class FederatedKernelKMeans(
         n_samples = X.shape[0]
         self._check_sizes(n_samples)
         coreset_size, n_init = self._coreset_sizes(n_samples)
-        s = self._s()
         rng = check_random_state(self.random_state)
         fed = self._federation(X, None, partitions, random_state=rng)
         # Per-round printing only at verbose >= 2: Lanczos makes many rounds.
         fed.verbose = max(int(self.verbose) - 1, 0)
-        # Separate streams, so that the features of iteration t do not
-        # depend on how many Lanczos vectors earlier iterations drew: with
-        # and without CEM the same R_t is decomposed.
-        feature_seeds = rng.randint(_SEED_MAX, size=self.max_iter)
-        lanczos_rng = np.random.RandomState(rng.randint(_SEED_MAX))
-
         with fed:
-            if self.gamma is None:
-                gamma = gamma_from_moments(fed.run_round("kernel width", moments_step))
-            else:
-                gamma = float(self.gamma)
-            fed.run_round("kernel width broadcast", _receive_gamma_step, gamma)
-
-            run = self._dspgd_cem if self.use_cem else self._dspgd_no_cem
-            eigvals, lam, server_U, replay = run(
-                fed, n_samples, feature_seeds, lanczos_rng
-            )
-
-            n_kept = eigvals.shape[0]
-            if n_kept == 0:
-                raise ValueError(
-                    f"No eigenvalue of the kernel estimate exceeds the threshold "
-                    f"λ={lam:.4g}, so there is no spectral embedding to "
-                    "cluster; lower threshold (or leave it at None)."
-                )
-            n_components = min(s, n_kept)
-            if n_components < s:
-                warnings.warn(
-                    f"Only {n_kept} eigenvalue(s) of the kernel estimate exceed "
-                    f"the threshold after {self.n_iter_} iteration(s); the "
-                    f"embedding has {n_kept} column(s) instead of "
-                    f"n_components={s}. Lower threshold or n_components.",
-                    ConvergenceWarning,
-                    stacklevel=2,
-                )
-            scales = np.sqrt(eigvals[:n_components])
-            if self.use_cem:
-                fed.run_round("embedding", _embedding_step, scales)
-            else:
-                # The server holds U and sends each client its rows of H.
-                H = server_U[:, :n_components] * scales
-                del server_U
-                fed.run_round(
-                    "embedding",
-                    _receive_embedding_step,
-                    messages=np.split(H, np.cumsum(fed.client_sizes)[:-1]),
-                )
-
-            result = federated_coreset_kmeans(
+            result = run_kernel_kmeans(
                 fed,
                 n_clusters=self.n_clusters,
-                coreset_size=coreset_size,
+                n_components=self._s(),
                 random_state=rng,
+                coreset_size=coreset_size,
                 n_init=n_init,
-                rows=("kernel_kmeans", "H"),
+                n_random_features=self.n_random_features,
+                gamma=self.gamma,
+                threshold=self.threshold,
+                step_size=self.step_size,
+                max_iter=self.max_iter,
+                tol=self.tol,
+                eigen_solver=self.eigen_solver,
+                eigen_tol=self.eigen_tol,
+                use_cem=self.use_cem,
                 refine_iter=self.refine_iter,
+                verbose=self.verbose,
             )
-            labels = fed.assemble("coreset", "labels", n_samples)
-            embedding = fed.assemble("kernel_kmeans", "H", n_samples)
-
-        self.gamma_ = gamma
-        self.threshold_ = float(lam)
-        self.eigenvalues_ = eigvals[:n_components]
-        self.n_components_ = int(n_components)
-        self.labels_ = labels.astype(np.intp, copy=False)
-        self.embedding_ = embedding.astype(X.dtype, copy=False)
-        self.cluster_centers_ = result.cluster_centers.astype(X.dtype, copy=False)
-        self.inertia_ = float(result.inertia)
-        self.n_refine_iter_ = int(result.n_refine_iter)
+        self.gamma_ = result.gamma
+        self.threshold_ = result.threshold
+        self.eigenvalues_ = result.eigenvalues
+        self.n_components_ = len(result.eigenvalues)
+        self.labels_ = result.labels.astype(np.intp, copy=False)
+        self.embedding_ = result.embedding.astype(X.dtype, copy=False)
+        self.cluster_centers_ = result.coreset.cluster_centers.astype(
+            X.dtype, copy=False
+        )
+        self.inertia_ = float(result.coreset.inertia)
+        self.n_refine_iter_ = int(result.coreset.n_refine_iter)
+        self.n_iter_ = len(result.eigenvalue_history)
+        self.ranks_ = result.ranks
+        self.lanczos_steps_ = result.lanczos_steps
+        self.eigenvalue_history_ = result.eigenvalue_history
         # What the server sent the clients, kept to replay the recursion for
         # new points (transform, predict, score): no extra communication.
-        self._replay = replay
-        self._scales = scales
-        self.n_clients_ = len(fed.client_ids)
+        self._replay = result.replay
+        self._scales = result.scales
+        self.n_clients_ = len(result.client_ids)
         self.communication_ = fed.log
         return self
 
@@ -480,168 +433,12 @@ class FederatedKernelKMeans(
                 "matrix is N x N and only Lanczos applies."
             )
 
-    def _eta(self, t):
-        """η_t of the chosen step-size rule (t starts at 1)."""
-        return 1.0 / t if self.step_size == "1/t" else 2.0 / (t + 1)
-
-    def _dspgd_cem(self, fed, n_samples, feature_seeds, lanczos_rng):
-        """DSPGD with CEM; returns the kernel-eigenvalue estimates, λ, None.
-
-        The eigen-problem of each iteration is on G = Σ_m W[m]ᵀW[m]; clients
-        keep W[m], B[m] and U[m].
-        """
-        D, s = self.n_random_features, self._s()
-        gram = self.eigen_solver == "gram"
-        lam = None if self.threshold is None else float(self.threshold)
-        r = 0
-        ranks, steps, history, replay = [], [], [], []
-        for t in range(1, self.max_iter + 1):
-            eta = self._eta(t)
-            dim = D + r
-            uploads = fed.run_round(
-                "random features",
-                partial(_random_features_step, n_features=D, upload_gram=gram),
-                (int(feature_seeds[t - 1]), eta),
-            )
-            if gram:
-                mu, V = _eigh_descending(_sum_triangles(uploads, dim))
-                n_steps = 0
-            else:
-                step = partial(fed.run_round, "lanczos", _gram_matvec_step)
-                # No max_iter: at worst Lanczos spans all dim directions,
-                # where its Ritz pairs are exact, so it always converges.
-                res = lanczos(
-                    lambda c, step=step: _sum_uploads(step(c)),
-                    dim,
-                    n_components=s + 2 if lam is None else None,
-                    threshold=None if lam is None else eta * lam,
-                    tol=self.eigen_tol,
-                    tol_scale="each",
-                    random_state=lanczos_rng,
-                )
-                mu, V, n_steps = res.eigenvalues, res.eigenvectors, res.n_iter
-            if lam is None:
-                lam = default_threshold(mu, s)
-            basis, shrink, kept = soft_threshold(mu, V, eta * lam)
-            fed.run_round("eigenpairs", _eigenpairs_step, (basis, shrink))
-            replay.append((int(feature_seeds[t - 1]), eta, basis, shrink))
-            ranks.append(r)
-            steps.append(n_steps)
-            r = kept.shape[0]
-            estimate = kept + (1.0 - eta) * lam
-            history.append(estimate)
-            if self.verbose:
-                print(
-                    f"[FederatedKernelKMeans] iteration {t}: η={eta:.3g}, "
-                    f"rank {ranks[-1]} -> {r}, {n_steps} Lanczos steps, "
-                    f"upload so far {fed.log.upload_floats:,} floats"
-                )
-            if _converged(history, s, self.tol):
-                break
-        self._record_iterations(ranks, steps, history)
-        return history[-1], lam, None, replay
-
-    def _dspgd_no_cem(self, fed, n_samples, feature_seeds, lanczos_rng):
-        """The paper's baseline: Lanczos on the N x N matrix R_t.
-
-        The server keeps B (N x r_t, rows in client order) and computes
-        (1 − η) B Bᵀ c itself; the clients compute their part of
-        (η / D) A Aᵀ c in two half rounds. Returns the kernel-eigenvalue
-        estimates, λ and the server's U (N x s_T).
-        """
-        D, s = self.n_random_features, self._s()
-        sizes = fed.client_sizes
-        splits = np.cumsum(sizes)[:-1]
-        lam = None if self.threshold is None else float(self.threshold)
-        B = np.zeros((n_samples, 0))
-        ranks, steps, history, replay = [], [], [], []
-        for t in range(1, self.max_iter + 1):
-            eta = self._eta(t)
-            fed.run_round(
-                "random features",
-                partial(_random_features_step, n_features=D, with_memory=False),
-                (int(feature_seeds[t - 1]), eta),
-            )
-
-            # The Lanczos vectors c_j (orthonormal) and the features' part
-            # of each product, Σ_m W[m]ᵀ c_j[m]: the Ritz vectors lie in
-            # span{c_j}, so Wᵀ U follows without another round.
-            vectors, projections = [], []
-
-            def matvec(c, B=B, eta=eta, vectors=vectors, projections=projections):
-                parts = fed.run_round(
-                    "lanczos project",
-                    _project_step,
-                    messages=np.split(c, splits),
-                )
-                projected = _sum_uploads(parts)
-                vectors.append(c.copy())
-                projections.append(projected)
-                expanded = fed.run_round("lanczos expand", _expand_step, projected)
-                return np.concatenate(expanded) + (1.0 - eta) * (B @ (B.T @ c))
-
-            res = lanczos(
-                matvec,
-                n_samples,
-                # R_t is N x N: with N < s + 2 all its eigenvalues are wanted.
-                n_components=min(s + 2, n_samples) if lam is None else None,
-                threshold=None if lam is None else eta * lam,
-                tol=self.eigen_tol,
-                tol_scale="each",
-                max_iter=n_samples,
-                random_state=lanczos_rng,
-            )
-            mu, U = res.eigenvalues, res.eigenvectors
-            if lam is None:
-                lam = default_threshold(mu, s)
-            keep = _above(mu, eta * lam)
-            ranks.append(B.shape[1])
-            steps.append(res.n_iter)
-            U, mu_kept = U[:, keep], mu[keep]
-            # The recursion in CEM form: U = [W, √(1 − η) B] basis with
-            # basis = [W, √(1 − η) B]ᵀ U / μ.
-            WtU = np.column_stack(projections) @ (np.vstack(vectors) @ U)
-            BtU = np.sqrt(1.0 - eta) * (B.T @ U)
-            basis = np.vstack([WtU, BtU]) / mu_kept
-            # The sign convention of soft_threshold, on v = basis √μ.
-            flip = _signs(basis)
-            basis, U = basis * flip, U * flip
-            shrink = np.sqrt(mu_kept - eta * lam)
-            replay.append((int(feature_seeds[t - 1]), eta, basis, shrink))
-            B = U * shrink
-            estimate = mu[keep] + (1.0 - eta) * lam
-            history.append(estimate)
-            if self.verbose:
-                print(
-                    f"[FederatedKernelKMeans] iteration {t} (no CEM): "
-                    f"rank {ranks[-1]} -> {B.shape[1]}, {res.n_iter} Lanczos "
-                    f"steps, upload so far {fed.log.upload_floats:,} floats"
-                )
-            if _converged(history, s, self.tol):
-                break
-        self._record_iterations(ranks, steps, history)
-        return history[-1], lam, U, replay
-
     def _s(self):
         """s: ``n_components``, or min(3k, D − 2) but at least k."""
         if self.n_components is not None:
             return self.n_components
         k, D = self.n_clusters, self.n_random_features
         return max(k, min(3 * k, D - 2))
-
-    def _record_iterations(self, ranks, steps, history):
-        self.n_iter_ = len(history)
-        self.ranks_ = np.asarray(ranks, dtype=np.intp)
-        self.lanczos_steps_ = np.asarray(steps, dtype=np.intp)
-        self.eigenvalue_history_ = history
-        if self.tol > 0 and not _converged(history, self._s(), self.tol):
-            warnings.warn(
-                f"DSPGD stopped at max_iter={self.max_iter} iterations before "
-                f"its eigenvalue estimates settled to tol={self.tol}; raise "
-                "max_iter (or tol).",
-                ConvergenceWarning,
-                stacklevel=4,
-            )
 
     def transform(self, X):
         """Spectral embedding H(x) of new samples, by replaying DSPGD.
@@ -737,225 +534,3 @@ class FederatedKernelKMeans(
             Cluster of each training sample.
         """
         return self.fit(X, partitions=partitions).labels_
-
-
-# --------------------------------------------------------------------------
-# Client steps
-
-
-@client_step("kernel_kmeans.receive_gamma")
-def _receive_gamma_step(client, state, gamma):
-    """Client step: keep the kernel width γ."""
-    state = dict(state or {})
-    state["gamma"] = float(gamma)
-    return state, None
-
-
-@client_step("kernel_kmeans.random_features")
-def _random_features_step(
-    client, state, message, *, n_features, upload_gram=False, with_memory=True
-):
-    """Client step: fresh random features A[m] and W[m] of iteration t.
-
-    W[m] = [√(η_t / D) A[m], √(1 − η_t) B[m]] so that W Wᵀ = R_t. When
-    ``with_memory`` is False (no CEM) the server holds B and the client only
-    keeps √(η_t / D) A[m]. The local Gram W[m]ᵀW[m] is formed whenever it is
-    smaller than W[m] (then each Lanczos answer costs (D + r)² flops instead
-    of 2 n_m (D + r)); it is uploaded only with ``upload_gram``.
-    """
-    state = dict(state)
-    seed, eta = message
-    X = client.X
-    omega, offset = sample_fourier_weights(seed, X.shape[1], n_features, state["gamma"])
-    B = state.get("B") if with_memory else None
-    W = iteration_features(X, omega, offset, eta, B)
-    state["W"] = W
-    local_gram = with_memory and X.shape[0] >= W.shape[1]
-    state["G"] = W.T @ W if upload_gram or local_gram else None
-    if upload_gram:
-        return state, state["G"][np.triu_indices(W.shape[1])]
-    return state, None
-
-
-def replay_eigenvectors(X, replay, gamma, n_random_features):
-    """Server: U_T(x), the eigenvector estimates after the recorded
-    iterations, for any rows X (see :meth:`FederatedKernelKMeans.transform`).
-
-    ``replay`` holds, per iteration, the seed of its random features, η_t,
-    V_t / √μ_t and √(μ_t − η_t λ), as sent to the clients; a prefix of it
-    gives the estimates after that many iterations.
-    """
-    n, d = X.shape
-    U = B = None
-    # Iterations outer, rows inner: one iteration's Ω is d x D, and all of
-    # them together would be T times that.
-    for seed, eta, basis, shrink in replay:
-        omega, offset = sample_fourier_weights(seed, d, n_random_features, gamma)
-        U = np.empty((n, basis.shape[1]))
-        for start in range(0, n, _CHUNK):
-            block = slice(start, start + _CHUNK)
-            W = iteration_features(
-                X[block], omega, offset, eta, None if B is None else B[block]
-            )
-            U[block] = W @ basis
-        B = U * shrink
-    return U
-
-
-def iteration_features(X, omega, offset, eta, B):
-    """W = [√(η / D) A, √(1 − η) B] for rows X: the clients' step and the
-    replay of :meth:`FederatedKernelKMeans.transform` share it, so that new
-    points follow the training rows' arithmetic exactly."""
-    n_features = omega.shape[1]
-    rank = 0 if B is None else B.shape[1]
-    W = np.empty((X.shape[0], n_features + rank))
-    W[:, :n_features] = random_fourier_features(X, omega, offset, scale=np.sqrt(2.0))
-    W[:, :n_features] *= np.sqrt(eta / n_features)
-    if rank:
-        np.multiply(B, np.sqrt(1.0 - eta), out=W[:, n_features:])
-    return W
-
-
-@client_step("kernel_kmeans.gram_matvec")
-def _gram_matvec_step(client, state, c):
-    """Client step: one Lanczos product, W[m]ᵀ(W[m] c) (D + r_t floats up)."""
-    if state["G"] is not None:
-        return state, state["G"] @ c
-    W = state["W"]
-    return state, W.T @ (W @ c)
-
-
-@client_step("kernel_kmeans.eigenpairs")
-def _eigenpairs_step(client, state, message):
-    """Client step: U_i[m] = W[m] v_i / √μ_i and B_{t+1}[m] = U √(μ − η_t λ).
-
-    The server sends the kept eigenvectors already divided by √μ_i, and the
-    shrunk scales √(μ_i − η_t λ).
-    """
-    basis, shrink = message
-    state = dict(state)
-    U = state.pop("W") @ basis
-    state["G"] = None
-    state["U"] = U
-    state["B"] = U * shrink
-    return state, None
-
-
-@client_step("kernel_kmeans.embedding")
-def _embedding_step(client, state, scales):
-    """Client step: H[m] = [√(μ_i + (1 − η_T) λ) U_i[m]], first s columns."""
-    state = dict(state)
-    state["H"] = state["U"][:, : scales.shape[0]] * scales
-    return state, None
-
-
-@client_step("kernel_kmeans.project")
-def _project_step(client, state, c_part):
-    """Client step (no CEM): √(η/D) A[m]ᵀ c[m], D floats up."""
-    return state, state["W"].T @ c_part
-
-
-@client_step("kernel_kmeans.expand")
-def _expand_step(client, state, y):
-    """Client step (no CEM): √(η/D) A[m] y, n_m floats up."""
-    return state, state["W"] @ y
-
-
-@client_step("kernel_kmeans.receive_embedding")
-def _receive_embedding_step(client, state, H_part):
-    """Client step (no CEM): keep the rows of H the server computed."""
-    state = dict(state)
-    state.pop("W", None)
-    state["H"] = H_part
-    return state, None
-
-
-# --------------------------------------------------------------------------
-# Server steps
-
-
-def _sum_uploads(uploads):
-    """Server: the sum of the clients' vectors."""
-    return np.sum(uploads, axis=0)
-
-
-def _sum_triangles(uploads, dim):
-    """Server: G = Σ_m W[m]ᵀW[m] from the clients' upper triangles."""
-    G = np.zeros((dim, dim))
-    G[np.triu_indices(dim)] = np.sum(uploads, axis=0)
-    return G + np.triu(G, 1).T
-
-
-def _eigh_descending(G):
-    """Server: all eigenpairs of a symmetric matrix, largest first."""
-    mu, V = eigh(G)
-    return mu[::-1], V[:, ::-1]
-
-
-def default_threshold(eigenvalues, n_components):
-    """Server: λ, the (s+2)-th largest eigenvalue of G at t = 1.
-
-    The paper takes the (k+2)-th, which lets no more than k + 1 pairs
-    survive the proximal step; with s = ``n_components`` > k columns wanted
-    the threshold must sit below the s-th. Zero when fewer eigenvalues are
-    given: without CEM the matrix is N x N, and with N < s + 2 its (s+2)-th
-    eigenvalue is that of G (rank <= N), 0.
-    """
-    eigenvalues = np.sort(eigenvalues)[::-1]
-    if eigenvalues.shape[0] <= n_components + 1:
-        return 0.0
-    return float(max(eigenvalues[n_components + 1], 0.0))
-
-
-def soft_threshold(mu, V, shift):
-    """Server: the proximal step of DSPGD on the spectrum of G.
-
-    Keeps the pairs with μ_i > η_t λ (``shift``). Returns what clients need
-    to form U and B_{t+1}: the kept eigenvectors divided by √μ_i, the shrunk
-    scales √(μ_i − η_t λ), and the kept μ.
-    """
-    keep = _above(mu, shift)
-    mu, V = mu[keep], V[:, keep]
-    V = V * _signs(V)
-    return V / np.sqrt(mu), np.sqrt(mu - shift), mu
-
-
-def _signs(V):
-    """Server: ±1 per column making its entry of largest magnitude positive.
-
-    An eigenvector's sign is arbitrary; Lanczos' depends on how the start
-    vector projects on it, which rounding can flip for a small eigenvalue.
-    Fixing it keeps the fit the same under reordered rows or renamed
-    clients.
-    """
-    if V.shape[1] == 0:
-        return np.ones(0)
-    signs = np.sign(V[np.argmax(np.abs(V), axis=0), np.arange(V.shape[1])])
-    signs[signs == 0] = 1.0
-    return signs
-
-
-def _above(mu, shift):
-    """Server: which eigenvalues exceed the shift and are not roundoff.
-
-    With λ = 0 (e.g. a rank-one kernel) eigenvalues of order 1e-16 would
-    otherwise pass as signal.
-    """
-    floor = _ROUNDOFF * max(float(np.max(mu, initial=0.0)), 0.0)
-    return mu > max(shift, floor)
-
-
-def _converged(history, s, tol):
-    """Server: did each of the first s kernel-eigenvalue estimates move by
-    at most ``tol`` times its own value in the last iteration?
-
-    Relative to each value, not to the largest: the s-th eigenvalue of a
-    kernel matrix is often 100 times smaller than the first, and its
-    direction is the one still moving when the top ones have settled.
-    """
-    if len(history) < 2 or tol == 0:
-        return False
-    prev, cur = history[-2][:s], history[-1][:s]
-    if prev.shape != cur.shape or cur.shape[0] == 0:
-        return False
-    return bool(np.all(np.abs(cur - prev) <= tol * np.abs(cur)))

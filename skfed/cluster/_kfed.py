@@ -9,21 +9,16 @@ client the global cluster of each of its local centers. A training point's label
 global cluster of its local cluster (the *induced* clustering, Definition
 3.3).
 
-The module reads top-down: the estimator, the client steps, the server steps.
+The protocol (client steps, server steps, :func:`run_kfed`) lives in
+:mod:`skfed.cluster._kfed_protocol`; this module is the estimator.
 """
 
-# The local Lloyd iterations reuse scikit-learn's KMeans (with an explicit
-# initialisation) and kmeans_plusplus; the projection uses randomized_svd.
-
-import contextlib
-import functools
 import numbers
 import warnings
 from collections.abc import Mapping
 from numbers import Integral, Real
 
 import numpy as np
-import scipy.sparse as sp
 from sklearn.base import (
     BaseEstimator,
     ClassNamePrefixFeaturesOutMixin,
@@ -31,45 +26,17 @@ from sklearn.base import (
     TransformerMixin,
     _fit_context,
 )
-from sklearn.cluster import KMeans, kmeans_plusplus
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.metrics import (
-    euclidean_distances,
-    pairwise_distances_argmin,
-)
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import StrOptions
-from sklearn.utils.extmath import randomized_svd, row_norms
-from sklearn.utils.validation import (
-    _check_sample_weight,
-)
-from threadpoolctl import ThreadpoolController
+from sklearn.utils.validation import _check_sample_weight
 
-from .._federation import ClientStepError, ClientValueError, FederatedMixin
-from .._protocol import client_step
-from .._rows import row_hashes
+from .._federation import FederatedMixin
 from .._validation import StrictInterval
 from ._centers import KMeansCentersMixin
-from ._coreset import (
-    _centered,
-    _rounding_noise,
-    _tolerance,
-    _weighted_kmeans_plusplus,
-    _weighted_lloyd,
-    weighted_kmeans,
-)
+from ._kfed_protocol import run_kfed, run_kfed_update
 
 __all__ = ["KFed"]
-
-# Names of the per-client random streams (``client.random_state(name)``).
-_SVD_STREAM = "kfed.svd"
-_SEEDING_STREAM = "kfed.seeding"
-_LLOYD_STREAM = "kfed.lloyd"
-_DROPOUT_STREAM = "kfed.dropout"
-_PLAIN_STREAM = "kfed.plain"
-# Clients with at most this many dense rows run k-means on arrays directly
-# (see _kmeans).
-_SMALL_CLIENT = 2048
 
 
 class KFed(
@@ -420,51 +387,31 @@ class KFed(
             X, None, partitions, random_state=rng, sample_weight=sample_weight
         )
         with fed:
-            ids, centers, weights, n_requested = self._local_round(fed, "local centers")
-            # Σ k(z) < k cannot give k clusters whatever the data. Fewer
-            # distinct samples than k only duplicates centers, as in KMeans
-            # (a ConvergenceWarning below).
-            if n_requested < self.n_clusters:
-                raise ValueError(
-                    f"KFed needs at least n_clusters={self.n_clusters} local "
-                    f"centers, but the {len(ids)} participating client(s) "
-                    f"ask for only {n_requested} (the sum of their k(z))."
-                    + _failure_note(fed.failed_clients)
-                    + " Lower n_clusters, raise n_local_clusters, or add clients."
-                )
-            pooled, pooled_weights, owner = _pool(centers, weights)
-            # The server works around a point it computes from the uploads,
-            # so that data far from the origin keeps its spread.
-            reference = _reference_point(pooled)
-            offsets = pooled - reference
-            if self.merge == "kmeans":
-                offset_centers, assignment, cluster_weights = _kmeans_merge(
-                    offsets, pooled_weights, self.n_clusters, rng, self.server_n_init
-                )
-            else:
-                initial = _farthest_point_initialization(
-                    offsets, owner, self.n_clusters, rng
-                )
-                offset_centers, assignment, cluster_weights = _one_lloyd_round(
-                    offsets, pooled_weights, initial
-                )
-            cluster_centers = (offset_centers + reference).astype(X.dtype, copy=False)
-            center_labels = _split_by_owner(assignment, owner, len(ids))
-            self._send_cluster_map(fed, center_labels, cluster_centers)
-
-            self.cluster_centers_ = cluster_centers
-            self._cluster_weights = cluster_weights
-            self._fitted_weighting = self.center_weighting
-            self.local_centers_ = dict(zip(ids, centers))
-            self.local_center_labels_ = dict(zip(ids, center_labels))
-            self.failed_clients_ = dict(fed.failed_clients)
-            self.raw_upload_clients_ = self._raw_clients(fed)
-            self.n_clients_ = len(ids)
-            self._set_local_results(fed, X.shape[0])
+            result = run_kfed(
+                fed,
+                random_state=rng,
+                merge=self.merge,
+                server_n_init=self.server_n_init,
+                dtype=X.dtype,
+                **self._local_options(),
+            )
+        self.cluster_centers_ = result.cluster_centers
+        self._cluster_weights = result.cluster_weights
+        self._fitted_weighting = self.center_weighting
+        self.local_centers_ = dict(zip(result.client_ids, result.local_centers))
+        self.local_center_labels_ = dict(
+            zip(result.client_ids, result.local_center_labels)
+        )
+        self.failed_clients_ = result.failed_clients
+        self.raw_upload_clients_ = result.raw_upload_clients
+        self.n_clients_ = len(result.client_ids)
+        self.labels_ = result.labels
+        self.inertia_ = result.inertia
+        self.n_iter_ = result.n_iter
         self.communication_ = fed.log
         self._n_features_out = self.cluster_centers_.shape[0]
 
-        n_distinct = np.count_nonzero(cluster_weights > 0)
+        n_distinct = np.count_nonzero(result.cluster_weights > 0)
         if n_distinct < self.n_clusters:
             warnings.warn(
                 f"Number of distinct clusters ({n_distinct}) found smaller than "
@@ -536,50 +483,43 @@ class KFed(
             log=self.communication_,
         )
         with fed:
-            ids, centers, weights, _ = self._local_round(fed, "local centers (new)")
-            if not ids:
-                raise ValueError(
-                    "No new client took part in partial_fit."
-                    + _failure_note(fed.failed_clients)
+            result = run_kfed_update(
+                fed,
+                cluster_centers=self.cluster_centers_,
+                cluster_weights=self._cluster_weights,
+                **self._local_options(),
+            )
+        self.cluster_centers_ = result.cluster_centers
+        self._cluster_weights = result.cluster_weights
+        for cid, own, own_labels in zip(
+            result.client_ids, result.local_centers, result.local_center_labels
+        ):
+            # A client already in the model brings new data: its new local
+            # centers join those it uploaded before.
+            if cid in self.local_centers_:
+                own = np.concatenate([self.local_centers_[cid], own])
+                own_labels = np.concatenate(
+                    [self.local_center_labels_[cid], own_labels]
                 )
-            pooled, pooled_weights, owner = _pool(centers, weights)
-            cluster_centers, assignment, cluster_weights = _assign_new_centers(
-                self.cluster_centers_, self._cluster_weights, pooled, pooled_weights
-            )
-            # The model keeps the dtype it was fitted with.
-            cluster_centers = cluster_centers.astype(
-                self.cluster_centers_.dtype, copy=False
-            )
-            center_labels = _split_by_owner(assignment, owner, len(ids))
-            self._send_cluster_map(fed, center_labels, cluster_centers)
-
-            self.cluster_centers_ = cluster_centers
-            self._cluster_weights = cluster_weights
-            for cid, own, own_labels in zip(ids, centers, center_labels):
-                # A client already in the model brings new data: its new local
-                # centers join those it uploaded before.
-                if cid in self.local_centers_:
-                    own = np.concatenate([self.local_centers_[cid], own])
-                    own_labels = np.concatenate(
-                        [self.local_center_labels_[cid], own_labels]
-                    )
-                self.local_centers_[cid] = own
-                self.local_center_labels_[cid] = own_labels
-                self.failed_clients_.pop(cid, None)
-            self.failed_clients_.update(
-                (c, r)
-                for c, r in fed.failed_clients.items()
-                if c not in self.local_centers_
-            )
-            self.raw_upload_clients_ += [
-                c for c in self._raw_clients(fed) if c not in self.raw_upload_clients_
-            ]
-            self.n_clients_ = len(self.local_centers_)
-            self._set_local_results(fed, X.shape[0])
+            self.local_centers_[cid] = own
+            self.local_center_labels_[cid] = own_labels
+            self.failed_clients_.pop(cid, None)
+        self.failed_clients_.update(
+            (c, r)
+            for c, r in result.failed_clients.items()
+            if c not in self.local_centers_
+        )
+        self.raw_upload_clients_ += [
+            c for c in result.raw_upload_clients if c not in self.raw_upload_clients_
+        ]
+        self.n_clients_ = len(self.local_centers_)
+        self.labels_ = result.labels
+        self.inertia_ = result.inertia
+        self.n_iter_ = result.n_iter
         self.communication_ = fed.log
         return self
 
-    # -- orchestration helpers (no math here) ---------------------------------
+    # -- input checks ----------------------------------------------------------
 
     def _validate_training_data(self, X, *, reset):
         X = self._validated(X, reset=reset)
@@ -607,690 +547,16 @@ class KFed(
             sample_weight, X, dtype=X.dtype, ensure_non_negative=True
         )
 
-    def _local_round(self, fed, name):
-        """Run the local step on every client of ``fed``; gather its centers."""
-        local = self.n_local_clusters
-        if local is None:
-            local = self.n_clusters
-        if isinstance(local, Mapping):
-            missing = [c for c in fed.client_ids if c not in local]
-            if missing:
-                shown = ", ".join(repr(c) for c in missing[:5])
-                raise ValueError(
-                    f"n_local_clusters has no entry for client(s) {shown}; "
-                    "give every client its k(z), or pass an int."
-                )
-            local = {c: int(local[c]) for c in fed.client_ids}
-        else:
-            local = int(local)
-        # More seedings than samples cannot be asked of a client (k-means++
-        # starts from one of its samples); each client runs at most n_z of
-        # them, so n_init=10**7 cannot run for hours on small clients.
-        k_local = (
-            local
-            if isinstance(local, Mapping)
-            else dict.fromkeys(fed.client_ids, local)
-        )
-        clipped = [
-            n
-            for c, n in zip(fed.client_ids, fed.client_sizes)
-            if k_local[c] < n < self.n_init
-        ]
-        if clipped:
-            warnings.warn(
-                f"n_init={self.n_init} exceeds the number of samples of "
-                f"{len(clipped)} client(s) (the smallest holds {min(clipped)}); "
-                "each of them runs as many seedings as it has samples.",
-                UserWarning,
-                stacklevel=3,
-            )
-        step = functools.partial(
-            _local_step,
-            n_local_clusters=local,
-            n_init=self.n_init,
-            max_iter=self.max_iter,
-            tol=self.tol,
-            allow_raw_upload=self.allow_raw_upload,
-            send_sizes=self.center_weighting == "size",
-            dropout=float(self.client_dropout),
-            single_threaded=fed.n_clients > 1,
-            local_step=self.local_step,
-        )
-        # Simulated dropout must pass whatever on_client_error says, so the
-        # round tolerates every failure and the exceptions' types decide.
-        uploads = fed.run_round(name, step, tolerate=True)
-        errors = fed.client_errors
-        refused = [c for c, e in errors.items() if isinstance(e, _RawUploadRefused)]
-        if refused:
-            shown = ", ".join(repr(c) for c in refused[:5])
-            raise ValueError(
-                f"Client(s) {shown} hold at most k(z) distinct samples, so "
-                "their local centers would be their raw rows, which "
-                "allow_raw_upload=False forbids. Merge these clients with "
-                "others, leave them out, or set allow_raw_upload=True."
-            )
-        if self.on_client_error == "raise":
-            for cid, exc in errors.items():  # the first in canonical order
-                if not isinstance(exc, _SimulatedDropout):
-                    raise _client_step_error(cid, name, exc) from exc
-        centers = [u["centers"] for u in uploads]
-        if self.center_weighting == "size":
-            weights = [np.asarray(u["sizes"], dtype=np.float64) for u in uploads]
-        else:
-            weights = [np.ones(len(c)) for c in centers]
-        ids = list(fed.client_ids)
-        return ids, centers, weights, sum(k_local[c] for c in ids)
-
-    @staticmethod
-    def _send_cluster_map(fed, center_labels, cluster_centers):
-        messages = [
-            {"center_labels": labels, "cluster_centers": cluster_centers}
-            for labels in center_labels
-        ]
-        fed.run_round("cluster map", _induce_labels_step, messages=messages)
-
-    @staticmethod
-    def _raw_clients(fed):
-        raw = fed.local_results("kfed", "raw")
-        return [c for c, is_raw in raw.items() if is_raw]
-
-    def _set_local_results(self, fed, n_samples):
-        # Per-sample labels and inertia shares stay on the clients in a
-        # deployment; the simulation gathers them for the fitted attributes.
-        self.labels_ = fed.assemble("kfed", "labels", n_samples, dtype=np.int32)
-        self.inertia_ = float(sum(fed.local_results("kfed", "inertia").values()))
-        self.n_iter_ = int(max(fed.local_results("kfed", "n_iter").values()))
-
-
-def _client_step_error(client_id, round_name, exc):
-    """The error ``Federation.run_round`` raises for a failing client; the
-    local round builds it itself because it runs with ``tolerate=True``."""
-    cls = ClientValueError if isinstance(exc, ValueError) else ClientStepError
-    return cls(
-        f"Client {client_id!r} failed in round {round_name!r}: "
-        f"{type(exc).__name__}: {exc}",
-        client_id=client_id,
-        round_name=round_name,
-    )
-
-
-def _failure_note(failed):
-    if not failed:
-        return ""
-    shown = "; ".join(f"{c!r}: {r}" for c, r in list(failed.items())[:5])
-    more = f" and {len(failed) - 5} more" if len(failed) > 5 else ""
-    return f" Left out: {shown}{more}."
-
-
-# -- client steps -------------------------------------------------------------
-
-
-class _SimulatedDropout(RuntimeError):
-    """Raised by a client that skips the round (``client_dropout``)."""
-
-
-class _RawUploadRefused(Exception):
-    """Raised by a client that would have to upload raw rows but may not
-    (``allow_raw_upload=False``)."""
-
-
-@client_step("kfed.local")
-def _local_step(
-    client,
-    state,
-    message,
-    *,
-    n_local_clusters,
-    n_init,
-    max_iter,
-    tol,
-    allow_raw_upload,
-    send_sizes,
-    dropout,
-    single_threaded,
-    local_step="best",
-):
-    """Client step of round "local centers": Algorithm 1 (local k(z)-means).
-
-    Upload: the k(z) local centers Θ(z) (k(z)·d floats) and, if
-    ``send_sizes``, the k(z) local cluster sizes. A client with at most k(z)
-    distinct samples uploads those samples (and their multiplicities)
-    instead, or raises :class:`_RawUploadRefused` (uploads nothing) when
-    ``allow_raw_upload`` is False. Kept: the local label of each sample.
-    With ``single_threaded`` the client's KMeans runs use one OpenMP
-    thread: the clients already run in parallel, and OpenMP teams inside
-    parallel clients oversubscribe the cores.
-    """
-    if dropout and client.random_state(_DROPOUT_STREAM).random_sample() < dropout:
-        raise _SimulatedDropout(f"simulated dropout (client_dropout={dropout})")
-    if isinstance(n_local_clusters, Mapping):
-        n_local_clusters = n_local_clusters[client.client_id]
-    X = client.X
-    weights = client.sample_weight
-    if weights is None:
-        weights = np.ones(X.shape[0], dtype=X.dtype)
-
-    # Work in an order defined by the rows' contents (values, then weights)
-    # so that the result does not depend on the order of the samples.
-    hashes = row_hashes(X)
-    order = np.lexsort((weights, hashes))
-    X, weights, hashes = X[order], weights[order], hashes[order]
-    # Rows of zero weight take no part, as if removed (they could otherwise
-    # become local centers, and through them global ones); they join their
-    # nearest local center afterwards.
-    kept = np.flatnonzero(weights > 0)
-    if len(kept) == 0:
-        raise ValueError(
-            "all sample weights of this client are zero, so it has nothing to "
-            "cluster. Give some of its samples a positive weight, remove the "
-            "client from the data, or pass on_client_error='drop' to leave "
-            "it out."
-        )
-    if len(kept) < X.shape[0]:
-        X_kept, w_kept, h_kept = X[kept], weights[kept], hashes[kept]
-    else:
-        X_kept, w_kept, h_kept = X, weights, hashes
-    distinct = _few_distinct_rows(X_kept, h_kept, n_local_clusters)
-
-    # Dense data is clustered around the client's own weighted mean:
-    # squared distances expanded on coordinates far from the origin (data
-    # at 1e9) cancel. The centers are uploaded in global coordinates, so the
-    # mean costs nothing on the wire. Sparse data stays uncentered, as in
-    # scikit-learn's KMeans (centering would densify it).
-    if sp.issparse(X):
-        mean = None
-    else:
-        mean = np.average(X_kept, axis=0, weights=w_kept).astype(X.dtype)
-
-    if distinct is not None:
-        if not allow_raw_upload:
-            raise _RawUploadRefused(
-                f"it holds at most k(z)={n_local_clusters} distinct samples"
-            )
-        first, kept_labels = distinct
-        centers = X_kept[first]
-        centers = centers.toarray() if sp.issparse(centers) else centers.copy()
-        offsets = centers if mean is None else centers - mean
-        n_iter = 0
-    else:
-        with _one_openmp_thread() if single_threaded else contextlib.nullcontext():
-            rows = X_kept if mean is None else X_kept - mean
-            options = {
-                "n_init": min(n_init, len(kept)),
-                "max_iter": max_iter,
-                "tol": tol,
-                "client": client,
-            }
-            offsets, kept_labels, n_iter = _awasthi_sheffet(
-                rows, w_kept, n_local_clusters, **options
-            )
-            if local_step == "best":
-                offsets, kept_labels, n_iter = _better_of(
-                    rows,
-                    w_kept,
-                    (offsets, kept_labels, n_iter),
-                    _plain_kmeans(rows, w_kept, n_local_clusters, **options),
-                )
-        centers = offsets if mean is None else offsets + mean
-    if X_kept is X:
-        sorted_labels = kept_labels
-    else:
-        sorted_labels = np.empty(X.shape[0], dtype=np.intp)
-        sorted_labels[kept] = kept_labels
-        zero = np.flatnonzero(weights <= 0)
-        X_zero = X[zero] if mean is None else X[zero] - mean
-        sorted_labels[zero] = pairwise_distances_argmin(X_zero, offsets)
-    local_labels = np.empty(X.shape[0], dtype=np.intp)
-    local_labels[order] = sorted_labels
-
-    state = {
-        "local_labels": local_labels,
-        "raw": distinct is not None,
-        "n_iter": n_iter,
-    }
-    upload = {"centers": centers}
-    if send_sizes:
-        upload["sizes"] = np.bincount(
-            sorted_labels, weights=weights, minlength=len(centers)
-        )
-    return state, upload
-
-
-_THREADPOOL_CONTROLLER = None
-
-
-def _one_openmp_thread():
-    """Limit OpenMP to one thread in the calling thread only.
-
-    OpenMP's thread count is per calling thread, so unlike a BLAS limit this
-    is safe from concurrent client threads. The controller is built once:
-    inspecting the loaded libraries costs milliseconds.
-    """
-    global _THREADPOOL_CONTROLLER
-    if _THREADPOOL_CONTROLLER is None:
-        _THREADPOOL_CONTROLLER = ThreadpoolController()
-    return _THREADPOOL_CONTROLLER.limit(limits=1, user_api="openmp")
-
-
-@client_step("kfed.cluster_map")
-def _induce_labels_step(client, state, message):
-    """Client step of round "cluster map": Definition 3.3 (induced labels).
-
-    Download: the global cluster of each local center (k(z) ints) and the
-    global centers (k·d floats). The client labels its points and computes
-    its share of the k-means cost; nothing is uploaded.
-    """
-    state = dict(state)
-    labels = np.asarray(message["center_labels"])[state["local_labels"]]
-    state["labels"] = labels
-    state["inertia"] = _assigned_sq_distance(
-        client.X, message["cluster_centers"], labels, client.sample_weight
-    )
-    return state, None
-
-
-def _awasthi_sheffet(X, weights, n_clusters, *, n_init, max_iter, tol, client):
-    """Algorithm 1 (Awasthi & Sheffet, 2012) on one client's (weighted) rows.
-
-    A weight acts as a multiplicity: the SVD is that of the rows scaled by
-    √w (the same right singular vectors as repeated rows), and seeding,
-    pruning means and Lloyd are weighted. Dense rows arrive centered on the
-    client's weighted mean (see :func:`_local_step`), and the centers are
-    returned in the same coordinates.
-
-    Returns the local centers Θ(z), the local labels U(z) and the number of
-    full-space Lloyd iterations.
-    """
-    n_features = X.shape[1]
-    rank = min(n_clusters, n_features)
-    if rank < n_features:
-        # SVD of the rows as given: centered on the client's mean for dense
-        # data (the paper's SVD is uncentered; far from the origin its top
-        # singular vector is only the offset's direction), uncentered for
-        # sparse data. Either way the projection keeps the span of the
-        # cluster means.
-        scaled = X
-        if np.any(weights != 1):
-            root = np.sqrt(weights)
-            scaled = sp.diags(root) @ X if sp.issparse(X) else X * root[:, None]
-        _, _, Vt = randomized_svd(
-            scaled, rank, random_state=client.random_state(_SVD_STREAM)
-        )
-        basis = Vt.T.astype(X.dtype, copy=False)
-        projected = np.asarray(X @ basis)
-    else:
-        basis = None  # k(z) >= d: projecting onto all of R^d changes nothing
-        projected = X.toarray() if sp.issparse(X) else X
-
-    # Seeding ν on the projection (the paper asks for any constant-factor
-    # approximation): the best of n_init k-means++ runs, each refined by
-    # Lloyd on the k(z)-dimensional projection, which is cheap next to the
-    # SVD and avoids most bad local seedings. Projections with too few
-    # distinct rows only get k-means++ (KMeans would warn about them).
-    if n_init and len(np.unique(row_hashes(projected))) > n_clusters:
-        nu, _, _ = _kmeans(
-            projected,
-            weights,
-            n_clusters,
-            n_init=n_init,
-            max_iter=max_iter,
-            tol=tol,
-            seed=client.seed(_SEEDING_STREAM),
-        )
-    else:
-        nu, _ = kmeans_plusplus(
-            projected,
-            n_clusters,
-            sample_weight=weights,
-            random_state=client.random_state(_SEEDING_STREAM),
-        )
-
-    # Pruning: keep the points at least three times closer to their nearest
-    # seed than to any other, so that the first means are not pulled by
-    # points between clusters.
-    sq_dist = euclidean_distances(projected, nu, squared=True)
-    nearest = np.argmin(sq_dist, axis=1)
-    if n_clusters > 1:
-        d1 = sq_dist[np.arange(len(nearest)), nearest]
-        sq_dist[np.arange(len(nearest)), nearest] = np.inf
-        core = 9.0 * d1 <= sq_dist.min(axis=1)
-    else:
-        core = np.ones(len(nearest), dtype=bool)
-    # θ_r is the mean of the pruned set S_r taken in the projection and
-    # mapped back, mean(P[S_r]) Vᵀ, as the authors' code does. The
-    # full-space mean of the rows (the first reading of ALGORITHMS.md) turns
-    # a one-point S_r into a raw, noisy row that Lloyd then keeps as a
-    # cluster of its own, and the server's seeding picks it: 7% accuracy
-    # instead of 86% (KMeans) at 6σ on the d=100, k=64 mixtures.
-    projected_theta = np.array(nu, dtype=np.float64)
-    for r in range(n_clusters):
-        members = np.flatnonzero(core & (nearest == r))
-        total = weights[members].sum()
-        if total > 0:
-            projected_theta[r] = weights[members] @ projected[members] / total
-    theta = projected_theta @ basis.T if basis is not None else projected_theta
-    theta = theta.astype(X.dtype, copy=False)
-
-    lloyd_centers, labels, lloyd_iter = _kmeans(
-        X,
-        weights,
-        n_clusters,
-        init=theta,
-        n_init=1,
-        max_iter=max_iter,
-        tol=tol,
-        seed=client.seed(_LLOYD_STREAM),
-    )
-    # Algorithm 1 returns the means of the final clusters U_r. KMeans stops
-    # on a tolerance and reassigns labels afterwards, so its centers can be
-    # one update behind its labels; recompute them from the labels.
-    sizes = np.bincount(labels, weights=weights, minlength=n_clusters)
-    indicator = sp.csr_matrix(
-        (weights, (labels, np.arange(len(labels)))),
-        shape=(n_clusters, len(labels)),
-    )
-    centers = np.array(lloyd_centers, dtype=X.dtype)
-    filled = sizes > 0
-    sums = indicator @ X
-    sums = sums.toarray() if sp.issparse(sums) else np.asarray(sums)
-    centers[filled] = sums[filled] / sizes[filled, None]
-    return centers, labels, int(lloyd_iter)
-
-
-def _plain_kmeans(X, weights, n_clusters, *, n_init, max_iter, tol, client):
-    """k-means++ and Lloyd on the client's rows (no projection, no pruning).
-
-    Returns the same triple as :func:`_awasthi_sheffet`.
-    """
-    centers, labels, n_iter = _kmeans(
-        X,
-        weights,
-        n_clusters,
-        n_init=max(n_init, 1),
-        max_iter=max_iter,
-        tol=tol,
-        seed=client.seed(_PLAIN_STREAM),
-    )
-    return centers.astype(X.dtype, copy=False), labels, n_iter
-
-
-def _kmeans(X, weights, n_clusters, *, n_init, max_iter, tol, seed, init=None):
-    """Weighted k-means (k-means++ and Lloyd, or Lloyd from ``init``) on one
-    client's rows: (centers, labels, n_iter).
-
-    A small dense client runs the array functions of the coreset module: a
-    scikit-learn ``KMeans.fit`` costs about 8 ms of fixed overhead
-    (validation, thread-pool control), which made a client of a hundred
-    rows cost 25 ms and a fit over 1,000 such clients 15 times one over 10
-    clients of the same N. Larger or sparse clients keep ``KMeans``, whose
-    compiled Lloyd is faster there. Both are greedy k-means++ followed by
-    Lloyd with scikit-learn's tolerance.
-    """
-    if sp.issparse(X) or X.shape[0] > _SMALL_CLIENT:
-        km = KMeans(
-            n_clusters,
-            init="k-means++" if init is None else init,
-            n_init=n_init,
-            max_iter=max_iter,
-            tol=tol,
-            random_state=seed,
-        ).fit(X, sample_weight=weights)
-        return km.cluster_centers_, km.labels_, int(km.n_iter_)
-    w = np.asarray(weights, dtype=np.float64)
-    Xc, shift = _centered(np.asarray(X, dtype=np.float64), w)
-    x_sq = row_norms(Xc, squared=True)
-    tol_abs = _tolerance(Xc, w, tol)
-    noise = _rounding_noise(X)
-    if init is not None:
-        starts = [np.asarray(init, dtype=np.float64) - shift]
-    else:
-        rng = np.random.RandomState(seed)
-        starts = (
-            _weighted_kmeans_plusplus(Xc, w, n_clusters, x_sq, rng, noise=noise)
-            for _ in range(n_init)
-        )
-    best = None
-    for start in starts:
-        centers, labels, d2, n_iter = _weighted_lloyd(
-            Xc, w, start, x_sq, max_iter, tol_abs, tie=noise
-        )
-        cost = float(w @ d2)
-        if best is None or cost < best[0]:
-            best = (cost, centers + shift, labels, n_iter)
-    return best[1], best[2], best[3]
-
-
-def _better_of(X, weights, first, second):
-    """The local solution of lower weighted k-means cost (our local step).
-
-    The paper's step is only guaranteed above its separation condition;
-    below it, plain k-means++ and Lloyd often finds a cheaper local
-    clustering. Keeping the cheaper of the two is local work only: the
-    upload does not change. Ties keep ``first``.
-    """
-    costs = [_assigned_sq_distance(X, c, lab, weights) for c, lab, _ in (first, second)]
-    return second if costs[1] < costs[0] else first
-
-
-def _few_distinct_rows(X, hashes, n_clusters):
-    """Distinct rows of X if there are at most ``n_clusters`` of them.
-
-    Parameters
-    ----------
-    X : {ndarray, sparse matrix}
-        Rows sorted by ``hashes``.
-    hashes : ndarray of uint64
-        Sorted hashes of the rows.
-    n_clusters : int
-
-    Returns
-    -------
-    None, or (first, inverse)
-        Index of the first occurrence of each distinct row and the index of
-        each row's distinct row.
-    """
-    if X.shape[0] > n_clusters:
-        _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
-        if len(first) > n_clusters:
-            return None
-        # Equal hashes almost surely mean equal rows; make sure.
-        if _rows_equal(X, X[first[inverse]]):
-            return first, inverse
-    # Few rows, or a hash collision: compare the rows themselves.
-    dense = X.toarray() if sp.issparse(X) else X
-    _, first, inverse = np.unique(dense, axis=0, return_index=True, return_inverse=True)
-    if len(first) > n_clusters:
-        return None
-    return first, inverse.ravel()
-
-
-def _rows_equal(A, B):
-    if sp.issparse(A):
-        return (A != B).nnz == 0
-    return np.array_equal(A, B)
-
-
-def _assigned_sq_distance(X, centers, labels, weights=None):
-    """Σ_i w_i ‖x_i − c_{labels_i}‖², the client's share of the k-means cost."""
-    if sp.issparse(X):
-        cross = np.asarray(X @ centers.T)[np.arange(X.shape[0]), labels]
-        sq = (
-            row_norms(X, squared=True)
-            - 2.0 * cross
-            + row_norms(centers, squared=True)[labels]
-        )
-        sq = np.maximum(sq, 0.0)
-    else:
-        diff = X - centers[labels]
-        sq = np.einsum("ij,ij->i", diff, diff)
-    sq = sq.astype(np.float64, copy=False)
-    return float(sq.sum() if weights is None else np.dot(weights, sq))
-
-
-# -- server steps -------------------------------------------------------------
-
-
-def _pool(centers, weights):
-    """Pool the uploaded local centers Θ = ∪ Θ(z) (Algorithm 2, step 1).
-
-    Returns the pooled centers, their weights and the position (in
-    ``centers``) of the client that sent each.
-    """
-    pooled = np.concatenate(centers).astype(np.float64, copy=False)
-    pooled_weights = np.concatenate(weights)
-    owner = np.repeat(np.arange(len(centers)), [len(c) for c in centers])
-    return pooled, pooled_weights, owner
-
-
-def _reference_point(points):
-    """The mean of ``points``, summed in an order defined by their values.
-
-    The server works on the pooled centers minus this point: squared
-    distances expanded on coordinates far from the origin cancel. Summing
-    in value order keeps it independent of the clients' names and order.
-    """
-    return points[np.lexsort(points.T[::-1])].mean(axis=0)
-
-
-def _farthest_point_initialization(pooled, owner, n_clusters, random_state):
-    """Algorithm 2, steps 2–6: M from one client, then farthest points.
-
-    M starts as the centers of a client with the most local centers. Among
-    several such clients one is drawn with ``random_state`` from an order
-    defined by the centers' values (never by client ids or order). Then the
-    pooled center farthest from M (distance to a set = distance to its
-    nearest member) joins M until |M| = ``n_clusters``.
-
-    Returns
-    -------
-    initial : ndarray of int of shape (n_clusters,)
-        Indices into ``pooled`` of the members of M, in the order chosen.
-    """
-    # Canonical order of the pooled centers by value: every tie below is
-    # broken by this order, so permuting or renaming clients changes nothing.
-    canonical = np.lexsort(pooled.T[::-1])
-    rank = np.empty_like(canonical)
-    rank[canonical] = np.arange(len(canonical))
-
-    counts = np.bincount(owner)
-    candidates = np.flatnonzero(counts == counts.max())
-    # Order the candidates by the values of all their centers, each client's
-    # taken in canonical order: clients that share their smallest center
-    # (e.g. a duplicated row) would otherwise be ordered by their position.
-    # Clients that tie here hold the same centers, so either gives the same M.
-    own = [np.flatnonzero(owner == z) for z in candidates]
-    own = [idx[np.argsort(rank[idx])] for idx in own]
-    keys = [tuple(pooled[idx].ravel().tolist()) for idx in own]
-    by_value = sorted(range(len(own)), key=keys.__getitem__)
-    members = own[by_value[random_state.randint(len(own))]][:n_clusters]
-    ordered = pooled[canonical]
-    min_sq_dist = euclidean_distances(ordered, pooled[members], squared=True).min(
-        axis=1
-    )
-    chosen = list(members)
-    while len(chosen) < n_clusters:
-        best = int(np.argmax(min_sq_dist))  # first in canonical order on ties
-        chosen.append(canonical[best])
-        new = euclidean_distances(ordered, ordered[best : best + 1], squared=True)
-        np.minimum(min_sq_dist, new[:, 0], out=min_sq_dist)
-    return np.asarray(chosen, dtype=np.intp)
-
-
-def _kmeans_merge(pooled, pooled_weights, n_clusters, random_state, n_init):
-    """Server: weighted k-means over the pooled local centers (our merge).
-
-    The pooled centers, weighted by their local cluster sizes (or 1 with
-    ``center_weighting="uniform"``), are clustered by weighted k-means++
-    and weighted Lloyd, best of ``n_init`` restarts by weighted cost. It
-    uses the same upload as the paper's merge; where farthest-point
-    selection takes an outlying local center as a global seed, the
-    restarts and the weights do not. The centers are taken in an order
-    defined by their values and weights, so the clients' names and order
-    do not reach the draws.
-
-    Returns
-    -------
-    cluster_centers, assignment, cluster_weights
-        As :func:`_one_lloyd_round`.
-    """
-    canonical = np.lexsort((pooled_weights, *pooled.T[::-1]))
-    centers, _, _ = weighted_kmeans(
-        pooled[canonical],
-        pooled_weights[canonical].astype(np.float64),
-        n_clusters,
-        random_state=random_state,
-        n_init=n_init,
-    )
-    assignment = _nearest(pooled, centers)
-    return _weighted_means(pooled, pooled_weights, assignment, centers)
-
-
-def _one_lloyd_round(pooled, pooled_weights, initial):
-    """Algorithm 2, step 7: one Lloyd round over the pooled local centers.
-
-    Every pooled center joins its nearest member of M (groups τ_r); the
-    global center r is the weighted mean of τ_r (M_r if τ_r is empty, which
-    only duplicated centers cause).
-
-    Returns
-    -------
-    cluster_centers : ndarray of shape (n_clusters, n_features)
-    assignment : ndarray of int
-        Global cluster of each pooled center.
-    cluster_weights : ndarray of shape (n_clusters,)
-        Total weight of each τ_r (kept for :meth:`KFed.partial_fit`).
-    """
-    init_centers = pooled[initial]
-    assignment = _nearest(pooled, init_centers)
-    return _weighted_means(pooled, pooled_weights, assignment, init_centers)
-
-
-def _assign_new_centers(cluster_centers, cluster_weights, pooled, pooled_weights):
-    """Theorem 3.2: new local centers join their nearest global center.
-
-    The global centers become the weighted means of the enlarged τ_r,
-    computed from the old means and weights (the server keeps only those).
-    Everything is computed relative to the mean of the current global
-    centers, for the same reason as in :func:`_reference_point`.
-    """
-    centers = cluster_centers.astype(np.float64)
-    reference = centers.mean(axis=0)
-    centers -= reference
-    offsets = pooled - reference
-    assignment = _nearest(offsets, centers)
-    new_centers, _, new_weights = _weighted_means(
-        offsets, pooled_weights, assignment, centers
-    )
-    total = cluster_weights + new_weights
-    has_new = new_weights > 0
-    merged = centers.copy()
-    merged[has_new] = (
-        cluster_weights[has_new, None] * centers[has_new]
-        + new_weights[has_new, None] * new_centers[has_new]
-    ) / total[has_new, None]
-    return merged + reference, assignment, total
-
-
-def _nearest(points, centers):
-    """Index of the nearest center (the first one on ties)."""
-    return np.argmin(euclidean_distances(points, centers, squared=True), axis=1)
-
-
-def _weighted_means(points, weights, assignment, fallback):
-    n_clusters = len(fallback)
-    # Sum in an order defined by the points' values and weights, not by the
-    # clients' order: renaming clients then changes no bit of the result.
-    order = np.lexsort((weights, *points.T[::-1]))
-    groups, weights = assignment[order], weights[order]
-    totals = np.bincount(groups, weights=weights, minlength=n_clusters)
-    sums = np.zeros_like(fallback, dtype=np.float64)
-    np.add.at(sums, groups, weights[:, None] * points[order])
-    centers = np.array(fallback, dtype=np.float64)
-    filled = totals > 0
-    centers[filled] = sums[filled] / totals[filled, None]
-    return centers, assignment, totals
-
-
-def _split_by_owner(assignment, owner, n_clients):
-    """The global cluster of each local center, one array per client."""
-    return [assignment[owner == z].astype(np.int64) for z in range(n_clients)]
+    def _local_options(self):
+        """The client-side options of :func:`run_kfed`."""
+        return {
+            "n_clusters": self.n_clusters,
+            "n_local_clusters": self.n_local_clusters,
+            "center_weighting": self.center_weighting,
+            "local_step": self.local_step,
+            "n_init": self.n_init,
+            "max_iter": self.max_iter,
+            "tol": self.tol,
+            "allow_raw_upload": self.allow_raw_upload,
+            "client_dropout": self.client_dropout,
+        }

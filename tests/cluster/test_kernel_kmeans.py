@@ -15,7 +15,7 @@ from sklearn.metrics.pairwise import euclidean_distances, rbf_kernel
 
 from skfed import FederatedKernelKMeans
 from skfed._testing import iteration_uploads
-from skfed.cluster._kernel_kmeans import replay_eigenvectors
+from skfed.cluster._kernel_kmeans_protocol import replay_eigenvectors
 
 
 def _rings(n=300):

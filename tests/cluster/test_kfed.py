@@ -22,7 +22,7 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils._param_validation import InvalidParameterError
 from threadpoolctl import threadpool_info
 
-import skfed.cluster._kfed as kfed_module
+import skfed.cluster._kfed_protocol as kfed_module
 from skfed import ClientStepError, ClientValueError, KFed
 from skfed.partition import labels_per_client
 
@@ -997,7 +997,7 @@ def test_robust_merge_never_worse_than_farthest_point(seed):
 def test_better_of_keeps_the_cheaper_local_solution():
     # The default local step keeps the lower weighted local cost of the
     # Awasthi–Sheffet result and plain k-means++/Lloyd (local work only).
-    from skfed.cluster._kfed import _better_of
+    from skfed.cluster._kfed_protocol import _better_of
 
     rng = np.random.RandomState(0)
     X = np.vstack([rng.normal(0, 1, (30, 2)), rng.normal(10, 1, (30, 2))])

@@ -1,0 +1,618 @@
+"""The protocol of federated kernel k-means: DSPGD with the communication
+efficient mechanism, then the distributed coreset k-means.
+
+The top eigenpairs of the RBF kernel matrix K (N x N, never formed) are
+tracked by distributed stochastic proximal gradient descent (DSPGD): every
+iteration draws fresh random Fourier features, mixes their kernel estimate
+into the running low-rank estimate Z_t, and soft-thresholds the spectrum.
+With the communication efficient mechanism (CEM) the eigen-problem is solved
+on the small (D + r_t) x (D + r_t) matrix G = Σ_m W[m]ᵀW[m] instead of the
+N x N one, so what a client uploads per iteration does not depend on N.
+k-means on the spectral embedding H = U Λ^½ (first s columns) is then run
+with the distributed coreset k-means of :mod:`skfed.cluster._coreset`.
+
+:func:`run_kernel_kmeans` drives the rounds; the client steps and the server
+steps follow it. Paper: "A Communication Efficient Federated Kernel k-Means"
+(ICLR 2021 submission).
+"""
+
+import warnings
+from functools import partial
+from typing import NamedTuple
+
+import numpy as np
+from scipy.linalg import eigh
+from sklearn.exceptions import ConvergenceWarning
+
+from .._lanczos import lanczos
+from .._protocol import client_step
+from ..kernel import (
+    gamma_from_moments,
+    moments_step,
+    random_fourier_features,
+    sample_fourier_weights,
+)
+from ._coreset import federated_coreset_kmeans
+
+__all__ = [
+    "KernelKMeansResult",
+    "iteration_features",
+    "replay_eigenvectors",
+    "run_kernel_kmeans",
+]
+
+_SEED_MAX = np.iinfo(np.int32).max
+# Rows per block when clients or the replay map many points to many features.
+_CHUNK = 4096
+# Eigenvalues below this fraction of the largest are numerically zero.
+_ROUNDOFF = 1e-10
+
+
+class KernelKMeansResult(NamedTuple):
+    """What :func:`run_kernel_kmeans` returns.
+
+    Attributes
+    ----------
+    gamma : float
+        The RBF kernel's γ.
+    threshold : float
+        λ, the soft threshold.
+    eigenvalues : ndarray of shape (n_components,)
+        Estimates of the kernel matrix's top eigenvalues.
+    labels : ndarray of shape (n_samples,)
+        Cluster of each training sample (kept on the clients; gathered).
+    embedding : ndarray of shape (n_samples, n_components)
+        H, the spectral embedding of the training samples (kept on the
+        clients; gathered).
+    coreset : CoresetKMeansResult
+        The k-means on H (centers, inertia, refinement rounds).
+    replay : list of tuple
+        Per iteration, what the server sent: the features' seed, η_t,
+        V_t / √μ_t and √(μ_t − η_t λ) (see :func:`replay_eigenvectors`).
+    scales : ndarray of shape (n_components,)
+        √ of ``eigenvalues``: H = U scales.
+    ranks, lanczos_steps : ndarray of int
+        r_t and the Lanczos steps of every iteration.
+    eigenvalue_history : list of ndarray
+        The eigenvalue estimates after every iteration.
+    client_ids : list
+        The clients that took part.
+    """
+
+    gamma: float
+    threshold: float
+    eigenvalues: np.ndarray
+    labels: np.ndarray
+    embedding: np.ndarray
+    coreset: tuple
+    replay: list
+    scales: np.ndarray
+    ranks: np.ndarray
+    lanczos_steps: np.ndarray
+    eigenvalue_history: list
+    client_ids: list
+
+
+class _DSPGDOptions(NamedTuple):
+    n_random_features: int
+    n_components: int
+    threshold: object
+    step_size: str
+    max_iter: int
+    tol: float
+    eigen_solver: str
+    eigen_tol: float
+    verbose: int
+
+
+class _Iterations(NamedTuple):
+    estimates: np.ndarray
+    threshold: float
+    server_U: object
+    replay: list
+    ranks: list
+    steps: list
+    history: list
+
+
+def run_kernel_kmeans(
+    fed,
+    *,
+    n_clusters,
+    n_components,
+    random_state,
+    coreset_size,
+    n_init,
+    n_random_features=300,
+    gamma=None,
+    threshold=None,
+    step_size="1/t",
+    max_iter=30,
+    tol=0.0,
+    eigen_solver="lanczos",
+    eigen_tol=1e-3,
+    use_cem=True,
+    refine_iter=20,
+    verbose=0,
+):
+    """Federated kernel k-means on an open federation.
+
+    Rounds: ``"kernel width"`` (with ``gamma=None``, d + 2 floats up per
+    client) and ``"kernel width broadcast"``; per DSPGD iteration
+    ``"random features"``, the Lanczos rounds (``"lanczos"``, or
+    ``"lanczos project"``/``"lanczos expand"`` without CEM) and
+    ``"eigenpairs"``; then ``"embedding"`` and the coreset k-means rounds
+    on H (see :func:`~skfed.cluster._coreset.federated_coreset_kmeans`).
+
+    Parameters
+    ----------
+    fed : Federation
+        Open federation (inside its ``with`` block).
+    n_clusters : int
+        k.
+    n_components : int
+        s, the columns of the embedding.
+    random_state : RandomState
+        The server's generator (the fit's ``rng``).
+    coreset_size, n_init : int
+        Of the coreset k-means, already clipped to the data.
+    n_random_features, gamma, threshold, step_size, max_iter, tol, \
+eigen_solver, eigen_tol, use_cem, refine_iter, verbose
+        As in :class:`~skfed.FederatedKernelKMeans`.
+
+    Returns
+    -------
+    result : KernelKMeansResult
+    """
+    opts = _DSPGDOptions(
+        n_random_features,
+        n_components,
+        threshold,
+        step_size,
+        max_iter,
+        tol,
+        eigen_solver,
+        eigen_tol,
+        verbose,
+    )
+    n_samples = int(fed.client_sizes.sum())
+    # Separate streams, so that the features of iteration t do not depend
+    # on how many Lanczos vectors earlier iterations drew: with and without
+    # CEM the same R_t is decomposed.
+    feature_seeds = random_state.randint(_SEED_MAX, size=max_iter)
+    lanczos_rng = np.random.RandomState(random_state.randint(_SEED_MAX))
+
+    if gamma is None:
+        gamma = gamma_from_moments(fed.run_round("kernel width", moments_step))
+    else:
+        gamma = float(gamma)
+    fed.run_round("kernel width broadcast", _receive_gamma_step, gamma)
+
+    dspgd = _dspgd_cem if use_cem else _dspgd_no_cem
+    it = dspgd(fed, opts, n_samples, feature_seeds, lanczos_rng)
+    if tol > 0 and not _converged(it.history, n_components, tol):
+        warnings.warn(
+            f"DSPGD stopped at max_iter={max_iter} iterations before its "
+            f"eigenvalue estimates settled to tol={tol}; raise max_iter (or "
+            "tol).",
+            ConvergenceWarning,
+            stacklevel=3,
+        )
+    eigvals, lam = it.estimates, it.threshold
+    n_kept = eigvals.shape[0]
+    if n_kept == 0:
+        raise ValueError(
+            f"No eigenvalue of the kernel estimate exceeds the threshold "
+            f"λ={lam:.4g}, so there is no spectral embedding to cluster; "
+            "lower threshold (or leave it at None)."
+        )
+    s = min(n_components, n_kept)
+    if s < n_components:
+        warnings.warn(
+            f"Only {n_kept} eigenvalue(s) of the kernel estimate exceed the "
+            f"threshold after {len(it.history)} iteration(s); the embedding "
+            f"has {n_kept} column(s) instead of n_components={n_components}. "
+            "Lower threshold or n_components.",
+            ConvergenceWarning,
+            stacklevel=3,
+        )
+    scales = np.sqrt(eigvals[:s])
+    if use_cem:
+        fed.run_round("embedding", _embedding_step, scales)
+    else:
+        # The server holds U and sends each client its rows of H.
+        H = it.server_U[:, :s] * scales
+        fed.run_round(
+            "embedding",
+            _receive_embedding_step,
+            messages=np.split(H, np.cumsum(fed.client_sizes)[:-1]),
+        )
+
+    coreset = federated_coreset_kmeans(
+        fed,
+        n_clusters=n_clusters,
+        coreset_size=coreset_size,
+        random_state=random_state,
+        n_init=n_init,
+        rows=("kernel_kmeans", "H"),
+        refine_iter=refine_iter,
+    )
+    return KernelKMeansResult(
+        gamma=gamma,
+        threshold=float(lam),
+        eigenvalues=eigvals[:s],
+        labels=fed.assemble("coreset", "labels", n_samples),
+        embedding=fed.assemble("kernel_kmeans", "H", n_samples),
+        coreset=coreset,
+        replay=it.replay,
+        scales=scales,
+        ranks=np.asarray(it.ranks, dtype=np.intp),
+        lanczos_steps=np.asarray(it.steps, dtype=np.intp),
+        eigenvalue_history=it.history,
+        client_ids=list(fed.client_ids),
+    )
+
+
+def _eta(step_size, t):
+    """η_t of the chosen step-size rule (t starts at 1)."""
+    return 1.0 / t if step_size == "1/t" else 2.0 / (t + 1)
+
+
+def _dspgd_cem(fed, opts, n_samples, feature_seeds, lanczos_rng):
+    """DSPGD with CEM (the server never holds U).
+
+    The eigen-problem of each iteration is on G = Σ_m W[m]ᵀW[m]; clients
+    keep W[m], B[m] and U[m].
+    """
+    D, s = opts.n_random_features, opts.n_components
+    gram = opts.eigen_solver == "gram"
+    lam = None if opts.threshold is None else float(opts.threshold)
+    r = 0
+    ranks, steps, history, replay = [], [], [], []
+    for t in range(1, opts.max_iter + 1):
+        eta = _eta(opts.step_size, t)
+        dim = D + r
+        uploads = fed.run_round(
+            "random features",
+            partial(_random_features_step, n_features=D, upload_gram=gram),
+            (int(feature_seeds[t - 1]), eta),
+        )
+        if gram:
+            mu, V = _eigh_descending(_sum_triangles(uploads, dim))
+            n_steps = 0
+        else:
+            step = partial(fed.run_round, "lanczos", _gram_matvec_step)
+            # No max_iter: at worst Lanczos spans all dim directions,
+            # where its Ritz pairs are exact, so it always converges.
+            res = lanczos(
+                lambda c, step=step: _sum_uploads(step(c)),
+                dim,
+                n_components=s + 2 if lam is None else None,
+                threshold=None if lam is None else eta * lam,
+                tol=opts.eigen_tol,
+                tol_scale="each",
+                random_state=lanczos_rng,
+            )
+            mu, V, n_steps = res.eigenvalues, res.eigenvectors, res.n_iter
+        if lam is None:
+            lam = default_threshold(mu, s)
+        basis, shrink, kept = soft_threshold(mu, V, eta * lam)
+        fed.run_round("eigenpairs", _eigenpairs_step, (basis, shrink))
+        replay.append((int(feature_seeds[t - 1]), eta, basis, shrink))
+        ranks.append(r)
+        steps.append(n_steps)
+        r = kept.shape[0]
+        estimate = kept + (1.0 - eta) * lam
+        history.append(estimate)
+        if opts.verbose:
+            print(
+                f"[FederatedKernelKMeans] iteration {t}: η={eta:.3g}, "
+                f"rank {ranks[-1]} -> {r}, {n_steps} Lanczos steps, "
+                f"upload so far {fed.log.upload_floats:,} floats"
+            )
+        if _converged(history, s, opts.tol):
+            break
+    return _Iterations(history[-1], lam, None, replay, ranks, steps, history)
+
+
+def _dspgd_no_cem(fed, opts, n_samples, feature_seeds, lanczos_rng):
+    """The paper's baseline: Lanczos on the N x N matrix R_t.
+
+    The server keeps B (N x r_t, rows in client order) and computes
+    (1 − η) B Bᵀ c itself; the clients compute their part of
+    (η / D) A Aᵀ c in two half rounds. Returns the kernel-eigenvalue
+    estimates, λ and the server's U (N x s_T).
+    """
+    D, s = opts.n_random_features, opts.n_components
+    sizes = fed.client_sizes
+    splits = np.cumsum(sizes)[:-1]
+    lam = None if opts.threshold is None else float(opts.threshold)
+    B = np.zeros((n_samples, 0))
+    ranks, steps, history, replay = [], [], [], []
+    for t in range(1, opts.max_iter + 1):
+        eta = _eta(opts.step_size, t)
+        fed.run_round(
+            "random features",
+            partial(_random_features_step, n_features=D, with_memory=False),
+            (int(feature_seeds[t - 1]), eta),
+        )
+
+        # The Lanczos vectors c_j (orthonormal) and the features' part
+        # of each product, Σ_m W[m]ᵀ c_j[m]: the Ritz vectors lie in
+        # span{c_j}, so Wᵀ U follows without another round.
+        vectors, projections = [], []
+
+        def matvec(c, B=B, eta=eta, vectors=vectors, projections=projections):
+            parts = fed.run_round(
+                "lanczos project",
+                _project_step,
+                messages=np.split(c, splits),
+            )
+            projected = _sum_uploads(parts)
+            vectors.append(c.copy())
+            projections.append(projected)
+            expanded = fed.run_round("lanczos expand", _expand_step, projected)
+            return np.concatenate(expanded) + (1.0 - eta) * (B @ (B.T @ c))
+
+        res = lanczos(
+            matvec,
+            n_samples,
+            # R_t is N x N: with N < s + 2 all its eigenvalues are wanted.
+            n_components=min(s + 2, n_samples) if lam is None else None,
+            threshold=None if lam is None else eta * lam,
+            tol=opts.eigen_tol,
+            tol_scale="each",
+            max_iter=n_samples,
+            random_state=lanczos_rng,
+        )
+        mu, U = res.eigenvalues, res.eigenvectors
+        if lam is None:
+            lam = default_threshold(mu, s)
+        keep = _above(mu, eta * lam)
+        ranks.append(B.shape[1])
+        steps.append(res.n_iter)
+        U, mu_kept = U[:, keep], mu[keep]
+        # The recursion in CEM form: U = [W, √(1 − η) B] basis with
+        # basis = [W, √(1 − η) B]ᵀ U / μ.
+        WtU = np.column_stack(projections) @ (np.vstack(vectors) @ U)
+        BtU = np.sqrt(1.0 - eta) * (B.T @ U)
+        basis = np.vstack([WtU, BtU]) / mu_kept
+        # The sign convention of soft_threshold, on v = basis √μ.
+        flip = _signs(basis)
+        basis, U = basis * flip, U * flip
+        shrink = np.sqrt(mu_kept - eta * lam)
+        replay.append((int(feature_seeds[t - 1]), eta, basis, shrink))
+        B = U * shrink
+        estimate = mu[keep] + (1.0 - eta) * lam
+        history.append(estimate)
+        if opts.verbose:
+            print(
+                f"[FederatedKernelKMeans] iteration {t} (no CEM): "
+                f"rank {ranks[-1]} -> {B.shape[1]}, {res.n_iter} Lanczos "
+                f"steps, upload so far {fed.log.upload_floats:,} floats"
+            )
+        if _converged(history, s, opts.tol):
+            break
+    return _Iterations(history[-1], lam, U, replay, ranks, steps, history)
+
+
+# --------------------------------------------------------------------------
+# Client steps
+
+
+@client_step("kernel_kmeans.receive_gamma")
+def _receive_gamma_step(client, state, gamma):
+    """Client step: keep the kernel width γ."""
+    state = dict(state or {})
+    state["gamma"] = float(gamma)
+    return state, None
+
+
+@client_step("kernel_kmeans.random_features")
+def _random_features_step(
+    client, state, message, *, n_features, upload_gram=False, with_memory=True
+):
+    """Client step: fresh random features A[m] and W[m] of iteration t.
+
+    W[m] = [√(η_t / D) A[m], √(1 − η_t) B[m]] so that W Wᵀ = R_t. When
+    ``with_memory`` is False (no CEM) the server holds B and the client only
+    keeps √(η_t / D) A[m]. The local Gram W[m]ᵀW[m] is formed whenever it is
+    smaller than W[m] (then each Lanczos answer costs (D + r)² flops instead
+    of 2 n_m (D + r)); it is uploaded only with ``upload_gram``.
+    """
+    state = dict(state)
+    seed, eta = message
+    X = client.X
+    omega, offset = sample_fourier_weights(seed, X.shape[1], n_features, state["gamma"])
+    B = state.get("B") if with_memory else None
+    W = iteration_features(X, omega, offset, eta, B)
+    state["W"] = W
+    local_gram = with_memory and X.shape[0] >= W.shape[1]
+    state["G"] = W.T @ W if upload_gram or local_gram else None
+    if upload_gram:
+        return state, state["G"][np.triu_indices(W.shape[1])]
+    return state, None
+
+
+def replay_eigenvectors(X, replay, gamma, n_random_features):
+    """Server: U_T(x), the eigenvector estimates after the recorded
+    iterations, for any rows X (see :meth:`FederatedKernelKMeans.transform`).
+
+    ``replay`` holds, per iteration, the seed of its random features, η_t,
+    V_t / √μ_t and √(μ_t − η_t λ), as sent to the clients; a prefix of it
+    gives the estimates after that many iterations.
+    """
+    n, d = X.shape
+    U = B = None
+    # Iterations outer, rows inner: one iteration's Ω is d x D, and all of
+    # them together would be T times that.
+    for seed, eta, basis, shrink in replay:
+        omega, offset = sample_fourier_weights(seed, d, n_random_features, gamma)
+        U = np.empty((n, basis.shape[1]))
+        for start in range(0, n, _CHUNK):
+            block = slice(start, start + _CHUNK)
+            W = iteration_features(
+                X[block], omega, offset, eta, None if B is None else B[block]
+            )
+            U[block] = W @ basis
+        B = U * shrink
+    return U
+
+
+def iteration_features(X, omega, offset, eta, B):
+    """W = [√(η / D) A, √(1 − η) B] for rows X: the clients' step and the
+    replay of :meth:`FederatedKernelKMeans.transform` share it, so that new
+    points follow the training rows' arithmetic exactly."""
+    n_features = omega.shape[1]
+    rank = 0 if B is None else B.shape[1]
+    W = np.empty((X.shape[0], n_features + rank))
+    W[:, :n_features] = random_fourier_features(X, omega, offset, scale=np.sqrt(2.0))
+    W[:, :n_features] *= np.sqrt(eta / n_features)
+    if rank:
+        np.multiply(B, np.sqrt(1.0 - eta), out=W[:, n_features:])
+    return W
+
+
+@client_step("kernel_kmeans.gram_matvec")
+def _gram_matvec_step(client, state, c):
+    """Client step: one Lanczos product, W[m]ᵀ(W[m] c) (D + r_t floats up)."""
+    if state["G"] is not None:
+        return state, state["G"] @ c
+    W = state["W"]
+    return state, W.T @ (W @ c)
+
+
+@client_step("kernel_kmeans.eigenpairs")
+def _eigenpairs_step(client, state, message):
+    """Client step: U_i[m] = W[m] v_i / √μ_i and B_{t+1}[m] = U √(μ − η_t λ).
+
+    The server sends the kept eigenvectors already divided by √μ_i, and the
+    shrunk scales √(μ_i − η_t λ).
+    """
+    basis, shrink = message
+    state = dict(state)
+    U = state.pop("W") @ basis
+    state["G"] = None
+    state["U"] = U
+    state["B"] = U * shrink
+    return state, None
+
+
+@client_step("kernel_kmeans.embedding")
+def _embedding_step(client, state, scales):
+    """Client step: H[m] = [√(μ_i + (1 − η_T) λ) U_i[m]], first s columns."""
+    state = dict(state)
+    state["H"] = state["U"][:, : scales.shape[0]] * scales
+    return state, None
+
+
+@client_step("kernel_kmeans.project")
+def _project_step(client, state, c_part):
+    """Client step (no CEM): √(η/D) A[m]ᵀ c[m], D floats up."""
+    return state, state["W"].T @ c_part
+
+
+@client_step("kernel_kmeans.expand")
+def _expand_step(client, state, y):
+    """Client step (no CEM): √(η/D) A[m] y, n_m floats up."""
+    return state, state["W"] @ y
+
+
+@client_step("kernel_kmeans.receive_embedding")
+def _receive_embedding_step(client, state, H_part):
+    """Client step (no CEM): keep the rows of H the server computed."""
+    state = dict(state)
+    state.pop("W", None)
+    state["H"] = H_part
+    return state, None
+
+
+# --------------------------------------------------------------------------
+# Server steps
+
+
+def _sum_uploads(uploads):
+    """Server: the sum of the clients' vectors."""
+    return np.sum(uploads, axis=0)
+
+
+def _sum_triangles(uploads, dim):
+    """Server: G = Σ_m W[m]ᵀW[m] from the clients' upper triangles."""
+    G = np.zeros((dim, dim))
+    G[np.triu_indices(dim)] = np.sum(uploads, axis=0)
+    return G + np.triu(G, 1).T
+
+
+def _eigh_descending(G):
+    """Server: all eigenpairs of a symmetric matrix, largest first."""
+    mu, V = eigh(G)
+    return mu[::-1], V[:, ::-1]
+
+
+def default_threshold(eigenvalues, n_components):
+    """Server: λ, the (s+2)-th largest eigenvalue of G at t = 1.
+
+    The paper takes the (k+2)-th, which lets no more than k + 1 pairs
+    survive the proximal step; with s = ``n_components`` > k columns wanted
+    the threshold must sit below the s-th. Zero when fewer eigenvalues are
+    given: without CEM the matrix is N x N, and with N < s + 2 its (s+2)-th
+    eigenvalue is that of G (rank <= N), 0.
+    """
+    eigenvalues = np.sort(eigenvalues)[::-1]
+    if eigenvalues.shape[0] <= n_components + 1:
+        return 0.0
+    return float(max(eigenvalues[n_components + 1], 0.0))
+
+
+def soft_threshold(mu, V, shift):
+    """Server: the proximal step of DSPGD on the spectrum of G.
+
+    Keeps the pairs with μ_i > η_t λ (``shift``). Returns what clients need
+    to form U and B_{t+1}: the kept eigenvectors divided by √μ_i, the shrunk
+    scales √(μ_i − η_t λ), and the kept μ.
+    """
+    keep = _above(mu, shift)
+    mu, V = mu[keep], V[:, keep]
+    V = V * _signs(V)
+    return V / np.sqrt(mu), np.sqrt(mu - shift), mu
+
+
+def _signs(V):
+    """Server: ±1 per column making its entry of largest magnitude positive.
+
+    An eigenvector's sign is arbitrary; Lanczos' depends on how the start
+    vector projects on it, which rounding can flip for a small eigenvalue.
+    Fixing it keeps the fit the same under reordered rows or renamed
+    clients.
+    """
+    if V.shape[1] == 0:
+        return np.ones(0)
+    signs = np.sign(V[np.argmax(np.abs(V), axis=0), np.arange(V.shape[1])])
+    signs[signs == 0] = 1.0
+    return signs
+
+
+def _above(mu, shift):
+    """Server: which eigenvalues exceed the shift and are not roundoff.
+
+    With λ = 0 (e.g. a rank-one kernel) eigenvalues of order 1e-16 would
+    otherwise pass as signal.
+    """
+    floor = _ROUNDOFF * max(float(np.max(mu, initial=0.0)), 0.0)
+    return mu > max(shift, floor)
+
+
+def _converged(history, s, tol):
+    """Server: did each of the first s kernel-eigenvalue estimates move by
+    at most ``tol`` times its own value in the last iteration?
+
+    Relative to each value, not to the largest: the s-th eigenvalue of a
+    kernel matrix is often 100 times smaller than the first, and its
+    direction is the one still moving when the top ones have settled.
+    """
+    if len(history) < 2 or tol == 0:
+        return False
+    prev, cur = history[-2][:s], history[-1][:s]
+    if prev.shape != cur.shape or cur.shape[0] == 0:
+        return False
+    return bool(np.all(np.abs(cur - prev) <= tol * np.abs(cur)))
