@@ -213,6 +213,12 @@ class Federation:
     Attributes
     ----------
     log : CommunicationLog
+    n_samples : int
+        N, the rows of all clients at the start of the fit.
+    n_features : int
+        d, the columns every client's rows have.
+    dtype : numpy.dtype
+        Of the clients' rows.
     client_ids : list
         Ids of the clients still taking part (failed or dropped clients are
         removed).
@@ -247,6 +253,10 @@ class Federation:
         self.transport = transport
         self.client_ids = list(transport.client_ids)
         self._sizes = transport.client_sizes
+        self.n_samples = int(sum(self._sizes.values()))
+        self.n_features, self.dtype = (
+            transport.data_info if self._sizes else (0, np.float64)
+        )
         self.failed_clients = {}
         self.client_errors = {}
         self.on_client_error = on_client_error

@@ -5,8 +5,9 @@ clients and the failure policy; a transport holds the clients' data and the
 state they keep between rounds, and runs registered client steps on them.
 Its interface is small:
 
-``client_ids``, ``client_sizes``
-    The clients, in canonical order, and their n_m (protocol metadata).
+``client_ids``, ``client_sizes``, ``data_info``
+    The clients, in canonical order, their n_m, and the number of features
+    and dtype of their rows (protocol metadata).
 ``with transport:``
     Opens whatever serves every round of one fit (a worker pool, a dask
     client, a Flower grid) and releases it.
@@ -83,6 +84,12 @@ class JoblibTransport:
     def client_sizes(self):
         """Client id -> n_m."""
         return {cid: c.n_samples for cid, c in self._clients.items()}
+
+    @property
+    def data_info(self):
+        """(n_features, dtype) of the clients' rows (protocol metadata)."""
+        first = next(iter(self._clients.values()))
+        return first.X.shape[1], first.X.dtype
 
     def client(self, client_id):
         """The :class:`~skfed._federation.ClientData` of one client (the

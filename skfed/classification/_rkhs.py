@@ -4,12 +4,13 @@ Clients solve a sparse multi-width kernel dual on their own data and send
 only their critical samples (λ > 0); the server solves the same problem on
 the pooled critical samples (ALGORITHMS.md §4, seed 004, after Peifer,
 Chamon, Paternain & Ribeiro's sparse RKHS representations), and optional
-refinement rounds send the samples the global model violates.
+refinement rounds send the samples the global model violates. The
+protocol (:func:`run_rkhs` and its steps) lives in
+:mod:`skfed.classification._rkhs_protocol`; this module is the estimator.
 """
 
 import numbers
 import warnings
-from functools import partial
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
@@ -20,22 +21,11 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._federation import FederatedMixin
-from .._protocol import client_step
 from .._validation import StrictInterval, check_magnitude
-from ..kernel import gamma_from_moments, moments_step
-from ._sparse_dual import (
-    AtomDictionary,
-    active_set_dual,
-    dense_dual,
-    gaussian_atoms,
-    solve_sparse_dual,
-)
+from ._rkhs_protocol import run_rkhs
+from ._sparse_dual import gaussian_atoms
 
 __all__ = ["FederatedRKHSClassifier"]
-
-# Log-spaced widths for an int ``widths``, as multiples of the root mean
-# squared distance between samples (the federated data scale).
-_WIDTH_RANGE = (0.2, 1.0)
 
 
 class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
@@ -336,89 +326,40 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
                 f"y has only one class ({self.classes_[0]!r}); a classifier "
                 "needs samples of at least two classes."
             )
-        widths = None
-        if not isinstance(self.widths, numbers.Integral):
-            widths = _check_widths(self.widths)
-        n_problems = 1 if n_classes == 2 else n_classes
+        widths = self.widths
+        if not isinstance(widths, numbers.Integral):
+            widths = _check_widths(widths)
         rng = check_random_state(self.random_state)
         fed = self._federation(X, y_code, partitions, random_state=rng)
-        options = {
-            "epsilon": float(self.epsilon),
-            "upper": float(self.C),
-            "max_iter": int(self.max_iter),
-            "tol": float(self.tol),
-        }
         with fed:
-            message = None
-            if widths is None:
-                uploads = fed.run_round("data scale", moments_step)
-                widths = _server_widths(uploads, self.widths)
-                message = widths
-            if fed.n_clients == 1:
-                uploads = fed.run_round("all samples", _send_all_step)
-            else:
-                uploads = fed.run_round(
-                    "critical samples",
-                    partial(
-                        _local_dual_step,
-                        widths=None if message is not None else widths,
-                        n_problems=n_problems,
-                        **options,
-                    ),
-                    message,
-                )
-            sent = fed.local_results("rkhs", "sent")
-            critical = {c: np.sort(idx) for c, idx in sent.items()}
-            # What each client knows of its own solve (not sent).
-            local_converged = fed.local_results("rkhs", "local_converged")
-            X_pool, y_pool, lam_pool, order = _server_pool(uploads, n_problems, X.dtype)
-            pool_index = np.concatenate([sent[c] for c in fed.client_ids])[order]
-            solve = partial(
-                _server_solve,
+            result = run_rkhs(
+                fed,
+                n_problems=1 if n_classes == 2 else n_classes,
                 widths=widths,
-                n_problems=n_problems,
-                gamma=float(self.sparsity),
+                C=self.C,
+                epsilon=self.epsilon,
+                sparsity=self.sparsity,
                 solver=self.solver,
-                step=None if self.step_size == "auto" else float(self.step_size),
-                **options,
+                step_size=self.step_size,
+                refinement_rounds=self.refinement_rounds,
+                refinement_margin=self.refinement_margin,
+                max_iter=self.max_iter,
+                tol=self.tol,
             )
-            model = solve(X_pool, y_pool, lam_pool)
-            n_rounds = 0
-            while fed.n_clients > 1 and n_rounds < self.refinement_rounds:
-                n_rounds += 1
-                uploads = fed.run_round(
-                    "violating samples",
-                    partial(
-                        _violations_step,
-                        threshold=float(self.refinement_margin)
-                        * (1 - options["epsilon"]),
-                    ),
-                    _model_message(model),
-                )
-                if sum(len(u[1]) for u in uploads) == 0:
-                    break
-                new = fed.local_results("rkhs", "new")
-                X_pool, y_pool, lam_pool, order = _server_pool(
-                    [(X_pool, y_pool, model["lam"]), *uploads], n_problems, X.dtype
-                )
-                pool_index = np.concatenate(
-                    [pool_index, *(new[c] for c in fed.client_ids)]
-                )[order]
-                model = solve(X_pool, y_pool, lam_pool)
-            sent = fed.local_results("rkhs", "sent")
-            self.n_clients_ = fed.n_clients
-            self.failed_clients_ = dict(fed.failed_clients)
-        self.n_refinement_rounds_ = n_rounds
-        self.widths_ = widths
+        model = result.model
+        self.n_clients_ = len(result.client_ids)
+        self.failed_clients_ = result.failed_clients
+        self.n_refinement_rounds_ = result.n_refinement_rounds
+        self.widths_ = result.widths
         self.kernel_centers_ = model["centers"].astype(X.dtype, copy=False)
         self.kernel_widths_ = model["widths"]
         self.kernel_coef_ = model["coef"]
         self.intercept_ = model["intercept"]
         self.n_kernels_ = len(self.kernel_widths_)
-        self.support_ = np.sort(pool_index[model["support"]])
-        self.critical_samples_ = {c: critical[c] for c in fed.client_ids}
-        self.sent_samples_ = {c: np.sort(sent[c]) for c in fed.client_ids}
-        self.n_samples_sent_ = int(len(pool_index))
+        self.support_ = np.sort(result.pool_index[model["support"]])
+        self.critical_samples_ = result.critical_samples
+        self.sent_samples_ = result.sent_samples
+        self.n_samples_sent_ = int(len(result.pool_index))
         self.communication_reduction_ = 1.0 - self.n_samples_sent_ / X.shape[0]
         self.dual_objective_ = model["traces"]
         self.primal_objective_ = model["primal_traces"]
@@ -444,7 +385,7 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
                 ConvergenceWarning,
                 stacklevel=2,
             )
-        unconverged = [c for c, ok in local_converged.items() if not ok]
+        unconverged = [c for c, ok in result.local_converged.items() if not ok]
         if unconverged:
             warnings.warn(
                 f"The local dual of client(s) {unconverged!r} did not converge "
@@ -517,266 +458,3 @@ def _check_widths(widths):
             f"Gaussian kernels); got {widths.tolist()}."
         )
     return widths
-
-
-def _binary_labels(y_code, problem, n_problems):
-    """±1 labels of one-vs-rest problem ``problem`` (class 1 for two classes)."""
-    positive = 1 if n_problems == 1 else problem
-    return np.where(y_code == positive, 1.0, -1.0)
-
-
-# --------------------------------------------------------------------------
-# Client steps
-
-
-@client_step("rkhs.send_all")
-def _send_all_step(client, state, message):
-    """Client step of the centralized learner: send every sample (x, y)."""
-    state = {"sent": client.sample_indices, "local_converged": True}
-    return state, (client.X, client.y.astype(np.float64))
-
-
-@client_step("rkhs.critical_samples")
-def _local_dual_step(
-    client,
-    state,
-    message,
-    *,
-    widths,
-    n_problems,
-    epsilon,
-    upper,
-    max_iter,
-    tol,
-):
-    """Client step (Pi): solve the local dual at γ = 0, send critical samples.
-
-    γ = 0 (the dense problem) keeps far fewer samples critical than the
-    server's γ would: a sparse local model must bend few kernels around its
-    samples and leaves most of them on the margin.
-
-    Upload: (x_n, class_n, λ_n) for every n with λ_n > 0 in some problem:
-    n_critical · (d + 1 + n_problems) floats.
-    """
-    state = dict(state or {})
-    widths = message if widths is None else widths
-    X, y_code = client.X, client.y
-    Phi = AtomDictionary(X, X, widths).columns()
-    lam = np.zeros((client.n_samples, n_problems))
-    converged = True
-    for p in range(n_problems):
-        y = _binary_labels(y_code, p, n_problems)
-        fit = dense_dual(
-            Phi,
-            y,
-            beta=1.0,
-            epsilon=epsilon,
-            upper=upper,
-            bias=bool(np.any(y > 0) and np.any(y < 0)),
-            max_iter=max_iter,
-            tol=tol,
-        )
-        lam[:, p] = fit["lam"]
-        converged &= fit["converged"]
-    critical = np.flatnonzero(np.any(lam > 0, axis=1))
-    state["sent"] = client.sample_indices[critical]
-    state["local_dual"] = lam
-    state["local_converged"] = converged
-    return state, (
-        X[critical],
-        y_code[critical].astype(np.float64),
-        lam[critical],
-    )
-
-
-@client_step("rkhs.violations")
-def _violations_step(client, state, message, *, threshold):
-    """Client step (refinement): send the samples the global model violates.
-
-    A sample that meets the global model's constraint y f(x) ≥ 1 − ε has
-    λ = 0 in the refit of the model's kernels and leaves that refit
-    unchanged (Proposition 2); one that does not may be critical globally
-    although it was not locally.
-    Samples with y f(x) < ``threshold`` (ρ (1 − ε), ρ = refinement_margin)
-    in any problem are sent.
-
-    Upload: (x_n, class_n) for every such sample not sent before:
-    n_new · (d + 1) floats.
-    """
-    state = dict(state or {})
-    centers, widths, coef, intercept = message
-    scores = gaussian_atoms(client.X, centers, widths, dtype=client.X.dtype)
-    scores = scores @ coef.T.astype(client.X.dtype) + intercept
-    n_problems = coef.shape[0]
-    margins = np.column_stack(
-        [
-            _binary_labels(client.y, p, n_problems) * scores[:, p]
-            for p in range(n_problems)
-        ]
-    )
-    unsent = np.ones(client.n_samples, dtype=bool)
-    unsent[np.searchsorted(client.sample_indices, state["sent"])] = False
-    # A relative slack keeps samples sitting on the margin (λ undetermined)
-    # from being sent over round-off.
-    violating = np.any(margins < threshold * (1 - 1e-6), axis=1) & unsent
-    new = np.flatnonzero(violating)
-    state["new"] = client.sample_indices[new]
-    state["sent"] = np.concatenate([state["sent"], state["new"]])
-    return state, (client.X[new], client.y[new].astype(np.float64))
-
-
-# --------------------------------------------------------------------------
-# Server steps
-
-
-def _model_message(model):
-    """Server: the model the clients check their samples against."""
-    return (model["centers"], model["widths"], model["coef"], model["intercept"])
-
-
-def _server_widths(uploads, n_widths):
-    """Server: widths log-spaced around the root mean squared distance.
-
-    ``gamma_from_moments`` gives 1 / (2 · mean squared distance); it sums
-    the clients' moments in an order fixed by their values, so renaming
-    clients cannot move the widths by a rounding error.
-    """
-    try:
-        rms = np.sqrt(0.5 / gamma_from_moments(uploads))
-    except ValueError as exc:
-        # The shared message speaks of ``gamma``; here the knob is ``widths``.
-        raise ValueError(
-            "All samples are identical, so the data scale that an int "
-            "``widths`` derives the kernel widths from is zero; pass widths "
-            "as a list of positive floats or check the data."
-        ) from exc
-    return rms * np.geomspace(*_WIDTH_RANGE, num=n_widths)
-
-
-def _server_pool(uploads, n_problems, dtype):
-    """Server: stack the received samples, classes and λ (zeros if none).
-
-    The pool is put in a canonical order (by class, then by the rows'
-    values, then by λ: a row several clients hold comes with one λ from
-    each) so that the server's solve does not depend on the order or the
-    names of the clients.
-
-    Returns
-    -------
-    X, y, lam : the pool
-    order : ndarray of int
-        Position of each pooled sample in the concatenated uploads.
-    """
-    X = np.concatenate([u[0] for u in uploads]).astype(dtype, copy=False)
-    y = np.concatenate([u[1] for u in uploads]).astype(np.intp)
-    lam = [u[2] if len(u) > 2 else np.zeros((len(u[1]), n_problems)) for u in uploads]
-    lam = np.concatenate(lam)
-    order = np.lexsort((*lam.T[::-1], *X.T[::-1], y))
-    return X[order], y[order], lam[order], order
-
-
-def _server_solve(
-    X,
-    y_code,
-    lam0,
-    *,
-    widths,
-    n_problems,
-    gamma,
-    epsilon,
-    upper,
-    max_iter,
-    tol,
-    solver,
-    step,
-):
-    """Server (PF, or PC with one client): sparse dual on the pool + refit.
-
-    Returns the union of the selected atoms over the one-vs-rest problems
-    with their coefficients, and the pooled samples with λ > 0 after the
-    refit.
-    """
-    dictionary = AtomDictionary(X, X, widths)
-    beta = 1.0 - gamma
-    selected, fits, traces, n_iter, converged = [], [], [], [], []
-    refit_converged = []
-    primal_traces = []
-    lam = np.zeros((len(y_code), n_problems))
-    support = np.zeros(len(y_code), dtype=bool)
-    for p in range(n_problems):
-        y = _binary_labels(y_code, p, n_problems)
-        warm = lam0[:, p] if np.any(lam0[:, p] > 0) else None
-        if solver == "active-set":
-            sparse = active_set_dual(
-                dictionary,
-                y,
-                warm,
-                gamma=gamma,
-                epsilon=epsilon,
-                upper=upper,
-                max_iter=max_iter,
-                tol=tol,
-            )
-        else:
-            sparse = solve_sparse_dual(
-                dictionary,
-                y,
-                warm,
-                gamma=gamma,
-                epsilon=epsilon,
-                upper=upper,
-                bias=True,
-                max_iter=max_iter,
-                tol=tol,
-                accelerate=solver == "fista",
-                step=step,
-            )
-        atoms = sparse["atoms"]
-        if "support_lam" in sparse:
-            # The active-set solver returns its best support already refitted.
-            fit = {
-                "lam": sparse["support_lam"],
-                "coef": sparse["coef"],
-                "intercept": sparse["intercept"],
-                "converged": sparse["support_converged"],
-            }
-        else:
-            fit = dense_dual(
-                dictionary.columns(atoms),
-                y,
-                beta=beta,
-                epsilon=epsilon,
-                upper=upper,
-                bias=True,
-                max_iter=max_iter,
-                tol=tol,
-            )
-        support |= fit["lam"] > 0
-        lam[:, p] = sparse["lam"]
-        selected.append(atoms)
-        fits.append(fit)
-        traces.append(sparse["trace"])
-        primal_traces.append(sparse.get("primal_trace", np.empty(0)))
-        n_iter.append(sparse["n_iter"])
-        converged.append(sparse["converged"])
-        refit_converged.append(fit["converged"])
-    # Drop atoms the refit left at zero, then merge the problems' atoms.
-    atoms = np.unique(np.concatenate(selected)) if selected else np.array([], int)
-    coef = np.zeros((n_problems, len(atoms)))
-    for p, (chosen, fit) in enumerate(zip(selected, fits)):
-        coef[p, np.searchsorted(atoms, chosen)] = fit["coef"]
-    keep = np.any(coef != 0, axis=0)
-    atoms, coef = atoms[keep], coef[:, keep]
-    return {
-        "centers": dictionary.atom_centers(atoms),
-        "widths": dictionary.atom_widths(atoms),
-        "coef": coef,
-        "intercept": np.array([fit["intercept"] for fit in fits]),
-        "support": np.flatnonzero(support),
-        "lam": lam,
-        "traces": traces,
-        "primal_traces": primal_traces,
-        "n_iter": n_iter,
-        "converged": converged,
-        "refit_converged": refit_converged,
-    }

@@ -175,7 +175,7 @@ eigen_solver, eigen_tol, use_cem, refine_iter, verbose
         eigen_tol,
         verbose,
     )
-    n_samples = int(fed.client_sizes.sum())
+    n_samples = fed.n_samples
     # Separate streams, so that the features of iteration t do not depend
     # on how many Lanczos vectors earlier iterations drew: with and without
     # CEM the same R_t is decomposed.

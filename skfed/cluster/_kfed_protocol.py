@@ -153,7 +153,7 @@ n_init, max_iter, tol, allow_raw_upload, client_dropout
         allow_raw_upload,
         client_dropout,
     )
-    n_samples = int(fed.client_sizes.sum())
+    n_samples = fed.n_samples
     ids, centers, weights, n_requested = _local_round(fed, "local centers", local)
     # Σ k(z) < k cannot give k clusters whatever the data. Fewer distinct
     # samples than k only duplicates centers, as in KMeans.
@@ -231,7 +231,7 @@ def run_kfed_update(
     if unknown:
         raise TypeError(f"Unknown local option(s) {sorted(unknown)}.")
     local = _LocalOptions(n_clusters=n_clusters, **{**defaults, **local_options})
-    n_samples = int(fed.client_sizes.sum())
+    n_samples = fed.n_samples
     ids, centers, weights, _ = _local_round(fed, "local centers (new)", local)
     if not ids:
         raise ValueError(

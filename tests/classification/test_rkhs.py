@@ -20,7 +20,7 @@ from sklearn.svm import SVC
 from skfed import FederatedRKHSClassifier
 from skfed._federation import ClientData
 from skfed._testing import rkhs_paper_data
-from skfed.classification._rkhs import (
+from skfed.classification._rkhs_protocol import (
     _local_dual_step,
     _server_pool,
     _server_solve,

@@ -23,7 +23,7 @@ from sklearn.model_selection import GroupKFold, cross_validate
 from sklearn.pipeline import Pipeline
 from threadpoolctl import threadpool_limits
 
-import skfed.decomposition._kernel_pca as kpca_module
+import skfed.decomposition._kernel_pca_protocol as kpca_module
 from skfed import DistributedKernelPCA
 from skfed.kernel import allocate_quota
 from skfed.partition import power_law
@@ -561,7 +561,7 @@ def test_kernel_rows_far_from_the_origin():
     # squared distances inside "rbf" cancelled there).
     X = np.random.RandomState(1).normal(size=(80, 3))
     spec = {"kernel": "rbf", "gamma": 0.5}
-    from skfed.decomposition._kernel_pca import _kernel
+    from skfed.decomposition._kernel_pca_protocol import _kernel
 
     near = _kernel(X, X[:20], spec)
     far = _kernel(X + 1e9, X[:20] + 1e9, spec)
