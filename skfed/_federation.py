@@ -32,8 +32,11 @@ from types import MappingProxyType
 
 import numpy as np
 import scipy.sparse as sp
+from joblib.parallel import get_active_backend
 from sklearn.utils import check_random_state
+from sklearn.utils.validation import validate_data
 
+from ._dask import is_dask_collection
 from ._ledger import DOWNLOAD, UPLOAD, CommunicationLog, count_payload
 from ._protocol import as_step_call, client_step, stream_key
 from ._rows import rounded_row_hashes
@@ -314,9 +317,87 @@ class Federation:
                     sample_weight=weights,
                 )
             )
+        backend, _ = get_active_backend()
+        if type(backend).__name__ == "DaskDistributedBackend":
+            # Under joblib's dask backend the clients go to the workers once,
+            # each to one worker, and every round runs where they are.
+            from ._dask import DaskTransport
+
+            return cls(
+                transport=DaskTransport.scatter(backend.client, clients),
+                verbose=verbose,
+                log=log,
+                on_client_error=on_client_error,
+            )
         return cls(
             clients,
             n_jobs=n_jobs,
+            verbose=verbose,
+            log=log,
+            on_client_error=on_client_error,
+        )
+
+    @classmethod
+    def from_dask(
+        cls,
+        X,
+        y,
+        partitions,
+        *,
+        random_state,
+        input_checks,
+        min_samples=1,
+        verbose=0,
+        log=None,
+        on_client_error="raise",
+    ):
+        """Clients built on the dask workers that hold ``X``'s chunks.
+
+        Parameters
+        ----------
+        X : dask.array.Array of shape (n_samples, n_features)
+        y : dask.array.Array of shape (n_samples,) or None
+        partitions : None or dask.array.Array of shape (n_samples,)
+            None: each chunk of rows is a client (ids 0, 1, ...); an array:
+            the client id of each row.
+        random_state : RandomState
+            One integer is drawn from it to seed every client's streams, as
+            in :meth:`from_arrays`, so the same partition gives the same
+            model.
+        input_checks : dict
+            What each client checks on its rows (see
+            :func:`skfed._dask.validate_client_rows`).
+        min_samples : int, default=1
+        verbose, log, on_client_error
+            See :class:`Federation`.
+        """
+        from ._dask import DaskTransport, dask_client
+
+        if partitions is not None and not is_dask_collection(partitions):
+            raise ValueError(
+                "With a dask X, partitions must be None (each chunk of rows a "
+                "client), a dask array or series aligned with X, or the name "
+                "of a client column of a dask dataframe; got "
+                f"{type(partitions).__name__}."
+            )
+        base = int(check_random_state(random_state).randint(_SEED_MAX))
+        transport = DaskTransport.from_dask(
+            dask_client(),
+            X,
+            y=y,
+            partitions=partitions,
+            seed=base,
+            spec=input_checks,
+        )
+        small = [c for c, n in transport.client_sizes.items() if n < min_samples]
+        if small:
+            raise ValueError(
+                f"Client(s) {small[:5]} hold fewer than {min_samples} sample(s), "
+                "which this estimator needs per client; merge small clients "
+                "(e.g. rechunk the dask array) or use fewer clients."
+            )
+        return cls(
+            transport=transport,
             verbose=verbose,
             log=log,
             on_client_error=on_client_error,
@@ -496,6 +577,68 @@ class FederatedMixin:
     __metadata_request__fit = {"partitions": True}
     __metadata_request__partial_fit = {"partitions": True}
 
+    def _client_input_checks(self):
+        """What each client checks on its rows when the data is a dask
+        collection (the in-memory fit's ``validate_data`` arguments)."""
+        sparse = self.__sklearn_tags__().input_tags.sparse
+        return {
+            "accept_sparse": "csr" if sparse else False,
+            "dtype": ("float64", "float32"),
+        }
+
+    def _dask_fit_input(self, X, y=None, partitions=None, *, reset=True):
+        """Prepare dask training data without computing it.
+
+        A dask dataframe becomes a dask array of its feature columns (a
+        ``partitions`` that names one of its columns is that column, which
+        is not a feature); ``n_features_in_`` and ``feature_names_in_`` are
+        set as ``validate_data`` sets them. The rows are checked later, on
+        the clients.
+
+        Returns
+        -------
+        X, y, partitions : dask arrays (y and partitions may be None)
+        """
+        if hasattr(X, "columns"):
+            if isinstance(partitions, str):
+                if partitions not in X.columns:
+                    raise ValueError(
+                        f"partitions={partitions!r} names no column of X "
+                        f"(columns: {list(X.columns)[:10]})."
+                    )
+                column = partitions
+                partitions = X[column]
+                X = X.drop(columns=[column])
+            # The empty pandas frame dask keeps as metadata carries the
+            # column names scikit-learn reads.
+            validate_data(self, X._meta, skip_check_array=True, reset=reset)
+            X = X.to_dask_array(lengths=True)
+        else:
+            validate_data(self, X, skip_check_array=True, reset=reset)
+        if X.ndim != 2:
+            raise ValueError(
+                f"Expected 2D data, got a dask array of shape {X.shape}; "
+                "reshape it to (n_samples, n_features)."
+            )
+        for name, value in (("y", y), ("partitions", partitions)):
+            if value is None or isinstance(value, str):
+                continue
+            if not is_dask_collection(value):
+                raise ValueError(
+                    f"With a dask X, {name} must be a dask array or series "
+                    f"aligned with X's rows; got {type(value).__name__}."
+                )
+        if y is not None and hasattr(y, "to_dask_array"):
+            y = y.to_dask_array(lengths=True)
+        if partitions is not None and hasattr(partitions, "to_dask_array"):
+            partitions = partitions.to_dask_array(lengths=True)
+        for name, value in (("y", y), ("partitions", partitions)):
+            if value is not None and value.shape[0] != X.shape[0]:
+                raise ValueError(
+                    f"{name} has {value.shape[0]} entries but X has {X.shape[0]} rows."
+                )
+        return X, y, partitions
+
     def _federation(
         self,
         X,
@@ -530,6 +673,23 @@ class FederatedMixin:
         federation : Federation
             Not yet entered; use it in a ``with`` block.
         """
+        if is_dask_collection(X):
+            if sample_weight is not None:
+                raise ValueError(
+                    "sample_weight is not supported with dask data yet; "
+                    "weight the rows before fitting, or fit in memory."
+                )
+            return Federation.from_dask(
+                X,
+                y,
+                partitions,
+                random_state=random_state,
+                input_checks=self._client_input_checks(),
+                min_samples=min_samples,
+                verbose=getattr(self, "verbose", 0),
+                log=log,
+                on_client_error=getattr(self, "on_client_error", "raise"),
+            )
         partitioning = check_partitions(
             partitions,
             X.shape[0],

@@ -11,6 +11,7 @@ protocol (:func:`run_rkhs` and its steps) lives in
 
 import numbers
 import warnings
+from functools import partial
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
@@ -20,6 +21,7 @@ from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from .._dask import distinct_values, is_dask_collection
 from .._federation import FederatedMixin
 from .._validation import StrictInterval, check_magnitude
 from ._rkhs_protocol import run_rkhs
@@ -316,10 +318,21 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         -------
         self : object
         """
-        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
-        check_magnitude(X)
-        check_classification_targets(y)
-        self.classes_, y_code = np.unique(y, return_inverse=True)
+        if is_dask_collection(X):
+            X, y, partitions = self._dask_fit_input(X, y, partitions)
+            if y is None:
+                raise ValueError("y is required: a dask array aligned with X.")
+            # The set of labels is the one thing about y the server learns
+            # here; each client codes its own labels.
+            classes = distinct_values(y)
+            check_classification_targets(classes)
+            self.classes_ = classes
+            y_code = y.map_blocks(partial(np.searchsorted, classes), dtype=np.intp)
+        else:
+            X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
+            check_magnitude(X)
+            check_classification_targets(y)
+            self.classes_, y_code = np.unique(y, return_inverse=True)
         n_classes = len(self.classes_)
         if n_classes < 2:
             raise ValueError(
@@ -351,7 +364,7 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         self.failed_clients_ = result.failed_clients
         self.n_refinement_rounds_ = result.n_refinement_rounds
         self.widths_ = result.widths
-        self.kernel_centers_ = model["centers"].astype(X.dtype, copy=False)
+        self.kernel_centers_ = model["centers"].astype(fed.dtype, copy=False)
         self.kernel_widths_ = model["widths"]
         self.kernel_coef_ = model["coef"]
         self.intercept_ = model["intercept"]

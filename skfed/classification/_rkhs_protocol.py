@@ -161,6 +161,7 @@ refinement_margin, max_iter, tol
         if sum(len(u[1]) for u in uploads) == 0:
             break
         new = fed.local_results("rkhs", "new")
+        sent = {c: np.concatenate([sent[c], new[c]]) for c in fed.client_ids}
         X_pool, y_pool, lam_pool, order = _server_pool(
             [(X_pool, y_pool, model["lam"]), *uploads], n_problems, dtype
         )
@@ -168,7 +169,8 @@ refinement_margin, max_iter, tol
             order
         ]
         model = solve(X_pool, y_pool, lam_pool)
-    sent = fed.local_results("rkhs", "sent")
+    # The positions of the samples each client sent are its own
+    # bookkeeping (for sent_samples_), gathered once per round above.
     ids = list(fed.client_ids)
     return RKHSResult(
         model=model,

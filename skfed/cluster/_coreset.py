@@ -38,6 +38,7 @@ from sklearn.utils.validation import (
     _check_sample_weight,
 )
 
+from .._dask import distinct_values, is_dask_collection
 from .._federation import FederatedMixin
 from .._protocol import client_step
 from .._rows import canonical_row_order, row_hashes
@@ -60,6 +61,8 @@ _CHUNK = 4096
 # total absolute weight counts as "non-positive": dividing by a weight that
 # cancelled down to rounding noise would throw its center far away.
 _WEIGHT_EPS = 1e-10
+# Relative cost difference below which two restarts count as equally good.
+_SAME_COST = 1e-12
 
 
 class DistributedKMeans(
@@ -331,7 +334,10 @@ class DistributedKMeans(
         self : object
             Fitted estimator.
         """
-        X = self._validated(X, reset=True)
+        if is_dask_collection(X):
+            X, _, partitions = self._dask_fit_input(X, None, partitions)
+        else:
+            X = self._validated(X, reset=True)
         n_samples = X.shape[0]
         if n_samples < self.n_clusters:
             raise ValueError(
@@ -374,7 +380,7 @@ class DistributedKMeans(
             self.labels_ = fed.assemble("coreset", "labels", n_samples, dtype=np.int32)
             self.client_ids_ = as_id_array(fed.client_ids)
             self.failed_clients_ = dict(fed.failed_clients)
-        self.cluster_centers_ = result.cluster_centers.astype(X.dtype, copy=False)
+        self.cluster_centers_ = result.cluster_centers.astype(fed.dtype, copy=False)
         self.inertia_ = result.inertia
         self.coreset_inertia_ = result.coreset_inertia
         self.n_iter_ = result.n_iter
@@ -394,7 +400,7 @@ class DistributedKMeans(
         self.communication_ = fed.log
         self._n_features_out = self.n_clusters
 
-        distinct = len(np.unique(self.labels_))
+        distinct = len(distinct_values(self.labels_))
         if distinct < self.n_clusters:
             warnings.warn(
                 f"Number of distinct clusters ({distinct}) found smaller than "
@@ -907,7 +913,11 @@ def weighted_kmeans(
                 f"weighted cost {inertia:.6g}",
                 file=sys.stderr,
             )
-        if best is None or inertia < best[1]:
+        # Restarts that reach one solution (its centers in another order)
+        # differ in cost by rounding only, which depends on how the arrays
+        # lie in memory (a client's rows after transport, say): the first
+        # of them is kept, so that the model does not.
+        if best is None or inertia < best[1] - _SAME_COST * abs(best[1]):
             best = (centers + shift, inertia, n_iter)
     return best
 

@@ -31,6 +31,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from .._dask import is_dask_collection
 from .._federation import FederatedMixin
 from .._validation import StrictInterval, check_magnitude, clip_to_data
 from ._centers import KMeansCentersMixin
@@ -324,7 +325,10 @@ class FederatedKernelKMeans(
         self : object
             Fitted estimator.
         """
-        X = self._validated(X, reset=True)
+        if is_dask_collection(X):
+            X, _, partitions = self._dask_fit_input(X, None, partitions)
+        else:
+            X = self._validated(X, reset=True)
         n_samples = X.shape[0]
         self._check_sizes(n_samples)
         coreset_size, n_init = self._coreset_sizes(n_samples)
@@ -357,9 +361,9 @@ class FederatedKernelKMeans(
         self.eigenvalues_ = result.eigenvalues
         self.n_components_ = len(result.eigenvalues)
         self.labels_ = result.labels.astype(np.intp, copy=False)
-        self.embedding_ = result.embedding.astype(X.dtype, copy=False)
+        self.embedding_ = result.embedding.astype(fed.dtype, copy=False)
         self.cluster_centers_ = result.coreset.cluster_centers.astype(
-            X.dtype, copy=False
+            fed.dtype, copy=False
         )
         self.inertia_ = float(result.coreset.inertia)
         self.n_refine_iter_ = int(result.coreset.n_refine_iter)

@@ -31,6 +31,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import _check_sample_weight
 
+from .._dask import is_dask_collection
 from .._federation import FederatedMixin
 from .._validation import StrictInterval
 from ._centers import KMeansCentersMixin
@@ -376,8 +377,9 @@ class KFed(
         return self._fit(X, partitions, sample_weight)
 
     def _fit(self, X, partitions, sample_weight):
-        X = self._validate_training_data(X, reset=True)
-        sample_weight = self._validate_sample_weight(sample_weight, X)
+        X, partitions, sample_weight = self._training_data(
+            X, partitions, sample_weight, reset=True
+        )
         if X.shape[0] < self.n_clusters:
             raise ValueError(
                 f"n_samples={X.shape[0]} should be >= n_clusters={self.n_clusters}."
@@ -392,7 +394,7 @@ class KFed(
                 random_state=rng,
                 merge=self.merge,
                 server_n_init=self.server_n_init,
-                dtype=X.dtype,
+                dtype=fed.dtype,
                 **self._local_options(),
             )
         self.cluster_centers_ = result.cluster_centers
@@ -457,8 +459,9 @@ class KFed(
         """
         if not hasattr(self, "cluster_centers_"):
             return self._fit(X, partitions, sample_weight)
-        X = self._validate_training_data(X, reset=False)
-        sample_weight = self._validate_sample_weight(sample_weight, X)
+        X, partitions, sample_weight = self._training_data(
+            X, partitions, sample_weight, reset=False
+        )
         if self.cluster_centers_.shape[0] != self.n_clusters:
             raise ValueError(
                 f"n_clusters={self.n_clusters} differs from the "
@@ -521,8 +524,18 @@ class KFed(
 
     # -- input checks ----------------------------------------------------------
 
-    def _validate_training_data(self, X, *, reset):
-        X = self._validated(X, reset=reset)
+    def _training_data(self, X, partitions, sample_weight, *, reset):
+        """X (validated, or a dask array checked on the clients), the
+        partitions and the validated sample weights."""
+        if is_dask_collection(X):
+            X, _, partitions = self._dask_fit_input(X, None, partitions, reset=reset)
+        else:
+            X = self._validated(X, reset=reset)
+            sample_weight = self._validate_sample_weight(sample_weight, X)
+        self._check_n_local_clusters()
+        return X, partitions, sample_weight
+
+    def _check_n_local_clusters(self):
         local = self.n_local_clusters
         values = local.values() if isinstance(local, Mapping) else [local]
         for value in values:
@@ -537,7 +550,6 @@ class KFed(
                     "n_local_clusters must map every client to a positive "
                     f"int k(z); got {value!r}."
                 )
-        return X
 
     @staticmethod
     def _validate_sample_weight(sample_weight, X):

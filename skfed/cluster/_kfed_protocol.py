@@ -34,6 +34,7 @@ from .._federation import ClientStepError, ClientValueError
 from .._protocol import client_step
 from .._rows import row_hashes
 from ._coreset import (
+    _SAME_COST,
     _centered,
     _rounding_noise,
     _tolerance,
@@ -726,7 +727,8 @@ def _better_of(X, weights, first, second):
     upload does not change. Ties keep ``first``.
     """
     costs = [_assigned_sq_distance(X, c, lab, weights) for c, lab, _ in (first, second)]
-    return second if costs[1] < costs[0] else first
+    # A cost lower by rounding only is a tie (see weighted_kmeans).
+    return second if costs[1] < costs[0] - _SAME_COST * abs(costs[0]) else first
 
 
 def _few_distinct_rows(X, hashes, n_clusters):

@@ -21,6 +21,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from .._dask import is_dask_collection
 from .._federation import FederatedMixin
 from .._validation import StrictInterval, check_magnitude, clip_to_data
 from ._kernel_pca_protocol import kernel_matrix, run_kernel_pca
@@ -386,8 +387,13 @@ class DistributedKernelPCA(
         -------
         self : object
         """
-        X = validate_data(self, X, accept_sparse="csr", dtype=[np.float64, np.float32])
-        check_magnitude(X)
+        if is_dask_collection(X):
+            X, _, partitions = self._dask_fit_input(X, None, partitions)
+        else:
+            X = validate_data(
+                self, X, accept_sparse="csr", dtype=[np.float64, np.float32]
+            )
+            check_magnitude(X)
         n_samples, n_features = X.shape
         k = self.n_components
         n_rep = clip_to_data(
@@ -452,9 +458,10 @@ class DistributedKernelPCA(
                 stacklevel=3,
             )
         energy, trace = result.eigenvalues, result.total_energy
-        self.representatives_ = result.representatives.astype(X.dtype, copy=False)
-        self.dual_coef_ = result.dual_coef.astype(X.dtype, copy=False)
-        self.offset_ = result.offset.astype(X.dtype, copy=False)
+        dtype = fed.dtype
+        self.representatives_ = result.representatives.astype(dtype, copy=False)
+        self.dual_coef_ = result.dual_coef.astype(dtype, copy=False)
+        self.offset_ = result.offset.astype(dtype, copy=False)
         self.eigenvalues_ = energy
         self.total_energy_ = trace
         self.approximation_error_ = float(max(trace - energy.sum(), 0.0))

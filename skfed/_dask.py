@@ -1,0 +1,438 @@
+"""Clients resident on dask workers: the dask transport under a Federation.
+
+Each client's data lives on one worker for the whole fit, as a future;
+what it keeps between rounds (its state) stays there too. A round submits
+the registered step's name and options with the message to the worker that
+holds the client, and only the upload comes back. Two ways in:
+
+* :meth:`DaskTransport.from_dask` builds the clients on the workers from a
+  ``dask.array`` (each chunk of rows a client, or grouped by an aligned
+  ``partitions`` array) or a ``dask.dataframe`` with a client column: the
+  data never passes through this process, and per-sample results come back
+  as dask arrays.
+* :meth:`DaskTransport.scatter` sends in-memory clients to the workers once
+  each (used when joblib's active backend is dask).
+
+Input checks (dtype, finite values, magnitude) run on the clients, on their
+own rows.
+"""
+
+import operator
+import threading
+
+import numpy as np
+import scipy.sparse as sp
+from joblib import parallel_config
+from sklearn.utils import check_array
+
+from ._transport import StepFailure, run_step
+from ._validation import _canonical_order
+
+__all__ = ["DaskTransport", "dask_client", "distinct_values", "is_dask_collection"]
+
+
+def distinct_values(values):
+    """The distinct values of a per-sample output, computed where it lives
+    (for a dask array only the distinct values come back)."""
+    if is_dask_collection(values):
+        import dask.array as da
+
+        return np.asarray(da.unique(values).compute())
+    return np.unique(values)
+
+
+def dask_client():
+    """The dask.distributed Client this process works with (the default
+    one: ``distributed.Client(...)`` sets it)."""
+    try:
+        from distributed import get_client
+    except ImportError as exc:  # pragma: no cover - the extra is missing
+        raise ImportError(
+            "Fitting on dask collections needs dask.distributed: pip install "
+            "'skfed[dask]'."
+        ) from exc
+    try:
+        return get_client()
+    except ValueError:
+        raise ValueError(
+            "Fitting on a dask collection needs a dask.distributed Client: "
+            "create one first, distributed.Client() for a local cluster or "
+            "distributed.Client('tcp://scheduler-address:8786') for a running "
+            "one."
+        ) from None
+
+
+def is_dask_collection(X):
+    """Whether X is a dask array, dataframe or series (without importing
+    dask when it is not installed)."""
+    return type(X).__module__.partition(".")[0] == "dask" and hasattr(
+        X, "__dask_graph__"
+    )
+
+
+def aligned(obj):
+    """``obj`` with every numpy array in it in memory of its own.
+
+    dask hands over deserialised arrays as views into its message frames,
+    at any byte offset. numpy's SIMD loops split their work by alignment,
+    so a sum over such a view can round differently from the same sum over
+    a fresh array; copying keeps every party's arithmetic what it is in one
+    process, and so the model for a seed the same.
+    """
+    if isinstance(obj, np.ndarray):
+        if obj.dtype.hasobject or obj.base is None:
+            return obj
+        return obj.copy(order="K")
+    if sp.issparse(obj):
+        return obj.copy()
+    if isinstance(obj, tuple) and type(obj) is not tuple:  # NamedTuple
+        return type(obj)(*(aligned(v) for v in obj))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(aligned(v) for v in obj)
+    if isinstance(obj, dict):
+        return {k: aligned(v) for k, v in obj.items()}
+    return obj
+
+
+def _settle(client):
+    """The client's data in memory of its own, on its worker."""
+    client.X = aligned(client.X)
+    client.y = aligned(client.y)
+    client.sample_weight = aligned(client.sample_weight)
+    client.sample_indices = aligned(client.sample_indices)
+    return client
+
+
+def _remote_step(call, client, storage, message):
+    """Run a step on the worker holding the client; the new storage stays
+    there (the driver only fetches the upload)."""
+    storage = {} if storage is None else storage
+    message = aligned(message)
+    result = run_step(call, client, storage, message)
+    if isinstance(result, StepFailure):
+        return storage, result
+    state, upload = result
+    return {**storage, call.namespace: state}, upload
+
+
+def _read(storage, namespace, key):
+    value = storage[namespace]
+    return value if key is None else value[key]
+
+
+def _placed(sample_indices, storage, namespace, key):
+    """(sample positions, values) of one client, for reassembly."""
+    return np.asarray(sample_indices), np.asarray(_read(storage, namespace, key))
+
+
+def _indices(client):
+    return client.sample_indices
+
+
+def _size(client):
+    return client.n_samples, client.X.shape[1], client.X.dtype.str
+
+
+def _block(offset, length, fill, dtype, tail_shape, *parts):
+    """Rows [offset, offset + length) of a per-sample output."""
+    out = np.full((length, *tail_shape), fill, dtype=dtype)
+    for idx, values in parts:
+        inside = (idx >= offset) & (idx < offset + length)
+        out[idx[inside] - offset] = values[inside]
+    return out
+
+
+def validate_client_rows(X, spec):
+    """The in-memory checks of a fit, on one client's rows.
+
+    Parameters
+    ----------
+    X : array-like or sparse matrix
+    spec : dict
+        ``accept_sparse`` (False or "csr") and ``dtype`` (names of the
+        accepted float dtypes, the first one used for other inputs).
+    """
+    from ._validation import check_magnitude
+
+    X = check_array(
+        X,
+        accept_sparse=spec.get("accept_sparse", False),
+        dtype=[np.dtype(d) for d in spec.get("dtype", ("float64", "float32"))],
+    )
+    check_magnitude(X)
+    return X
+
+
+def _make_client(cid, X, y, indices, base, spec):
+    from ._federation import ClientData, _fingerprint
+
+    X = aligned(validate_client_rows(X, spec))
+    if y is not None:
+        y = aligned(np.asarray(y))
+    fp = _fingerprint(X)
+    return ClientData(cid, X, y, np.asarray(indices), (base, fp & 0xFFFFFFFF, fp >> 32))
+
+
+def _split_chunk(X, ids, y, offset):
+    """One chunk of rows cut by client id: {id: (rows, y, positions)}."""
+    ids = np.asarray(ids)
+    pieces = {}
+    for cid in np.unique(ids):
+        where = np.flatnonzero(ids == cid)
+        rows = X[where] if not hasattr(X, "iloc") else X.iloc[where]
+        pieces[cid.item() if hasattr(cid, "item") else cid] = (
+            rows,
+            None if y is None else np.asarray(y)[where],
+            where + offset,
+        )
+    return pieces
+
+
+def _chunk_ids(pieces):
+    return {cid: len(piece[2]) for cid, piece in pieces.items()}
+
+
+def _join(cid, base, spec, *pieces_list):
+    parts = [pieces[cid] for pieces in pieces_list if cid in pieces]
+    X = [np.asarray(p[0]) if not sp.issparse(p[0]) else p[0] for p in parts]
+    X = sp.vstack(X, format="csr") if sp.issparse(X[0]) else np.concatenate(X)
+    y = None if parts[0][1] is None else np.concatenate([p[1] for p in parts])
+    idx = np.concatenate([p[2] for p in parts])
+    return _make_client(cid, X, y, idx, base, spec)
+
+
+class DaskTransport:
+    """Clients held on dask workers; steps run where their data lives.
+
+    Build it with :meth:`from_dask` or :meth:`scatter`.
+
+    Attributes
+    ----------
+    client : distributed.Client
+    bytes_received : int
+        Bytes of everything fetched from the workers during the fit
+        (uploads, failures, what clients keep that the fit gathers, and
+        metadata), as measured by ``dask.sizeof``.
+    """
+
+    def __init__(self, dask_client, data, homes, sizes, data_info, layout=None):
+        self.client = dask_client
+        self._data = data
+        self._home = homes
+        self._storage = dict.fromkeys(data)
+        self.client_ids = list(data)
+        self._sizes = sizes
+        self.data_info = data_info
+        self._layout = layout
+        self.bytes_received = 0
+        self._lock = threading.Lock()
+
+    @property
+    def client_sizes(self):
+        """Client id -> n_m."""
+        return dict(self._sizes)
+
+    # -- construction ---------------------------------------------------------
+
+    @classmethod
+    def scatter(cls, dask_client, clients):
+        """Send in-memory clients to the workers, each to one worker, once.
+
+        Workers are assigned in turn, largest clients first, so that the
+        rows spread evenly; every round of the fit then runs each client
+        where its data already is.
+        """
+        workers = sorted(dask_client.scheduler_info(n_workers=-1)["workers"])
+        order = sorted(clients, key=lambda c: -c.n_samples)
+        homes = {c.client_id: workers[i % len(workers)] for i, c in enumerate(order)}
+        data = {}
+        for c in clients:
+            home = homes[c.client_id]
+            [raw] = dask_client.scatter(
+                [c], workers=[home], broadcast=False, hash=False
+            )
+            data[c.client_id] = dask_client.submit(
+                _settle, raw, workers=[home], allow_other_workers=False, pure=False
+            )
+        sizes = {c.client_id: c.n_samples for c in clients}
+        first = clients[0].X if clients else np.zeros((0, 0))
+        return cls(dask_client, data, homes, sizes, (first.shape[1], first.dtype))
+
+    @classmethod
+    def from_dask(
+        cls, dask_client, X, *, y=None, partitions=None, seed, spec, client_ids=None
+    ):
+        """Clients built on the workers from a dask array.
+
+        Parameters
+        ----------
+        dask_client : distributed.Client
+        X : dask.array.Array of shape (n_samples, n_features)
+            Chunked along rows only; never computed here.
+        y : dask.array.Array of shape (n_samples,), default=None
+            Aligned with X's row chunks.
+        partitions : dask.array.Array of shape (n_samples,), default=None
+            Client id of each row, aligned with X's row chunks; None makes
+            each chunk of rows a client (ids 0, 1, ...).
+        seed : int
+            The fit's base seed of every client's random streams.
+        spec : dict
+            The input checks each client runs (see
+            :func:`validate_client_rows`).
+        """
+        import dask
+
+        if X.ndim != 2:
+            raise ValueError(f"Expected a 2-D dask array, got {X.ndim} dimension(s).")
+        if len(X.chunks[1]) != 1:
+            X = X.rechunk({1: -1})
+        if any(np.isnan(c) for c in X.chunks[0]):
+            raise ValueError(
+                "The dask array's row chunks have unknown sizes; compute them "
+                "first (X.compute_chunk_sizes(), or to_dask_array(lengths=True) "
+                "on a dataframe)."
+            )
+        n_features = X.shape[1]
+        aligned = [
+            a.rechunk({0: X.chunks[0]}) if a is not None else None
+            for a in (y, partitions)
+        ]
+        y, partitions = aligned
+        offsets = np.concatenate([[0], np.cumsum(X.chunks[0])[:-1]]).astype(int)
+        x_blocks = X.to_delayed().ravel()
+        y_blocks = y.to_delayed().ravel() if y is not None else [None] * len(x_blocks)
+        layout = [(int(o), int(n)) for o, n in zip(offsets, X.chunks[0])]
+        if partitions is None:
+            ids = list(range(len(x_blocks))) if client_ids is None else client_ids
+            clients = [
+                dask.delayed(_make_client, pure=True)(
+                    cid, xb, yb, np.arange(o, o + n), seed, spec
+                )
+                for cid, xb, yb, (o, n) in zip(ids, x_blocks, y_blocks, layout)
+            ]
+        else:
+            p_blocks = partitions.to_delayed().ravel()
+            pieces = [
+                dask.delayed(_split_chunk, pure=True)(xb, pb, yb, int(o))
+                for xb, pb, yb, (o, _) in zip(x_blocks, p_blocks, y_blocks, layout)
+            ]
+            pieces = dask_client.compute(pieces)
+            counts = dask_client.gather(
+                [dask_client.submit(_chunk_ids, p) for p in pieces]
+            )
+            ids = _canonical_order({cid for c in counts for cid in c})
+            clients = []
+            for cid in ids:
+                holders = [p for p, c in zip(pieces, counts) if cid in c]
+                clients.append(dask.delayed(_join)(cid, seed, spec, *holders))
+        futures = dask_client.compute(clients)
+        meta = dask_client.gather([dask_client.submit(_size, f) for f in futures])
+        data = dict(zip(ids, futures))
+        who = dask_client.who_has(futures)
+        homes = {cid: who[f.key][0] for cid, f in zip(ids, futures)}
+        sizes = {cid: int(m[0]) for cid, m in zip(ids, meta)}
+        empty = [cid for cid, n in sizes.items() if n == 0]
+        if empty:
+            raise ValueError(
+                f"Client(s) {empty[:5]} hold no rows (empty chunks of the dask "
+                "array); rechunk it so that every chunk has rows."
+            )
+        dtypes = {m[2] for m in meta}
+        dtype = np.result_type(*[np.dtype(d) for d in dtypes])
+        return cls(dask_client, data, homes, sizes, (n_features, dtype), layout=layout)
+
+    # -- the transport interface ----------------------------------------------
+
+    def __enter__(self):
+        # As the joblib transport: the server code that runs here between
+        # rounds must not pick up an enclosing joblib configuration.
+        self._server_config = parallel_config(backend="sequential")
+        self._server_config.__enter__()
+        return self
+
+    def __exit__(self, *exc_info):
+        self._server_config.__exit__(*exc_info)
+        return False
+
+    def _fetch(self, futures):
+        from dask.sizeof import sizeof
+
+        values = self.client.gather(futures)
+        self.bytes_received += int(sum(sizeof(v) for v in values))
+        return [aligned(v) for v in values]
+
+    def run(self, call, client_ids, messages):
+        """Run ``call`` on each client where it lives; return the uploads
+        (or :class:`~skfed._transport.StepFailure`)."""
+        submit = self.client.submit
+        results = [
+            submit(
+                _remote_step,
+                call,
+                self._data[c],
+                self._storage[c],
+                m,
+                workers=[self._home[c]],
+                allow_other_workers=False,
+                pure=False,
+            )
+            for c, m in zip(client_ids, messages)
+        ]
+        storage = [
+            submit(operator.itemgetter(0), r, workers=[self._home[c]], pure=False)
+            for c, r in zip(client_ids, results)
+        ]
+        uploads = [submit(operator.itemgetter(1), r, pure=False) for r in results]
+        out = self._fetch(uploads)
+        for c, s, u in zip(client_ids, storage, out):
+            if not isinstance(u, StepFailure):
+                self._storage[c] = s
+        return out
+
+    def local_values(self, namespace, key, client_ids):
+        """Client id -> what the client keeps (fetched from its worker)."""
+        futures = [
+            self.client.submit(_read, self._storage[c], namespace, key, pure=False)
+            for c in client_ids
+        ]
+        return dict(zip(client_ids, self._fetch(futures)))
+
+    def assemble(self, namespace, key, client_ids, n_samples, *, fill, dtype):
+        """A per-sample output in training-sample order: a dask array for
+        clients built from dask data (nothing leaves the workers), a numpy
+        array for scattered in-memory clients."""
+        import dask
+        import dask.array as da
+
+        parts = [
+            self.client.submit(
+                _placed,
+                self.client.submit(_indices, self._data[c], pure=False),
+                self._storage[c],
+                namespace,
+                key,
+                workers=[self._home[c]],
+                pure=False,
+            )
+            for c in client_ids
+        ]
+        probe = self._fetch([self.client.submit(_shape_dtype, parts[0], pure=False)])[0]
+        tail, found = probe
+        dtype = np.dtype(found) if dtype is None else np.dtype(dtype)
+        layout = self._layout or [(0, n_samples)]
+        blocks = [
+            da.from_delayed(
+                dask.delayed(_block)(o, n, fill, dtype, tail, *parts),
+                shape=(n, *tail),
+                dtype=dtype,
+            )
+            for o, n in layout
+        ]
+        out = da.concatenate(blocks) if len(blocks) > 1 else blocks[0]
+        if self._layout is None:
+            return self._fetch(self.client.compute([out]))[0]
+        return out
+
+
+def _shape_dtype(part):
+    return part[1].shape[1:], part[1].dtype.str
