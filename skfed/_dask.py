@@ -17,8 +17,8 @@ Input checks (dtype, finite values, magnitude) run on the clients, on their
 own rows.
 """
 
-import operator
-import threading
+import uuid
+import weakref
 
 import numpy as np
 import scipy.sparse as sp
@@ -103,30 +103,53 @@ def _settle(client):
     return client
 
 
-def _remote_step(call, client, storage, message):
-    """Run a step on the worker holding the client; the new storage stays
-    there (the driver only fetches the upload)."""
-    storage = {} if storage is None else storage
-    message = aligned(message)
-    result = run_step(call, client, storage, message)
+# What each client keeps between rounds, in the memory of the worker that
+# holds the client: (fit token, client id) -> {namespace: state}. Keeping it
+# here rather than as a future of its own saves two tasks per client and
+# round, which the many short rounds of Lanczos feel.
+_STORE = {}
+
+
+def _remote_step(call, client, token, message):
+    """Run a step on the worker holding the client; its new state stays
+    there, only the upload is returned."""
+    key = (token, client.client_id)
+    storage = _STORE.get(key, {})
+    result = run_step(call, client, storage, aligned(message))
     if isinstance(result, StepFailure):
-        return storage, result
+        return result
     state, upload = result
-    return {**storage, call.namespace: state}, upload
+    _STORE[key] = {**storage, call.namespace: state}
+    return upload
 
 
-def _read(storage, namespace, key):
-    value = storage[namespace]
+def _remote_steps(call, token, clients, messages):
+    """The clients of one worker, one after the other (one task)."""
+    return [_remote_step(call, c, token, m) for c, m in zip(clients, messages)]
+
+
+def _read(token, client_id, namespace, key):
+    value = _STORE[token, client_id][namespace]
     return value if key is None else value[key]
 
 
-def _placed(sample_indices, storage, namespace, key):
+def _placed(client, token, namespace, key):
     """(sample positions, values) of one client, for reassembly."""
-    return np.asarray(sample_indices), np.asarray(_read(storage, namespace, key))
+    values = _read(token, client.client_id, namespace, key)
+    return np.asarray(client.sample_indices), np.asarray(values)
 
 
-def _indices(client):
-    return client.sample_indices
+def _forget_everywhere(dask_client, token):
+    try:
+        dask_client.run(_forget, token)
+    except Exception:  # the client or cluster is already gone
+        pass
+
+
+def _forget(token):
+    """Drop a finished fit's client state from this worker."""
+    for key in [k for k in _STORE if k[0] == token]:
+        del _STORE[key]
 
 
 def _size(client):
@@ -219,13 +242,15 @@ class DaskTransport:
         self.client = dask_client
         self._data = data
         self._home = homes
-        self._storage = dict.fromkeys(data)
+        self._token = uuid.uuid4().hex
+        # The clients' state lives on the workers as long as this transport
+        # (its federation) does, like the state of in-process clients.
+        weakref.finalize(self, _forget_everywhere, dask_client, self._token)
         self.client_ids = list(data)
         self._sizes = sizes
         self.data_info = data_info
         self._layout = layout
         self.bytes_received = 0
-        self._lock = threading.Lock()
 
     @property
     def client_sizes(self):
@@ -363,36 +388,46 @@ class DaskTransport:
 
     def run(self, call, client_ids, messages):
         """Run ``call`` on each client where it lives; return the uploads
-        (or :class:`~skfed._transport.StepFailure`)."""
-        submit = self.client.submit
-        results = [
-            submit(
-                _remote_step,
+        (or :class:`~skfed._transport.StepFailure`).
+
+        One task per worker and round runs all of that worker's clients in
+        turn: iterative protocols (Lanczos) run thousands of short rounds,
+        and each task costs the scheduler a round trip.
+        """
+        by_worker = {}
+        for c, m in zip(client_ids, messages):
+            by_worker.setdefault(self._home[c], []).append((c, m))
+        batches = [
+            self.client.submit(
+                _remote_steps,
                 call,
-                self._data[c],
-                self._storage[c],
-                m,
-                workers=[self._home[c]],
+                self._token,
+                [self._data[c] for c, _ in group],
+                [m for _, m in group],
+                workers=[worker],
                 allow_other_workers=False,
                 pure=False,
             )
-            for c, m in zip(client_ids, messages)
+            for worker, group in by_worker.items()
         ]
-        storage = [
-            submit(operator.itemgetter(0), r, workers=[self._home[c]], pure=False)
-            for c, r in zip(client_ids, results)
-        ]
-        uploads = [submit(operator.itemgetter(1), r, pure=False) for r in results]
-        out = self._fetch(uploads)
-        for c, s, u in zip(client_ids, storage, out):
-            if not isinstance(u, StepFailure):
-                self._storage[c] = s
-        return out
+        uploads = {}
+        for group, results in zip(by_worker.values(), self._fetch(batches)):
+            uploads.update((c, u) for (c, _), u in zip(group, results))
+        return [uploads[c] for c in client_ids]
 
     def local_values(self, namespace, key, client_ids):
         """Client id -> what the client keeps (fetched from its worker)."""
         futures = [
-            self.client.submit(_read, self._storage[c], namespace, key, pure=False)
+            self.client.submit(
+                _read,
+                self._token,
+                c,
+                namespace,
+                key,
+                workers=[self._home[c]],
+                allow_other_workers=False,
+                pure=False,
+            )
             for c in client_ids
         ]
         return dict(zip(client_ids, self._fetch(futures)))
@@ -403,19 +438,23 @@ class DaskTransport:
         array for scattered in-memory clients."""
         import dask
         import dask.array as da
+        from distributed import wait
 
         parts = [
             self.client.submit(
                 _placed,
-                self.client.submit(_indices, self._data[c], pure=False),
-                self._storage[c],
+                self._data[c],
+                self._token,
                 namespace,
                 key,
                 workers=[self._home[c]],
+                allow_other_workers=False,
                 pure=False,
             )
             for c in client_ids
         ]
+        # They read the clients' state, which is dropped with the transport.
+        wait(parts)
         probe = self._fetch([self.client.submit(_shape_dtype, parts[0], pure=False)])[0]
         tail, found = probe
         dtype = np.dtype(found) if dtype is None else np.dtype(dtype)
