@@ -189,7 +189,10 @@ def validate_client_rows(X, spec):
 def _make_client(cid, X, y, indices, base, spec):
     from ._federation import ClientData, _fingerprint
 
-    X = aligned(validate_client_rows(X, spec))
+    try:
+        X = aligned(validate_client_rows(X, spec))
+    except ValueError as exc:
+        raise ValueError(f"Client {cid!r}: {exc}") from exc
     if y is not None:
         y = aligned(np.asarray(y))
     fp = _fingerprint(X)
@@ -303,7 +306,7 @@ class DaskTransport:
             The fit's base seed of every client's random streams.
         spec : dict
             The input checks each client runs (see
-            :func:`validate_client_rows`).
+            ``validate_client_rows``).
         """
         import dask
 
@@ -388,7 +391,7 @@ class DaskTransport:
 
     def run(self, call, client_ids, messages):
         """Run ``call`` on each client where it lives; return the uploads
-        (or :class:`~skfed._transport.StepFailure`).
+        (or ``StepFailure``).
 
         One task per worker and round runs all of that worker's clients in
         turn: iterative protocols (Lanczos) run thousands of short rounds,

@@ -17,7 +17,7 @@ are plain functions of uploads: they never see a :class:`ClientData`, which
 is the privacy boundary of the code.
 
 Where the clients live and their steps run is the federation's transport
-(:mod:`skfed._transport`); by default one reused
+(``skfed._transport``); by default one reused
 ``sklearn.utils.parallel.Parallel`` pool serves all rounds, so the backend
 (sequential, threads, loky, dask) is chosen by ``n_jobs`` and any enclosing
 ``joblib.parallel_config``. Per-client random streams are fixed before the
@@ -199,7 +199,7 @@ class Federation:
         :class:`~skfed._transport.JoblibTransport` is built for them).
     transport : transport, default=None
         Where the clients live and their steps run (see
-        :mod:`skfed._transport`); replaces ``clients``.
+        ``skfed._transport``); replaces ``clients``.
     n_jobs : int, default=None
         For the joblib transport built from ``clients``: passed to
         ``sklearn.utils.parallel.Parallel``; ``None`` lets an enclosing
@@ -366,7 +366,7 @@ class Federation:
             model.
         input_checks : dict
             What each client checks on its rows (see
-            :func:`skfed._dask.validate_client_rows`).
+            ``skfed._dask.validate_client_rows``).
         min_samples : int, default=1
         verbose, log, on_client_error
             See :class:`Federation`.

@@ -10,9 +10,9 @@ steps are registered here under a dotted name, ``"<namespace>.<step>"``::
         return new_state, upload
 
 and a round names the step to run, with keyword options that are plain data
-(:class:`StepCall`). Whatever runs the clients (joblib in this process, dask
-workers, Flower nodes) looks the step up by name in its own copy of skfed:
-code never travels, only the name and the options do.
+(:class:`~skfed._protocol.StepCall`). Whatever runs the clients (joblib in
+this process, dask workers, later Flower nodes) looks the step up by name in
+its own copy of skfed: code never travels, only the name and the options do.
 
 The namespace is also the client-state key the step owns: a step receives
 the state its namespace kept from earlier rounds (``None`` at first) and
@@ -121,8 +121,9 @@ class StepCall(NamedTuple):
 
 
 def as_step_call(step):
-    """A :class:`StepCall` from a registered step, a ``functools.partial``
-    of one with keyword options only, a registered name or a StepCall."""
+    """A :class:`~skfed._protocol.StepCall` from a registered step, a
+    ``functools.partial`` of one with keyword options only, a registered
+    name or a StepCall."""
     if isinstance(step, StepCall):
         return step
     if isinstance(step, str):

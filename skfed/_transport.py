@@ -14,7 +14,7 @@ Its interface is small:
 ``run(call, client_ids, messages) -> results``
     Runs the :class:`~skfed._protocol.StepCall` on each named client with its
     message, keeps the state the step returns under the step's namespace,
-    and returns per client the upload or a :class:`StepFailure`; it never
+    and returns per client the upload or a ``StepFailure``; it never
     raises for one client's error.
 ``local_values(namespace, key, client_ids)`` and ``assemble(...)``
     What clients keep (their labels, say), for the fitted attributes.
@@ -46,7 +46,7 @@ class StepFailure:
 def run_step(call, client, storage, message):
     """Run one client step with the client's kept state; never raise.
 
-    Returns ``(new_state, upload)`` or a :class:`StepFailure`.
+    Returns ``(new_state, upload)`` or a ``StepFailure``.
     """
     try:
         # The clients are the unit of parallelism. Without this, scikit-learn
@@ -160,7 +160,7 @@ class JoblibTransport:
         Returns
         -------
         results : list
-            Per client, its upload or a :class:`StepFailure`.
+            Per client, its upload or a ``StepFailure``.
         """
         calls = [
             (call, self._clients[c], self._storage[c], m)

@@ -221,7 +221,7 @@ def test_resident_data_is_checked_on_the_clients(dask_client):
     da = pytest.importorskip("dask.array")
     X, _ = _resident_blobs()
     bad = da.where(da.arange(X.shape[0])[:, None] == 401, np.nan, X)
-    with pytest.raises(ValueError, match="NaN"):
+    with pytest.raises(ValueError, match="Client 1: .*NaN"):
         skfed.KFed(n_clusters=3, random_state=0).fit(bad)
     with pytest.raises(ValueError, match="partitions must be"):
         skfed.KFed(n_clusters=3, random_state=0).fit(X, partitions=np.zeros(len(X)))

@@ -436,7 +436,7 @@ def _random_features_step(
 
 def replay_eigenvectors(X, replay, gamma, n_random_features):
     """Server: U_T(x), the eigenvector estimates after the recorded
-    iterations, for any rows X (see :meth:`FederatedKernelKMeans.transform`).
+    iterations, for any rows X (see :meth:`skfed.FederatedKernelKMeans.transform`).
 
     ``replay`` holds, per iteration, the seed of its random features, η_t,
     V_t / √μ_t and √(μ_t − η_t λ), as sent to the clients; a prefix of it
@@ -461,7 +461,7 @@ def replay_eigenvectors(X, replay, gamma, n_random_features):
 
 def iteration_features(X, omega, offset, eta, B):
     """W = [√(η / D) A, √(1 − η) B] for rows X: the clients' step and the
-    replay of :meth:`FederatedKernelKMeans.transform` share it, so that new
+    replay of :meth:`skfed.FederatedKernelKMeans.transform` share it, so that new
     points follow the training rows' arithmetic exactly."""
     n_features = omega.shape[1]
     rank = 0 if B is None else B.shape[1]

@@ -204,7 +204,7 @@ def run_kfed_update(
     fed : Federation
         Open federation of the new clients.
     cluster_centers, cluster_weights : ndarray
-        The model's τ_r and weights (:class:`KFedResult`).
+        The model's τ_r and weights (``KFedResult``).
     n_clusters : int
         k (as fitted).
     **local_options

@@ -136,7 +136,8 @@ def run_kernel_pca(
     n_components : int
         k.
     n_representatives : int
-        |Y| asked for, already clipped to the data.
+        The number of representatives asked for, already clipped to the
+        data.
     embedding_dim : int
         Width of the disLS embedding, already clipped.
     random_state : RandomState
