@@ -225,3 +225,25 @@ def test_resident_data_is_checked_on_the_clients(dask_client):
         skfed.KFed(n_clusters=3, random_state=0).fit(bad)
     with pytest.raises(ValueError, match="partitions must be"):
         skfed.KFed(n_clusters=3, random_state=0).fit(X, partitions=np.zeros(len(X)))
+
+
+def test_resident_data_partial_fit_adds_clients(dask_client):
+    import dask
+    import dask.array
+
+    X, _ = _resident_blobs()
+    X_mem = dask.compute(X)[0]
+    first, later = X[:1200], X[1200:]
+    n = CHUNK_ROWS
+    params = INTEGRATION_CASES["KFed"][0]
+    with threadpool_limits(limits=1):
+        expected = skfed.KFed(**params).fit(
+            X_mem[:1200], partitions=np.repeat([0, 1, 2], n)
+        )
+        expected.partial_fit(X_mem[1200:], partitions=np.repeat([3, 4, 5], n))
+        got = skfed.KFed(**params).fit(first)  # clients 0, 1, 2
+        da_ids = dask.array.from_array(np.repeat([3, 4, 5], n), chunks=n)
+        got.partial_fit(later, partitions=da_ids)
+    _same_model(got, expected, X_mem)
+    np.testing.assert_array_equal(got.labels_.compute(), expected.labels_)
+    assert sorted(got.local_centers_) == [0, 1, 2, 3, 4, 5]
