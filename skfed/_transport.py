@@ -24,15 +24,18 @@ default; any joblib backend, including dask's, which then receives each
 client's data once per fit).
 """
 
+import time
 import traceback
 
 import numpy as np
 from joblib import effective_n_jobs, parallel_config
-from joblib.parallel import get_active_backend
 from sklearn.utils.parallel import Parallel, delayed
 from threadpoolctl import threadpool_limits
 
 __all__ = ["JoblibTransport", "StepFailure"]
+
+# Seconds: a parallel round this short is mostly the pool's dispatch.
+_CHEAP_ROUND = 0.02
 
 
 class StepFailure:
@@ -58,6 +61,11 @@ def run_step(call, client, storage, message):
             return call.run(view, storage.get(call.namespace), message)
     except Exception as exc:  # surfaced by Federation.run_round
         return StepFailure(exc, traceback.format_exc())
+
+
+def _run_steps(calls):
+    """Several clients' steps in one task, one after the other."""
+    return [run_step(*args) for args in calls]
 
 
 class JoblibTransport:
@@ -102,32 +110,12 @@ class JoblibTransport:
         # threads at once interleave and can leave the process with one
         # thread after the fit. Snapshot them here, restore them on exit.
         self._thread_limits = threadpool_limits(limits=None)
-        self._config = None
-        backend, _ = get_active_backend()
-        if type(backend).__name__ == "DaskDistributedBackend":
-            # joblib's dask backend scatters arguments anew for every call of
-            # the pool, i.e. every round; scattering the clients up front
-            # ships each client's data to the workers once per fit.
-            self._config = parallel_config(
-                backend="dask",
-                client=backend.client,
-                scatter=list(self._clients.values()),
-            )
-            self._config.__enter__()
-            scattering = get_active_backend()[0]
-            self._scattered = (
-                scattering.client,
-                list(scattering.data_futures.values()),
-            )
-        self._sequential = effective_n_jobs(self.n_jobs) == 1
-        # One call per task under dask: joblib's automatic batching follows
-        # the measured task durations, and a batch ships its arguments inline
-        # instead of the scattered clients (measured under CPU load: up to 14
-        # unpicklings of 6 clients on 2 workers, where scattering allows 12).
-        batch = 1 if self._config is not None else "auto"
-        self._parallel = Parallel(
-            n_jobs=self.n_jobs, prefer="threads", batch_size=batch
-        )
+        self._n_workers = effective_n_jobs(self.n_jobs)
+        self._sequential = self._n_workers == 1
+        self._cheap = {}
+        # Under joblib's dask backend Federation.from_arrays uses the dask
+        # transport instead; a pool built here serves threads or processes.
+        self._parallel = Parallel(n_jobs=self.n_jobs, prefer="threads")
         self._parallel.__enter__()
         # The pool above has taken the enclosing joblib configuration; the
         # server code that runs in this thread from now on must not (see
@@ -142,16 +130,6 @@ class JoblibTransport:
         try:
             return parallel.__exit__(*exc_info)
         finally:
-            if self._config is not None:
-                self._config.__exit__(*exc_info)
-                self._config = None
-                # Release the scattered clients now, synchronously: joblib
-                # scatters them under a content hash, and a release still in
-                # flight when a later fit scatters the same data under the
-                # same key cancels that fit's tasks ("lost dependencies").
-                client, futures = self._scattered
-                client.cancel(futures)
-                self._scattered = None
             self._thread_limits.restore_original_limits()
 
     def run(self, call, client_ids, messages):
@@ -166,12 +144,26 @@ class JoblibTransport:
             (call, self._clients[c], self._storage[c], m)
             for c, m in zip(client_ids, messages)
         ]
-        if self._sequential or self._parallel is None:
-            # Iterative protocols (Lanczos) run thousands of tiny rounds; the
-            # pool's dispatch overhead would dominate them.
+        if self._sequential or self._parallel is None or self._cheap.get(call.name):
             results = [run_step(*args) for args in calls]
         else:
-            results = self._parallel(delayed(run_step)(*args) for args in calls)
+            # One task per worker and round, each running a contiguous share
+            # of the clients: a task per client costs more to dispatch than
+            # a small client's step.
+            start = time.perf_counter()
+            shares = np.array_split(np.arange(len(calls)), self._n_workers)
+            batches = self._parallel(
+                delayed(_run_steps)([calls[i] for i in share])
+                for share in shares
+                if len(share)
+            )
+            results = [r for batch in batches for r in batch]
+            # Iterative protocols (Lanczos) run thousands of rounds so short
+            # that dispatching them to the pool costs more than it saves: a
+            # step whose round took less than _CHEAP_ROUND runs here from
+            # then on. Each client's step is deterministic, so the model is
+            # the same either way.
+            self._cheap[call.name] = time.perf_counter() - start < _CHEAP_ROUND
         out = []
         for cid, result in zip(client_ids, results):
             if isinstance(result, StepFailure):
