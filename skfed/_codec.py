@@ -35,7 +35,7 @@ def encode(obj):
 
 
 def decode(skeleton, arrays):
-    """The value :func:`encode` took apart."""
+    """The value :func:`~skfed._codec.encode` took apart."""
     return _decode(skeleton, arrays)
 
 
@@ -46,7 +46,7 @@ def dumps(obj):
 
 
 def loads(text, arrays):
-    """The value :func:`dumps` took apart."""
+    """The value :func:`~skfed._codec.dumps` took apart."""
     return decode(json.loads(text), arrays)
 
 
