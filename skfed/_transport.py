@@ -10,7 +10,7 @@ Its interface is small:
     and dtype of their rows (protocol metadata).
 ``with transport:``
     Opens whatever serves every round of one fit (a worker pool, a dask
-    client, a Flower grid) and releases it.
+    client) and releases it.
 ``run(call, client_ids, messages) -> results``
     Runs the :class:`~skfed._protocol.StepCall` on each named client with its
     message, keeps the state the step returns under the step's namespace,
@@ -19,9 +19,10 @@ Its interface is small:
 ``local_values(namespace, key, client_ids)`` and ``assemble(...)``
     What clients keep (their labels, say), for the fitted attributes.
 
-:class:`JoblibTransport` runs the clients in this process's joblib pool (the
-default; any joblib backend, including dask's, which then receives each
-client's data once per fit).
+:class:`JoblibTransport` runs the clients in this process's joblib pool
+(the default: threads, or processes with ``parallel_config(backend="loky")``);
+``skfed._dask.DaskTransport`` keeps them on dask workers (used for dask
+collections and under joblib's dask backend).
 """
 
 import time
