@@ -25,7 +25,7 @@ import scipy.sparse as sp
 from joblib import parallel_config
 from sklearn.utils import check_array
 
-from ._transport import StepFailure, run_step
+from ._transport import kept_after, run_step
 from ._validation import _canonical_order
 
 __all__ = ["DaskTransport", "dask_client", "distinct_values", "is_dask_collection"]
@@ -116,11 +116,8 @@ def _remote_step(call, client, token, message):
     key = (token, client.client_id)
     storage = _STORE.get(key, {})
     result = run_step(call, client, storage, aligned(message))
-    if isinstance(result, StepFailure):
-        return result
-    state, upload = result
-    _STORE[key] = {**storage, call.namespace: state}
-    return upload
+    _STORE[key], answer = kept_after(call, storage, result)
+    return answer
 
 
 def _remote_steps(call, token, clients, messages):
@@ -382,6 +379,16 @@ class DaskTransport:
         self._server_config.__exit__(*exc_info)
         return False
 
+    def _at_home(self, client_id, fn, *args):
+        """Submit ``fn(*args)`` to the worker that holds ``client_id``."""
+        return self.client.submit(
+            fn,
+            *args,
+            workers=[self._home[client_id]],
+            allow_other_workers=False,
+            pure=False,
+        )
+
     def _fetch(self, futures):
         from dask.sizeof import sizeof
 
@@ -401,17 +408,15 @@ class DaskTransport:
         for c, m in zip(client_ids, messages):
             by_worker.setdefault(self._home[c], []).append((c, m))
         batches = [
-            self.client.submit(
+            self._at_home(
+                group[0][0],
                 _remote_steps,
                 call,
                 self._token,
                 [self._data[c] for c, _ in group],
                 [m for _, m in group],
-                workers=[worker],
-                allow_other_workers=False,
-                pure=False,
             )
-            for worker, group in by_worker.items()
+            for group in by_worker.values()
         ]
         uploads = {}
         for group, results in zip(by_worker.values(), self._fetch(batches)):
@@ -421,17 +426,7 @@ class DaskTransport:
     def local_values(self, namespace, key, client_ids):
         """Client id -> what the client keeps (fetched from its worker)."""
         futures = [
-            self.client.submit(
-                _read,
-                self._token,
-                c,
-                namespace,
-                key,
-                workers=[self._home[c]],
-                allow_other_workers=False,
-                pure=False,
-            )
-            for c in client_ids
+            self._at_home(c, _read, self._token, c, namespace, key) for c in client_ids
         ]
         return dict(zip(client_ids, self._fetch(futures)))
 
@@ -444,16 +439,7 @@ class DaskTransport:
         from distributed import wait
 
         parts = [
-            self.client.submit(
-                _placed,
-                self._data[c],
-                self._token,
-                namespace,
-                key,
-                workers=[self._home[c]],
-                allow_other_workers=False,
-                pure=False,
-            )
+            self._at_home(c, _placed, self._data[c], self._token, namespace, key)
             for c in client_ids
         ]
         # They read the clients' state, which is dropped with the transport.

@@ -64,6 +64,31 @@ def run_step(call, client, storage, message):
         return StepFailure(exc, traceback.format_exc())
 
 
+def kept_after(call, storage, result):
+    """What a client keeps after a step, and what it answers.
+
+    Parameters
+    ----------
+    call : StepCall
+    storage : dict
+        The client's state before the step (namespace -> state).
+    result : tuple or StepFailure
+        What :func:`run_step` returned.
+
+    Returns
+    -------
+    storage : dict
+        A new dict with the step's namespace replaced (unchanged after a
+        failure).
+    answer : object
+        The upload, or the :class:`StepFailure`.
+    """
+    if isinstance(result, StepFailure):
+        return storage, result
+    state, upload = result
+    return {**storage, call.namespace: state}, upload
+
+
 def _run_steps(calls):
     """Several clients' steps in one task, one after the other."""
     return [run_step(*args) for args in calls]
@@ -167,14 +192,8 @@ class JoblibTransport:
             self._cheap[call.name] = time.perf_counter() - start < _CHEAP_ROUND
         out = []
         for cid, result in zip(client_ids, results):
-            if isinstance(result, StepFailure):
-                out.append(result)
-                continue
-            state, upload = result
-            # A fresh dict: the storage passed to the step may be a copy
-            # (process backends) or shared with earlier rounds' views.
-            self._storage[cid] = {**self._storage[cid], call.namespace: state}
-            out.append(upload)
+            self._storage[cid], answer = kept_after(call, self._storage[cid], result)
+            out.append(answer)
         return out
 
     def local_values(self, namespace, key, client_ids):

@@ -9,6 +9,7 @@ sparse RKHS representations), and optional refinement rounds send the
 samples the global model violates.
 """
 
+import numbers
 from functools import partial
 from typing import NamedTuple
 
@@ -71,16 +72,16 @@ def run_rkhs(
     fed,
     *,
     n_problems,
-    widths=5,
+    widths,
     C=1.0,
-    epsilon=0.3,
-    sparsity=0.7,
-    solver="active-set",
-    step_size="auto",
-    refinement_rounds=3,
-    refinement_margin=0.5,
-    max_iter=1000,
-    tol=1e-4,
+    epsilon,
+    sparsity,
+    solver,
+    step_size,
+    refinement_rounds,
+    refinement_margin,
+    max_iter,
+    tol,
 ):
     """Federated RKHS classification on an open federation.
 
@@ -114,7 +115,7 @@ refinement_margin, max_iter, tol
     }
     dtype = fed.dtype
     message = None
-    if isinstance(widths, (int, np.integer)):
+    if isinstance(widths, numbers.Integral):
         uploads = fed.run_round("data scale", moments_step)
         widths = _server_widths(uploads, widths)
         message = widths

@@ -1,21 +1,11 @@
-"""Federated kernel k-means: DSPGD with the communication efficient mechanism.
+"""Federated kernel k-means: the estimator.
 
-The top eigenpairs of the RBF kernel matrix K (N x N, never formed) are
-tracked by distributed stochastic proximal gradient descent (DSPGD): every
-iteration draws fresh random Fourier features, mixes their kernel estimate
-into the running low-rank estimate Z_t, and soft-thresholds the spectrum.
-With the communication efficient mechanism (CEM) the eigen-problem is solved
-on the small (D + r_t) x (D + r_t) matrix G = Σ_m W[m]ᵀW[m] instead of the
-N x N one, so what a client uploads per iteration does not depend on N.
-k-means on the spectral embedding H = U Λ^½ (first s columns) is then run
-with the distributed coreset k-means of :mod:`skfed.cluster._coreset`.
-
-The protocol (:func:`run_kernel_kmeans`, its client and server steps and
-the replay of DSPGD for new points) lives in
-:mod:`skfed.cluster._kernel_kmeans_protocol`; this module is the estimator.
-Paper: "A Communication Efficient Federated Kernel k-Means" (ICLR 2021
-submission).
-"""
+The protocol -- DSPGD with the communication efficient mechanism, then the
+distributed coreset k-means on the spectral embedding -- is described and
+driven by :func:`run_kernel_kmeans` in
+:mod:`skfed.cluster._kernel_kmeans_protocol`, with its client and server
+steps and the replay of DSPGD for new points. Paper: "A Communication
+Efficient Federated Kernel k-Means" (ICLR 2021 submission)."""
 
 import numbers
 
@@ -35,12 +25,10 @@ from .._dask import is_dask_collection
 from .._federation import FederatedMixin
 from .._validation import StrictInterval, check_magnitude, clip_to_data
 from ._centers import KMeansCentersMixin
-from ._kernel_kmeans_protocol import replay_eigenvectors, run_kernel_kmeans
+from ._kernel_kmeans_protocol import _CHUNK, replay_eigenvectors, run_kernel_kmeans
 
 __all__ = ["FederatedKernelKMeans"]
 
-# Rows per block when clients or predict map many points to many features.
-_CHUNK = 4096
 # Largest block of floats one party may allocate for random features (2 GiB
 # in float64); beyond it a size parameter is refused before the fit starts.
 _MAX_FLOATS = 2**28

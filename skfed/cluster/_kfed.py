@@ -394,7 +394,6 @@ class KFed(
                 random_state=rng,
                 merge=self.merge,
                 server_n_init=self.server_n_init,
-                dtype=fed.dtype,
                 **self._local_options(),
             )
         self.cluster_centers_ = result.cluster_centers

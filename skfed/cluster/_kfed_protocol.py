@@ -102,17 +102,17 @@ def run_kfed(
     *,
     n_clusters,
     random_state,
-    n_local_clusters=None,
-    center_weighting="size",
-    merge="kmeans",
-    server_n_init=10,
-    local_step="best",
-    n_init=3,
-    max_iter=300,
-    tol=1e-4,
-    allow_raw_upload=True,
-    client_dropout=0.0,
-    dtype=np.float64,
+    n_local_clusters,
+    center_weighting,
+    merge,
+    server_n_init,
+    local_step,
+    n_init,
+    max_iter,
+    tol,
+    allow_raw_upload,
+    client_dropout,
+    dtype=None,
 ):
     """k-FED on an open federation: one upload round and the cluster map.
 
@@ -136,8 +136,8 @@ def run_kfed(
     n_local_clusters, center_weighting, merge, server_n_init, local_step, \
 n_init, max_iter, tol, allow_raw_upload, client_dropout
         As in :class:`~skfed.KFed`.
-    dtype : dtype, default=np.float64
-        Of the returned centers (the data's).
+    dtype : dtype, default=None
+        Of the returned centers; None means the clients' (``fed.dtype``).
 
     Returns
     -------
@@ -182,6 +182,7 @@ n_init, max_iter, tol, allow_raw_upload, client_dropout
         offset_centers, assignment, cluster_weights = _one_lloyd_round(
             offsets, pooled_weights, initial
         )
+    dtype = fed.dtype if dtype is None else dtype
     cluster_centers = (offset_centers + reference).astype(dtype, copy=False)
     center_labels = _split_by_owner(assignment, owner, len(ids))
     return _finish(
@@ -190,7 +191,19 @@ n_init, max_iter, tol, allow_raw_upload, client_dropout
 
 
 def run_kfed_update(
-    fed, *, cluster_centers, cluster_weights, n_clusters, **local_options
+    fed,
+    *,
+    cluster_centers,
+    cluster_weights,
+    n_clusters,
+    n_local_clusters,
+    center_weighting,
+    local_step,
+    n_init,
+    max_iter,
+    tol,
+    allow_raw_upload,
+    client_dropout,
 ):
     """New clients join a fitted k-FED model (the paper's Theorem 3.2).
 
@@ -207,10 +220,9 @@ def run_kfed_update(
         The model's τ_r and weights (``KFedResult``).
     n_clusters : int
         k (as fitted).
-    **local_options
-        ``n_local_clusters``, ``center_weighting``, ``local_step``,
-        ``n_init``, ``max_iter``, ``tol``, ``allow_raw_upload``,
-        ``client_dropout`` as in :func:`run_kfed`.
+    n_local_clusters, center_weighting, local_step, n_init, max_iter, tol, \
+allow_raw_upload, client_dropout
+        As in :func:`run_kfed`.
 
     Returns
     -------
@@ -218,20 +230,17 @@ def run_kfed_update(
         For the new clients only; the centers and weights are the updated
         model's.
     """
-    defaults = {
-        "n_local_clusters": None,
-        "center_weighting": "size",
-        "local_step": "best",
-        "n_init": 3,
-        "max_iter": 300,
-        "tol": 1e-4,
-        "allow_raw_upload": True,
-        "client_dropout": 0.0,
-    }
-    unknown = set(local_options) - set(defaults)
-    if unknown:
-        raise TypeError(f"Unknown local option(s) {sorted(unknown)}.")
-    local = _LocalOptions(n_clusters=n_clusters, **{**defaults, **local_options})
+    local = _LocalOptions(
+        n_clusters,
+        n_local_clusters,
+        center_weighting,
+        local_step,
+        n_init,
+        max_iter,
+        tol,
+        allow_raw_upload,
+        client_dropout,
+    )
     n_samples = fed.n_samples
     ids, centers, weights, _ = _local_round(fed, "local centers (new)", local)
     if not ids:
