@@ -232,10 +232,6 @@ class DaskTransport:
     Attributes
     ----------
     client : distributed.Client
-    bytes_received : int
-        Bytes of everything fetched from the workers during the fit
-        (uploads, failures, what clients keep that the fit gathers, and
-        metadata), as measured by ``dask.sizeof``.
     """
 
     def __init__(self, dask_client, data, homes, sizes, data_info, layout=None):
@@ -250,7 +246,6 @@ class DaskTransport:
         self._sizes = sizes
         self.data_info = data_info
         self._layout = layout
-        self.bytes_received = 0
 
     @property
     def client_sizes(self):
@@ -390,11 +385,7 @@ class DaskTransport:
         )
 
     def _fetch(self, futures):
-        from dask.sizeof import sizeof
-
-        values = self.client.gather(futures)
-        self.bytes_received += int(sum(sizeof(v) for v in values))
-        return [aligned(v) for v in values]
+        return [aligned(v) for v in self.client.gather(futures)]
 
     def run(self, call, client_ids, messages):
         """Run ``call`` on each client where it lives; return the uploads
