@@ -25,7 +25,7 @@ import scipy.sparse as sp
 from joblib import parallel_config
 from sklearn.utils import check_array
 
-from ._transport import kept_after, run_step
+from ._transport import kept_after, placed_rows, run_step
 from ._validation import _canonical_order
 
 __all__ = ["DaskTransport", "dask_client", "distinct_values", "is_dask_collection"]
@@ -151,15 +151,6 @@ def _forget(token):
 
 def _size(client):
     return client.n_samples, client.X.shape[1], client.X.dtype.str
-
-
-def _block(offset, length, fill, dtype, tail_shape, *parts):
-    """Rows [offset, offset + length) of a per-sample output."""
-    out = np.full((length, *tail_shape), fill, dtype=dtype)
-    for idx, values in parts:
-        inside = (idx >= offset) & (idx < offset + length)
-        out[idx[inside] - offset] = values[inside]
-    return out
 
 
 def validate_client_rows(X, spec):
@@ -435,22 +426,26 @@ class DaskTransport:
         ]
         # They read the clients' state, which is dropped with the transport.
         wait(parts)
-        probe = self._fetch([self.client.submit(_shape_dtype, parts[0], pure=False)])[0]
-        tail, found = probe
-        dtype = np.dtype(found) if dtype is None else np.dtype(dtype)
-        layout = self._layout or [(0, n_samples)]
+        tail, found = self._fetch(
+            [self.client.submit(_shape_dtype, parts[0], pure=False)]
+        )[0]
+        options = {
+            "fill": fill,
+            "dtype": np.dtype(found) if dtype is None else np.dtype(dtype),
+            "tail_shape": tail,
+        }
+        if self._layout is None:
+            # Scattered in-memory clients: the output is an in-memory array.
+            return placed_rows(self._fetch(parts), 0, n_samples, **options)
         blocks = [
             da.from_delayed(
-                dask.delayed(_block)(o, n, fill, dtype, tail, *parts),
+                dask.delayed(placed_rows)(parts, o, n, **options),
                 shape=(n, *tail),
-                dtype=dtype,
+                dtype=options["dtype"],
             )
-            for o, n in layout
+            for o, n in self._layout
         ]
-        out = da.concatenate(blocks) if len(blocks) > 1 else blocks[0]
-        if self._layout is None:
-            return self._fetch(self.client.compute([out]))[0]
-        return out
+        return da.concatenate(blocks) if len(blocks) > 1 else blocks[0]
 
 
 def _shape_dtype(part):

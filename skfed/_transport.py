@@ -89,6 +89,17 @@ def kept_after(call, storage, result):
     return {**storage, call.namespace: state}, upload
 
 
+def placed_rows(parts, offset, length, *, fill, dtype, tail_shape):
+    """Rows [offset, offset + length) of a per-sample output assembled from
+    the clients' parts, ``(sample positions, values)`` each; rows no part
+    covers (failed clients) get ``fill``."""
+    out = np.full((length, *tail_shape), fill, dtype=dtype)
+    for idx, values in parts:
+        inside = (idx >= offset) & (idx < offset + length)
+        out[idx[inside] - offset] = values[inside]
+    return out
+
+
 def _run_steps(calls):
     """Several clients' steps in one task, one after the other."""
     return [run_step(*args) for args in calls]
@@ -208,10 +219,16 @@ class JoblibTransport:
     def assemble(self, namespace, key, client_ids, n_samples, *, fill, dtype):
         """A per-sample value kept by the clients, in training-sample order;
         samples of clients not in ``client_ids`` get ``fill``."""
-        parts = self.local_values(namespace, key, client_ids)
-        first = np.asarray(next(iter(parts.values())))
-        dtype = first.dtype if dtype is None else dtype
-        out = np.full((n_samples,) + first.shape[1:], fill, dtype=dtype)
-        for cid, values in parts.items():
-            out[self._clients[cid].sample_indices] = values
-        return out
+        values = self.local_values(namespace, key, client_ids)
+        parts = [
+            (self._clients[c].sample_indices, np.asarray(v)) for c, v in values.items()
+        ]
+        first = parts[0][1]
+        return placed_rows(
+            parts,
+            0,
+            n_samples,
+            fill=fill,
+            dtype=first.dtype if dtype is None else dtype,
+            tail_shape=first.shape[1:],
+        )
