@@ -17,6 +17,15 @@ The dashed line is :class:`~sklearn.cluster.KMeans` on the pooled data, the
 dotted one the floats of sending all the raw data to one place.
 """
 
+# %%
+# Data and clients
+# ----------------
+#
+# The 1,797 digits (64 features each) are dealt to ten clients by
+# :func:`skfed.partition.label_dirichlet` with ``alpha=0.3``: each client sees
+# a few digits much more often than the others, as users of a keyboard app
+# would. Every client keeps at least 20 samples.
+
 import matplotlib.pyplot as plt
 from sklearn.cluster import KMeans
 from sklearn.datasets import load_digits
@@ -26,6 +35,15 @@ from skfed import DistributedKMeans, FederatedKernelKMeans, KFed, partition
 
 X, y = load_digits(return_X_y=True)
 ids = partition.label_dirichlet(y, 10, alpha=0.3, min_size=20, random_state=0)
+
+# %%
+# Three knobs
+# -----------
+#
+# Each estimator is fitted three times, with its communication knob turned up.
+# k-FED's upload is k' centers per client; the coreset's upload grows with
+# the number of sampled points; each iteration of federated kernel k-means
+# adds a few rounds of Lanczos vectors of size ``n_random_features``.
 
 sweeps = {
     "KFed (k')": [KFed(10, n_local_clusters=kl, random_state=0) for kl in (3, 5, 10)],
@@ -39,6 +57,15 @@ sweeps = {
         for t in (2, 5, 15)
     ],
 }
+
+# %%
+# Fit and plot
+# ------------
+#
+# ``communication_.total_floats`` counts every number that crossed the
+# simulated network in either direction, measured from the messages
+# themselves. The printed lines give (floats, NMI) for each fit.
+
 fig, ax = plt.subplots(figsize=(7, 4.5))
 for name, estimators in sweeps.items():
     points = []
@@ -60,3 +87,19 @@ ax.set_ylabel("NMI with the digit labels")
 ax.legend(fontsize=8)
 fig.tight_layout()
 plt.show()
+
+# %%
+# Reading the figure
+# ------------------
+#
+# Points to the left of the dotted line cost less than shipping the data to
+# one server; points near the dashed line cluster as well as k-means on the
+# pooled data. The coreset comes within a few hundredths of NMI of the pooled
+# k-means while communicating well under the raw data; k-FED is the cheapest,
+# and its NMI rises with k' but stays below the pooled k-means on this split.
+# Kernel k-means
+# clusters in a spectral embedding and matches or slightly beats the pooled
+# k-means, at the price of more floats than the raw data and many rounds: each
+# of its iterations is a distributed eigen-solve. Its upload does not grow
+# with the number of samples per client, which is what pays off on large
+# clients.

@@ -2,15 +2,24 @@
 k-FED under heterogeneous and IID splits
 ========================================
 
-k-FED (:class:`skfed.KFed`) clusters in one round: each client clusters its
-own data into k' clusters, the server merges the local centers. Its analysis
-*uses* heterogeneity: when every client holds only a few of the k clusters
-(k' = √k of them here, the paper's structured split), a few local clusters
-per client suffice and the merged clustering recovers the mixture. We
-compare the structured split with an IID split of the same data, each with
-k' local clusters, against :class:`~sklearn.cluster.KMeans` on the pooled
-data.
+k-FED (:class:`skfed.KFed`, Dennis, Li & Smith, 2021) clusters in one round:
+each client clusters its own data into k' clusters, the server merges the
+local centers. Its analysis *uses* heterogeneity: when every client holds only
+a few of the k clusters (k' = √k of them here, the paper's structured split),
+a few local clusters per client suffice and the merged clustering recovers the
+mixture. We compare the structured split with an IID split of the same data,
+each with k' local clusters, against :class:`~sklearn.cluster.KMeans` on the
+pooled data.
 """
+
+# %%
+# A well-separated mixture
+# ------------------------
+#
+# Sixteen Gaussian components in 20 dimensions, 150 points each, with means
+# far enough apart that the mixture is recoverable. Since cluster ids are
+# arbitrary, accuracy is measured after the best one-to-one matching of
+# cluster ids to components (Hungarian algorithm on the confusion matrix).
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -34,6 +43,18 @@ def accuracy(labels):
     return C[rows, cols].sum() / len(y)
 
 
+# %%
+# Two ways to spread the data
+# ---------------------------
+#
+# :func:`skfed.partition.labels_per_client` gives each group of five clients
+# the points of only k' = 4 components (20 clients in all).
+# :func:`skfed.partition.iid` deals the same points uniformly at random to 20
+# clients, so every client sees all 16 components. k-FED runs with k' = 4
+# local clusters on both, so each client uploads 4 centers of 20 floats and
+# their sizes either way: the communication is identical, only the data
+# layout changes.
+
 splits = {
     "structured (k' components per client)": partition.labels_per_client(
         y, k_local, clients_per_group=5, random_state=0
@@ -50,8 +71,23 @@ for name, ids in splits.items():
         f"{km.communication_.upload_floats:,} floats up in "
         f"{km.communication_.n_upload_rounds} round"
     )
+
+# %%
+# The pooled baseline
+# -------------------
+#
+# One run of Lloyd's algorithm from k-means++ on the pooled data
+# (``n_init=1``), which is what each client runs locally in k-FED.
+
 central = KMeans(k, n_init=1, random_state=0).fit(X)
 results["KMeans(n_init=1), pooled"] = (accuracy(central.labels_), central.inertia_)
+
+# %%
+# Accuracy and cost
+# -----------------
+#
+# Left: matched accuracy (higher is better). Right: the k-means cost of the
+# final centers on all the data (lower is better).
 
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
 names = list(results)
@@ -63,3 +99,15 @@ axes[1].set_xlabel("k-means cost")
 axes[1].set_yticks([])
 fig.tight_layout()
 plt.show()
+
+# %%
+# Reading the figure
+# ------------------
+#
+# On the structured split, k-FED recovers every component with 1,680 floats
+# uploaded in a single round (the raw data is 48,000 floats), and even beats
+# a single pooled k-means run, which can merge two components and split
+# another. On the IID split the same budget fails: a client that sees all 16
+# components but may fit only 4 local centers averages several components
+# into each, and the server cannot undo that. On this IID split k' = 16
+# (four times the upload) is needed to recover the mixture.

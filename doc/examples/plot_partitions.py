@@ -6,6 +6,24 @@ The same 1,797 digits split over 10 clients by each helper in
 :mod:`skfed.partition`: the share of each label on each client.
 """
 
+# %%
+# Five splits of the same labels
+# ------------------------------
+#
+# Every helper returns one client id per sample, ready to pass as
+# ``partitions=`` to any skfed estimator's ``fit``. Only the labels are needed
+# to build a split, so we load them alone.
+#
+# * :func:`~skfed.partition.iid`: uniformly at random, equal sizes.
+# * :func:`~skfed.partition.label_dirichlet`: each client's label mix drawn
+#   from a Dirichlet distribution; smaller ``alpha`` means more skew.
+# * :func:`~skfed.partition.power_law`: client sizes fall off as a power of
+#   their rank, with labels mixed at random.
+# * :func:`~skfed.partition.labels_per_client`: each group of clients sees
+#   only a fixed number of labels (here 2 labels per group of 2 clients).
+# * :func:`~skfed.partition.shards`: sort by label, cut into shards and deal
+#   two shards to each client, so a client sees about two labels.
+
 import matplotlib.pyplot as plt
 import numpy as np
 from sklearn.datasets import load_digits
@@ -24,6 +42,15 @@ splits = {
     ),
     "shards(2)": partition.shards(y, 10, random_state=0),
 }
+
+# %%
+# Label counts per client
+# -----------------------
+#
+# One panel per helper, one bar per client; each bar is stacked by label (one
+# color per digit), so its height is the client's size and its colors are its
+# label mix. Look for equal, multicolored bars (IID), bars of very different
+# heights (power law), and bars of one or two colors (label skew).
 
 fig, axes = plt.subplots(1, len(splits), figsize=(16, 3.5), sharey=True)
 for ax, (name, ids) in zip(axes, splits.items()):

@@ -6,11 +6,20 @@ A sparse kernel classifier from a few critical samples
 with a nonlinear boundary, split over five clients. Each client solves the
 sparse kernel dual on its own data and sends only its *critical samples*
 (those with a positive dual variable); the server solves the same problem on
-the pooled critical samples. The model is a sum of a few Gaussian kernels of
+the pooled critical samples, after the sparse RKHS representations of Peifer,
+Chamon, Paternain & Ribeiro. The model is a sum of a few Gaussian kernels of
 several widths: each circle below is one kernel (centre and width), filled
 by the sign of its coefficient. An RBF :class:`~sklearn.svm.SVC` on all the
 data needs many more support vectors.
 """
+
+# %%
+# A wavy boundary
+# ---------------
+#
+# 600 points uniform in a square, labelled by which side of a sine curve they
+# fall on, then jittered so that the classes overlap a little near the
+# boundary. The points are dealt IID to five clients.
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -25,12 +34,33 @@ y = (X[:, 1] > 0.5 * np.sin(3 * X[:, 0])).astype(int)
 X += 0.05 * rng.standard_normal(X.shape)
 ids = partition.iid(len(y), 5, random_state=0)
 
+# %%
+# Fit the federated classifier and a pooled SVC
+# ---------------------------------------------
+#
+# Larger ``sparsity`` gives fewer kernels. The SVC sees all the data in one
+# place; the federated classifier only ever receives the samples the clients
+# mark as critical, plus those a refinement round finds violating the global
+# model. Those samples are sent as raw rows: the protocol saves communication,
+# it does not hide the data. The ledger summary lists each round; compare its
+# upload with the 1,200 coordinates of the raw data.
+
 clf = FederatedRKHSClassifier(sparsity=0.5, random_state=0).fit(X, y, partitions=ids)
 svc = SVC().fit(X, y)
 print(f"RKHS: {clf.n_kernels_} kernels, accuracy {clf.score(X, y):.3f}")
 print(f"SVC:  {svc.n_support_.sum()} support vectors, accuracy {svc.score(X, y):.3f}")
 print(f"samples sent: {clf.n_samples_sent_} of {len(y)}")
 print(clf.communication_.summary())
+
+# %%
+# Decision boundaries
+# -------------------
+#
+# Left: the federated model, with one circle per Gaussian kernel (red for a
+# positive coefficient, blue for a negative one; the radius is the kernel's
+# width). Right: the SVC, with its support vectors ringed in black. Both
+# boundaries follow the sine curve; the federated one is built from a handful
+# of kernels of mixed widths, the SVC from many kernels of one width.
 
 xx, yy = np.meshgrid(np.linspace(-1.2, 1.2, 200), np.linspace(-1.2, 1.2, 200))
 grid = np.c_[xx.ravel(), yy.ravel()]
