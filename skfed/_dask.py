@@ -23,22 +23,12 @@ import weakref
 import numpy as np
 import scipy.sparse as sp
 from joblib import parallel_config
-from sklearn.utils import check_array
 
-from ._transport import kept_after, placed_rows, run_step
+from ._remote import aligned, make_client
+from ._transport import kept_after, picked, placed_rows, run_step
 from ._validation import _canonical_order
 
-__all__ = ["DaskTransport", "dask_client", "distinct_values", "is_dask_collection"]
-
-
-def distinct_values(values):
-    """The distinct values of a per-sample output, computed where it lives
-    (for a dask array only the distinct values come back)."""
-    if is_dask_collection(values):
-        import dask.array as da
-
-        return np.asarray(da.unique(values).compute())
-    return np.unique(values)
+__all__ = ["DaskTransport", "dask_client"]
 
 
 def dask_client():
@@ -60,38 +50,6 @@ def dask_client():
             "distributed.Client('tcp://scheduler-address:8786') for a running "
             "one."
         ) from None
-
-
-def is_dask_collection(X):
-    """Whether X is a dask array, dataframe or series (without importing
-    dask when it is not installed)."""
-    return type(X).__module__.partition(".")[0] == "dask" and hasattr(
-        X, "__dask_graph__"
-    )
-
-
-def aligned(obj):
-    """``obj`` with every numpy array in it in memory of its own.
-
-    dask hands over deserialised arrays as views into its message frames,
-    at any byte offset. numpy's SIMD loops split their work by alignment,
-    so a sum over such a view can round differently from the same sum over
-    a fresh array; copying keeps every party's arithmetic what it is in one
-    process, and so the model for a seed the same.
-    """
-    if isinstance(obj, np.ndarray):
-        if obj.dtype.hasobject or obj.base is None:
-            return obj
-        return obj.copy(order="K")
-    if sp.issparse(obj):
-        return obj.copy()
-    if isinstance(obj, tuple) and type(obj) is not tuple:  # NamedTuple
-        return type(obj)(*(aligned(v) for v in obj))
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(aligned(v) for v in obj)
-    if isinstance(obj, dict):
-        return {k: aligned(v) for k, v in obj.items()}
-    return obj
 
 
 def _settle(client):
@@ -126,8 +84,7 @@ def _remote_steps(call, token, clients, messages):
 
 
 def _read(token, client_id, namespace, key):
-    value = _STORE[token, client_id][namespace]
-    return value if key is None else value[key]
+    return picked(_STORE[token, client_id][namespace], key)
 
 
 def _placed(client, token, namespace, key):
@@ -151,40 +108,6 @@ def _forget(token):
 
 def _size(client):
     return client.n_samples, client.X.shape[1], client.X.dtype.str
-
-
-def validate_client_rows(X, spec):
-    """The in-memory checks of a fit, on one client's rows.
-
-    Parameters
-    ----------
-    X : array-like or sparse matrix
-    spec : dict
-        ``accept_sparse`` (False or "csr") and ``dtype`` (names of the
-        accepted float dtypes, the first one used for other inputs).
-    """
-    from ._validation import check_magnitude
-
-    X = check_array(
-        X,
-        accept_sparse=spec.get("accept_sparse", False),
-        dtype=[np.dtype(d) for d in spec.get("dtype", ("float64", "float32"))],
-    )
-    check_magnitude(X)
-    return X
-
-
-def _make_client(cid, X, y, indices, base, spec):
-    from ._federation import ClientData, _fingerprint
-
-    try:
-        X = aligned(validate_client_rows(X, spec))
-    except ValueError as exc:
-        raise ValueError(f"Client {cid!r}: {exc}") from exc
-    if y is not None:
-        y = aligned(np.asarray(y))
-    fp = _fingerprint(X)
-    return ClientData(cid, X, y, np.asarray(indices), (base, fp & 0xFFFFFFFF, fp >> 32))
 
 
 def _split_chunk(X, ids, y, offset):
@@ -212,7 +135,7 @@ def _join(cid, base, spec, *pieces_list):
     X = sp.vstack(X, format="csr") if sp.issparse(X[0]) else np.concatenate(X)
     y = None if parts[0][1] is None else np.concatenate([p[1] for p in parts])
     idx = np.concatenate([p[2] for p in parts])
-    return _make_client(cid, X, y, idx, base, spec)
+    return make_client(cid, X, y, idx, base, spec)
 
 
 class DaskTransport:
@@ -289,7 +212,7 @@ class DaskTransport:
             The fit's base seed of every client's random streams.
         spec : dict
             The input checks each client runs (see
-            ``validate_client_rows``).
+            ``skfed._remote.validate_client_rows``).
         """
         import dask
 
@@ -304,11 +227,11 @@ class DaskTransport:
                 "on a dataframe)."
             )
         n_features = X.shape[1]
-        aligned = [
+        rechunked = [
             a.rechunk({0: X.chunks[0]}) if a is not None else None
             for a in (y, partitions)
         ]
-        y, partitions = aligned
+        y, partitions = rechunked
         offsets = np.concatenate([[0], np.cumsum(X.chunks[0])[:-1]]).astype(int)
         x_blocks = X.to_delayed().ravel()
         y_blocks = y.to_delayed().ravel() if y is not None else [None] * len(x_blocks)
@@ -316,7 +239,7 @@ class DaskTransport:
         if partitions is None:
             ids = list(range(len(x_blocks))) if client_ids is None else client_ids
             clients = [
-                dask.delayed(_make_client, pure=True)(
+                dask.delayed(make_client, pure=True)(
                     cid, xb, yb, np.arange(o, o + n), seed, spec
                 )
                 for cid, xb, yb, (o, n) in zip(ids, x_blocks, y_blocks, layout)

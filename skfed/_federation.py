@@ -36,9 +36,9 @@ from joblib.parallel import get_active_backend
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import validate_data
 
-from ._dask import is_dask_collection
 from ._ledger import DOWNLOAD, UPLOAD, CommunicationLog, count_payload
 from ._protocol import as_step_call, client_step, stream_key
+from ._remote import RemoteArray, is_dask_collection, is_remote
 from ._rows import rounded_row_hashes
 from ._transport import JoblibTransport, StepFailure
 from ._validation import check_partitions
@@ -266,6 +266,7 @@ class Federation:
         self.n_jobs = n_jobs
         self.verbose = verbose
         self.log = CommunicationLog() if log is None else log
+        self._record_wire("setup", None)
 
     @classmethod
     def from_arrays(
@@ -338,7 +339,7 @@ class Federation:
         )
 
     @classmethod
-    def from_dask(
+    def from_remote(
         cls,
         X,
         y,
@@ -351,14 +352,15 @@ class Federation:
         log=None,
         on_client_error="raise",
     ):
-        """Clients built on the dask workers that hold ``X``'s chunks.
+        """Clients built where ``X`` lives: on the dask workers that hold its
+        chunks, or on the Flower nodes that hold it.
 
         Parameters
         ----------
-        X : dask.array.Array of shape (n_samples, n_features)
-        y : dask.array.Array of shape (n_samples,) or None
+        X : dask.array.Array or RemoteArray of shape (n_samples, n_features)
+        y : dask.array.Array or RemoteArray of shape (n_samples,), or None
         partitions : None or dask.array.Array of shape (n_samples,)
-            None: each chunk of rows is a client (ids 0, 1, ...); an array:
+            None: each chunk of rows (each node) is a client; a dask array:
             the client id of each row.
         random_state : RandomState
             One integer is drawn from it to seed every client's streams, as
@@ -366,29 +368,37 @@ class Federation:
             model.
         input_checks : dict
             What each client checks on its rows (see
-            ``skfed._dask.validate_client_rows``).
+            ``skfed._remote.validate_client_rows``).
         min_samples : int, default=1
         verbose, log, on_client_error
             See :class:`Federation`.
         """
-        from ._dask import DaskTransport, dask_client
-
-        if partitions is not None and not is_dask_collection(partitions):
-            raise ValueError(
-                "With a dask X, partitions must be None (each chunk of rows a "
-                "client), a dask array or series aligned with X, or the name "
-                "of a client column of a dask dataframe; got "
-                f"{type(partitions).__name__}."
-            )
         base = int(check_random_state(random_state).randint(_SEED_MAX))
-        transport = DaskTransport.from_dask(
-            dask_client(),
-            X,
-            y=y,
-            partitions=partitions,
-            seed=base,
-            spec=input_checks,
-        )
+        if isinstance(X, RemoteArray):
+            if partitions is not None:
+                raise ValueError(
+                    "With data on Flower nodes each node is a client; pass "
+                    f"partitions=None, got {type(partitions).__name__}."
+                )
+            transport = X.open_transport(y, seed=base, spec=input_checks)
+        else:
+            from ._dask import DaskTransport, dask_client
+
+            if partitions is not None and not is_dask_collection(partitions):
+                raise ValueError(
+                    "With a dask X, partitions must be None (each chunk of rows "
+                    "a client), a dask array or series aligned with X, or the "
+                    "name of a client column of a dask dataframe; got "
+                    f"{type(partitions).__name__}."
+                )
+            transport = DaskTransport.from_dask(
+                dask_client(),
+                X,
+                y=y,
+                partitions=partitions,
+                seed=base,
+                spec=input_checks,
+            )
         small = [c for c, n in transport.client_sizes.items() if n < min_samples]
         if small:
             raise ValueError(
@@ -485,6 +495,7 @@ class Federation:
                 round=rnd,
             )
         results = self.transport.run(call, ids, list(messages))
+        self._record_wire(name, rnd)
         uploads, up = [], {}
         for cid, result in zip(ids, results):
             if isinstance(result, StepFailure):
@@ -514,6 +525,14 @@ class Federation:
             )
         return uploads
 
+    def _record_wire(self, name, rnd):
+        """Move the bytes the transport measured on its wire, if it does
+        (Flower), into the ledger."""
+        pending = getattr(self.transport, "pending_wire", None)
+        if pending is not None:
+            for direction, by_client in pending():
+                self.log.record_wire(name, direction, by_client, round=rnd)
+
     def broadcast(self, name, message):
         """A download with no answer (e.g. the final model)."""
         self.run_round(name, _receive, message)
@@ -535,15 +554,20 @@ class Federation:
         ----------
         namespace : str
             The protocol's client-state key.
-        key : str, default=None
-            An entry of that state (a dict); the whole state when None.
+        key : str or tuple of str, default=None
+            An entry of that state (a dict), or a tuple of entries fetched
+            together (one message per client on a remote transport); the
+            whole state when None.
 
         Returns
         -------
         results : dict
-            Client id -> value, for the clients still taking part.
+            Client id -> value (a tuple for a tuple of keys), for the
+            clients still taking part.
         """
-        return self.transport.local_values(namespace, key, self.client_ids)
+        values = self.transport.local_values(namespace, key, self.client_ids)
+        self._record_wire(_collect_name(namespace, key), None)
+        return values
 
     def assemble(self, namespace, key, n_samples, *, fill=-1, dtype=None):
         """Reassemble a per-sample local output in training-sample order.
@@ -552,9 +576,16 @@ class Federation:
         client in a deployment; the simulation stitches them together for
         the user. Samples of failed clients get ``fill``.
         """
-        return self.transport.assemble(
+        values = self.transport.assemble(
             namespace, key, self.client_ids, n_samples, fill=fill, dtype=dtype
         )
+        self._record_wire(_collect_name(namespace, key), None)
+        return values
+
+
+def _collect_name(namespace, key):
+    keys = () if key is None else key if isinstance(key, tuple) else (key,)
+    return f"collect {namespace}" + "".join(f".{k}" for k in keys)
 
 
 @client_step("federation.receive")
@@ -586,8 +617,9 @@ class FederatedMixin:
             "dtype": ("float64", "float32"),
         }
 
-    def _dask_fit_input(self, X, y=None, partitions=None, *, reset=True):
-        """Prepare dask training data without computing it.
+    def _remote_fit_input(self, X, y=None, partitions=None, *, reset=True):
+        """Prepare remote training data (dask, Flower nodes) without
+        computing it.
 
         A dask dataframe becomes a dask array of its feature columns (a
         ``partitions`` that names one of its columns is that column, which
@@ -597,7 +629,7 @@ class FederatedMixin:
 
         Returns
         -------
-        X, y, partitions : dask arrays (y and partitions may be None)
+        X, y, partitions : remote arrays (y and partitions may be None)
         """
         if hasattr(X, "columns"):
             if isinstance(partitions, str):
@@ -623,10 +655,11 @@ class FederatedMixin:
         for name, value in (("y", y), ("partitions", partitions)):
             if value is None or isinstance(value, str):
                 continue
-            if not is_dask_collection(value):
+            if not is_remote(value):
                 raise ValueError(
-                    f"With a dask X, {name} must be a dask array or series "
-                    f"aligned with X's rows; got {type(value).__name__}."
+                    f"With remote X, {name} must be held where X is (a dask "
+                    "array or series aligned with X's rows, or the nodes' "
+                    f"own); got {type(value).__name__}."
                 )
         if y is not None and hasattr(y, "to_dask_array"):
             y = y.to_dask_array(lengths=True)
@@ -673,13 +706,14 @@ class FederatedMixin:
         federation : Federation
             Not yet entered; use it in a ``with`` block.
         """
-        if is_dask_collection(X):
+        if is_remote(X):
             if sample_weight is not None:
                 raise ValueError(
-                    "sample_weight is not supported with dask data yet; "
-                    "weight the rows before fitting, or fit in memory."
+                    "sample_weight is not supported with remote (dask or "
+                    "Flower) data yet; weight the rows before fitting, or fit "
+                    "in memory."
                 )
-            return Federation.from_dask(
+            return Federation.from_remote(
                 X,
                 y,
                 partitions,

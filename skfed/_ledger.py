@@ -147,6 +147,7 @@ class CommunicationLog:
 
     def __init__(self):
         self.records = []
+        self.wire_records = []
         self._n_rounds = 0
 
     def new_round(self):
@@ -185,6 +186,41 @@ class CommunicationLog:
             n_bytes = tuple(int(bytes[c]) for c in clients)
         self.records.append(
             RoundRecord(round, str(name), direction, clients, n_floats, n_bytes)
+        )
+
+    def record_wire(self, name, direction, bytes, *, round=None):
+        """Add the bytes a transport really put on the wire for one round
+        (or for setup, ``round=None``), per client, beside the protocol's
+        own counts (a Flower fit records them; in-process fits do not)."""
+        if direction not in (UPLOAD, DOWNLOAD):
+            raise ValueError(
+                f"direction must be 'upload' or 'download', got {direction!r}."
+            )
+        clients = tuple(bytes)
+        self.wire_records.append(
+            RoundRecord(
+                -1 if round is None else round,
+                str(name),
+                direction,
+                clients,
+                tuple(0 for _ in clients),
+                tuple(int(bytes[c]) for c in clients),
+            )
+        )
+
+    @property
+    def wire_upload_bytes(self):
+        """Bytes the transport put on the wire from clients to the server,
+        protocol and setup messages included (0 when it records none)."""
+        return int(
+            sum(r.total_bytes for r in self.wire_records if r.direction == UPLOAD)
+        )
+
+    @property
+    def wire_download_bytes(self):
+        """Bytes the transport put on the wire from the server to clients."""
+        return int(
+            sum(r.total_bytes for r in self.wire_records if r.direction == DOWNLOAD)
         )
 
     def _total(self, direction, attr):

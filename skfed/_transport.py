@@ -18,11 +18,16 @@ Its interface is small:
     raises for one client's error.
 ``local_values(namespace, key, client_ids)`` and ``assemble(...)``
     What clients keep (their labels, say), for the fitted attributes.
+``pending_wire()`` (optional)
+    For a transport that measures what it really sends (Flower): the
+    bytes per direction and client since the last call, which the
+    federation moves into the ledger's ``wire_records``.
 
 :class:`JoblibTransport` runs the clients in this process's joblib pool
 (the default: threads, or processes with ``parallel_config(backend="loky")``);
 ``skfed._dask.DaskTransport`` keeps them on dask workers (used for dask
-collections and under joblib's dask backend).
+collections and under joblib's dask backend);
+``skfed.flower.FlowerTransport`` reaches them as Flower nodes.
 """
 
 import time
@@ -98,6 +103,16 @@ def placed_rows(parts, offset, length, *, fill, dtype, tail_shape):
         inside = (idx >= offset) & (idx < offset + length)
         out[idx[inside] - offset] = values[inside]
     return out
+
+
+def picked(state, key):
+    """What a client keeps under ``key`` of a namespace's ``state``: the
+    whole state for None, a tuple of entries for a tuple of keys."""
+    if key is None:
+        return state
+    if isinstance(key, tuple):
+        return tuple(state[k] for k in key)
+    return state[key]
 
 
 def _run_steps(calls):
@@ -210,11 +225,7 @@ class JoblibTransport:
     def local_values(self, namespace, key, client_ids):
         """Client id -> what the client keeps under ``namespace`` (and
         ``key`` within it, when given)."""
-        values = {}
-        for cid in client_ids:
-            value = self._storage[cid][namespace]
-            values[cid] = value if key is None else value[key]
-        return values
+        return {c: picked(self._storage[c][namespace], key) for c in client_ids}
 
     def assemble(self, namespace, key, client_ids, n_samples, *, fill, dtype):
         """A per-sample value kept by the clients, in training-sample order;

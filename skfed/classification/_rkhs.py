@@ -11,7 +11,6 @@ protocol (:func:`run_rkhs` and its steps) lives in
 
 import numbers
 import warnings
-from functools import partial
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
@@ -21,8 +20,8 @@ from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._dask import distinct_values, is_dask_collection
 from .._federation import FederatedMixin
+from .._remote import code_labels, distinct_values, is_remote
 from .._validation import StrictInterval, check_magnitude
 from ._rkhs_protocol import run_rkhs
 from ._sparse_dual import gaussian_atoms
@@ -318,16 +317,19 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         -------
         self : object
         """
-        if is_dask_collection(X):
-            X, y, partitions = self._dask_fit_input(X, y, partitions)
+        if is_remote(X):
+            X, y, partitions = self._remote_fit_input(X, y, partitions)
             if y is None:
-                raise ValueError("y is required: a dask array aligned with X.")
+                raise ValueError(
+                    "y is required: a dask array aligned with X, or the nodes' "
+                    "labels (NodeData.y)."
+                )
             # The set of labels is the one thing about y the server learns
             # here; each client codes its own labels.
             classes = distinct_values(y)
             check_classification_targets(classes)
             self.classes_ = classes
-            y_code = y.map_blocks(partial(np.searchsorted, classes), dtype=np.intp)
+            y_code = code_labels(y, classes)
         else:
             X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
             check_magnitude(X)

@@ -38,9 +38,9 @@ from sklearn.utils.validation import (
     _check_sample_weight,
 )
 
-from .._dask import distinct_values, is_dask_collection
 from .._federation import FederatedMixin
 from .._protocol import client_step
+from .._remote import distinct_values, is_remote
 from .._rows import canonical_row_order, row_hashes
 from .._validation import StrictInterval, as_id_array, clip_to_data
 from ._centers import KMeansCentersMixin
@@ -334,8 +334,8 @@ class DistributedKMeans(
         self : object
             Fitted estimator.
         """
-        if is_dask_collection(X):
-            X, _, partitions = self._dask_fit_input(X, None, partitions)
+        if is_remote(X):
+            X, _, partitions = self._remote_fit_input(X, None, partitions)
         else:
             X = self._validated(X, reset=True)
         n_samples = X.shape[0]

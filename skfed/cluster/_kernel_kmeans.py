@@ -21,8 +21,8 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._dask import is_dask_collection
 from .._federation import FederatedMixin
+from .._remote import is_remote
 from .._validation import StrictInterval, check_magnitude, clip_to_data
 from ._centers import KMeansCentersMixin
 from ._kernel_kmeans_protocol import _CHUNK, replay_eigenvectors, run_kernel_kmeans
@@ -313,8 +313,8 @@ class FederatedKernelKMeans(
         self : object
             Fitted estimator.
         """
-        if is_dask_collection(X):
-            X, _, partitions = self._dask_fit_input(X, None, partitions)
+        if is_remote(X):
+            X, _, partitions = self._remote_fit_input(X, None, partitions)
         else:
             X = self._validated(X, reset=True)
         n_samples = X.shape[0]

@@ -31,8 +31,8 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import _check_sample_weight
 
-from .._dask import is_dask_collection
 from .._federation import FederatedMixin
+from .._remote import is_remote
 from .._validation import StrictInterval
 from ._centers import KMeansCentersMixin
 from ._kfed_protocol import run_kfed, run_kfed_update
@@ -526,8 +526,8 @@ class KFed(
     def _training_data(self, X, partitions, sample_weight, *, reset):
         """X (validated, or a dask array checked on the clients), the
         partitions and the validated sample weights."""
-        if is_dask_collection(X):
-            X, _, partitions = self._dask_fit_input(X, None, partitions, reset=reset)
+        if is_remote(X):
+            X, _, partitions = self._remote_fit_input(X, None, partitions, reset=reset)
         else:
             X = self._validated(X, reset=reset)
             sample_weight = self._validate_sample_weight(sample_weight, X)

@@ -279,7 +279,7 @@ def _finish(fed, ids, centers, center_labels, cluster_centers, weights, n_sample
         for labels in center_labels
     ]
     fed.run_round("cluster map", _induce_labels_step, messages=messages)
-    raw = fed.local_results("kfed", "raw")
+    kept = fed.local_results("kfed", ("raw", "inertia", "n_iter"))
     # Per-sample labels and inertia shares stay on the clients in a
     # deployment; the simulation gathers them for the fitted attributes.
     return KFedResult(
@@ -288,11 +288,11 @@ def _finish(fed, ids, centers, center_labels, cluster_centers, weights, n_sample
         client_ids=ids,
         local_centers=centers,
         local_center_labels=center_labels,
-        raw_upload_clients=[c for c, is_raw in raw.items() if is_raw],
+        raw_upload_clients=[c for c, (is_raw, _, _) in kept.items() if is_raw],
         failed_clients=dict(fed.failed_clients),
         labels=fed.assemble("kfed", "labels", n_samples, dtype=np.int32),
-        inertia=float(sum(fed.local_results("kfed", "inertia").values())),
-        n_iter=int(max(fed.local_results("kfed", "n_iter").values())),
+        inertia=float(sum(inertia for _, inertia, _ in kept.values())),
+        n_iter=int(max(n_iter for _, _, n_iter in kept.values())),
     )
 
 

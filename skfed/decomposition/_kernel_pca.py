@@ -21,8 +21,8 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._dask import is_dask_collection
 from .._federation import FederatedMixin
+from .._remote import is_remote
 from .._validation import StrictInterval, check_magnitude, clip_to_data
 from ._kernel_pca_protocol import kernel_matrix, run_kernel_pca
 
@@ -387,8 +387,8 @@ class DistributedKernelPCA(
         -------
         self : object
         """
-        if is_dask_collection(X):
-            X, _, partitions = self._dask_fit_input(X, None, partitions)
+        if is_remote(X):
+            X, _, partitions = self._remote_fit_input(X, None, partitions)
         else:
             X = validate_data(
                 self, X, accept_sparse="csr", dtype=[np.float64, np.float32]

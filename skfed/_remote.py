@@ -1,0 +1,152 @@
+"""Training data that stays where it lives: what dask and Flower share.
+
+An estimator's ``fit`` accepts, besides in-memory arrays, data held
+elsewhere: a dask collection (its chunks on dask workers) or the data of
+Flower nodes (:class:`skfed.flower.NodeData`). Such data is *remote*: the
+estimator reads its shape, builds the federation's transport from it, and
+never computes it here. The clients check their own rows with the checks
+the in-memory fit would run (:func:`validate_client_rows`) and build their
+:class:`~skfed._federation.ClientData` where they are
+(:func:`make_client`).
+"""
+
+from functools import partial
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.utils import check_array
+
+__all__ = [
+    "RemoteArray",
+    "aligned",
+    "code_labels",
+    "distinct_values",
+    "is_dask_collection",
+    "is_remote",
+    "make_client",
+    "validate_client_rows",
+]
+
+
+class RemoteArray:
+    """Base class of per-sample data held by remote clients (not dask).
+
+    Subclasses set ``shape`` and ``dtype`` and implement ``distinct()``,
+    ``coded(classes)`` and ``open_transport(y, seed, spec)``.
+    """
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+
+def is_dask_collection(X):
+    """Whether X is a dask array, dataframe or series (without importing
+    dask when it is not installed)."""
+    return type(X).__module__.partition(".")[0] == "dask" and hasattr(
+        X, "__dask_graph__"
+    )
+
+
+def is_remote(X):
+    """Whether X is data held elsewhere (dask, Flower nodes)."""
+    return isinstance(X, RemoteArray) or is_dask_collection(X)
+
+
+def distinct_values(values):
+    """The distinct values of a per-sample output, computed where it lives
+    (for remote data only the distinct values come back)."""
+    if isinstance(values, RemoteArray):
+        return values.distinct()
+    if is_dask_collection(values):
+        import dask.array as da
+
+        return np.asarray(da.unique(values).compute())
+    return np.unique(values)
+
+
+def code_labels(y, classes):
+    """Remote labels as their positions in ``classes``, coded where they
+    live."""
+    if isinstance(y, RemoteArray):
+        return y.coded(classes)
+    return y.map_blocks(partial(np.searchsorted, classes), dtype=np.intp)
+
+
+def aligned(obj):
+    """``obj`` with every numpy array in it in memory of its own.
+
+    dask and Flower hand over deserialised arrays as views into their
+    message frames, at any byte offset. numpy's SIMD loops split their work
+    by alignment, so a sum over such a view can round differently from the
+    same sum over a fresh array; copying keeps every party's arithmetic
+    what it is in one process, and so the model for a seed the same.
+    """
+    if isinstance(obj, np.ndarray):
+        if obj.dtype.hasobject or obj.base is None:
+            return obj
+        return obj.copy(order="K")
+    if sp.issparse(obj):
+        return obj.copy()
+    if isinstance(obj, tuple) and type(obj) is not tuple:  # NamedTuple
+        return type(obj)(*(aligned(v) for v in obj))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(aligned(v) for v in obj)
+    if isinstance(obj, dict):
+        return {k: aligned(v) for k, v in obj.items()}
+    return obj
+
+
+def validate_client_rows(X, spec):
+    """The in-memory checks of a fit, on one client's rows.
+
+    Parameters
+    ----------
+    X : array-like or sparse matrix
+    spec : dict
+        ``accept_sparse`` (False or "csr") and ``dtype`` (names of the
+        accepted float dtypes, the first one used for other inputs).
+    """
+    from ._validation import check_magnitude
+
+    X = check_array(
+        X,
+        accept_sparse=spec.get("accept_sparse", False),
+        dtype=[np.dtype(d) for d in spec.get("dtype", ("float64", "float32"))],
+    )
+    check_magnitude(X)
+    return X
+
+
+def make_client(cid, X, y, indices, base, spec):
+    """A client built where its rows are, after checking them.
+
+    Parameters
+    ----------
+    cid : hashable
+        The client's id.
+    X : array-like of shape (n_m, n_features)
+    y : array-like of shape (n_m,) or None
+    indices : array-like of int
+        Positions of the rows in the training data.
+    base : int
+        The fit's seed for every client's streams (with the client's own
+        fingerprint, as in ``Federation.from_arrays``).
+    spec : dict
+        See :func:`validate_client_rows`.
+
+    Raises
+    ------
+    ValueError
+        Naming the client, when its rows fail the checks.
+    """
+    from ._federation import ClientData, _fingerprint
+
+    try:
+        X = aligned(validate_client_rows(X, spec))
+    except ValueError as exc:
+        raise ValueError(f"Client {cid!r}: {exc}") from exc
+    if y is not None:
+        y = aligned(np.asarray(y))
+    fp = _fingerprint(X)
+    return ClientData(cid, X, y, np.asarray(indices), (base, fp & 0xFFFFFFFF, fp >> 32))

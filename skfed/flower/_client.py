@@ -1,0 +1,187 @@
+"""The node side: a Flower ClientApp that runs skfed's client steps.
+
+The ClientApp answers ``query.skfed`` messages from the ServerApp of a fit
+(:mod:`skfed.flower._server`). A message names one operation:
+
+``describe``
+    The node's client id, number of rows and features, dtype, and whether
+    it holds labels (protocol metadata, as ``Federation.client_sizes``).
+``open``
+    Start a fit: the fit's seed, the estimator's input checks and, for a
+    classifier, the classes. The node checks its rows, as the in-memory
+    fit would, and keeps the fit's settings in its state.
+``step``
+    Run a registered client step (:func:`skfed._protocol.client_step`) by
+    name, with its options and the server's message; keep the state the
+    step returns, answer with the upload.
+``values``
+    Send back what the node keeps under a namespace (its labels, say), for
+    the fitted estimator's attributes.
+``distinct_y``
+    The distinct labels the node holds (a classifier's classes).
+
+What a node keeps between messages lives in ``context.state``, as codec
+records: a deployed SuperNode may start a new ClientApp process for every
+message, so nothing may rely on module globals. A step runs only if it is
+registered under the name the message gives; no code is received.
+"""
+
+import json
+import traceback
+
+import numpy as np
+from flwr.app import Message
+from flwr.clientapp import ClientApp
+
+from .._protocol import StepCall
+from .._remote import make_client
+from .._transport import StepFailure, kept_after, picked, run_step
+from ._records import from_records, to_records
+
+__all__ = ["client_app"]
+
+ACTION = "skfed"
+_STATE = "skfed.state"
+
+
+def client_app(load_data, *, client_id=None, step_modules=("skfed",)):
+    """A Flower ClientApp serving skfed fits with this node's data.
+
+    Parameters
+    ----------
+    load_data : callable
+        ``load_data(context) -> X`` or ``(X, y)``: the node's own training
+        data, e.g. read from a file named in ``context.node_config``. Called
+        when a message needs the data (a deployed node may run every message
+        in a new process).
+    client_id : callable, default=None
+        ``client_id(context) -> int or str``: the node's client id, which
+        orders the clients as ``partitions`` ids do in memory. By default
+        the node's ``partition-id`` (``--node-config``) when it has one,
+        else its Flower node id.
+    step_modules : tuple of str, default=("skfed",)
+        Packages whose modules a message may ask this node to import to
+        find a client step (a contributor's protocol, say). A step named in
+        a message runs only if it is registered in this process after that.
+
+    Returns
+    -------
+    app : flwr.clientapp.ClientApp
+    """
+    app = ClientApp()
+    node = _Node(load_data, client_id, tuple(step_modules))
+
+    @app.query(ACTION)
+    def query(message, context):
+        request = from_records(message.content)
+        try:
+            answer = node.answer(request, context)
+        except Exception as exc:  # sent back; the server decides
+            answer = {"error": _error_record(exc, traceback.format_exc())}
+        return Message(to_records(answer), reply_to=message)
+
+    return app
+
+
+def _error_record(exc, tb):
+    return {
+        "type": type(exc).__name__,
+        "value_error": isinstance(exc, ValueError),
+        "text": str(exc),
+        "traceback": tb,
+    }
+
+
+class _Node:
+    """This node's answers; its data is reloaded or taken from a cache of
+    this process, its state always read from the context."""
+
+    def __init__(self, load_data, client_id, step_modules):
+        self.load_data = load_data
+        self.client_id = client_id
+        self.step_modules = step_modules
+        self._cache = {}
+
+    def _id(self, context):
+        if self.client_id is not None:
+            return self.client_id(context)
+        return context.node_config.get("partition-id", context.node_id)
+
+    def _data(self, context):
+        data = self.load_data(context)
+        X, y = data if isinstance(data, tuple) else (data, None)
+        return X, y
+
+    def _client(self, context, settings):
+        """This node's ClientData for the fit ``settings`` describe (built
+        once per process and fit: checking and fingerprinting the rows is
+        not free). The cache is keyed by every setting, so two fits of one
+        run never share a client built for the other."""
+        classes = settings["classes"]
+        key = (
+            context.run_id,
+            context.node_id,
+            settings["seed"],
+            settings["use_y"],
+            json.dumps(settings["spec"], sort_keys=True),
+            None if classes is None else (classes.dtype.str, classes.tobytes()),
+        )
+        if key not in self._cache:
+            X, y = self._data(context)
+            if not settings["use_y"]:
+                y = None
+            elif settings["classes"] is not None:
+                y = np.searchsorted(settings["classes"], np.asarray(y))
+            client = make_client(
+                self._id(context),
+                X,
+                y,
+                np.arange(len(X)),
+                settings["seed"],
+                settings["spec"],
+            )
+            # One fit per node at a time: drop other fits' clients.
+            self._cache = {key: client}
+        return self._cache[key]
+
+    def answer(self, request, context):
+        op = request["op"]
+        if op == "describe":
+            X, y = self._data(context)
+            X = X if hasattr(X, "shape") else np.asarray(X)
+            return {
+                "client_id": self._id(context),
+                "n_samples": int(X.shape[0]),
+                "n_features": int(X.shape[1]) if X.ndim == 2 else -1,
+                "dtype": np.dtype(X.dtype).str,
+                "has_y": y is not None,
+            }
+        if op == "distinct_y":
+            _, y = self._data(context)
+            return {"values": np.unique(np.asarray(y))}
+        state = from_records(context.state, prefix=_STATE, default={})
+        if op == "open":
+            settings = {k: request[k] for k in ("seed", "spec", "classes", "use_y")}
+            client = self._client(context, settings)
+            state = {"settings": settings, "storage": {}}
+            to_records(state, context.state, prefix=_STATE)
+            return {"n_features": client.X.shape[1], "dtype": client.X.dtype.str}
+        if "settings" not in state:
+            raise RuntimeError("This node has not been opened for a fit.")
+        if op == "step":
+            client = self._client(context, state["settings"])
+            module = request["module"]
+            if module is not None and module.partition(".")[0] not in self.step_modules:
+                module = None  # not imported: only already registered steps run
+            call = StepCall(request["name"], request["options"], module)
+            storage = state["storage"]
+            result = run_step(call, client, storage, request["message"])
+            state["storage"], answer = kept_after(call, storage, result)
+            to_records(state, context.state, prefix=_STATE)
+            if isinstance(answer, StepFailure):
+                return {"error": _error_record(answer.exc, answer.tb)}
+            return {"upload": answer}
+        if op == "values":
+            storage = state["storage"][request["namespace"]]
+            return {"value": picked(storage, request["key"])}
+        raise ValueError(f"Unknown skfed operation {op!r}.")

@@ -1,0 +1,263 @@
+"""Fits through Flower: the ClientApp's node logic, and the simulation
+engine against the in-memory fit (the localhost deployment is in
+test_flower_deployment.py)."""
+
+import sys
+from functools import partial
+
+import joblib
+import numpy as np
+import pytest
+from sklearn.datasets import make_blobs
+from threadpoolctl import threadpool_limits
+
+import skfed
+from skfed._federation import ClientValueError, Federation
+from skfed._protocol import client_step
+from skfed._testing import INTEGRATION_CASES, fail_on
+
+pytest.importorskip("flwr")
+
+from flwr.app import RecordDict  # noqa: E402
+
+from skfed.flower import NodeData, fit_on_grid, simulate  # noqa: E402
+from skfed.flower._client import _Node  # noqa: E402
+
+N_NODES = 3
+NODE_ROWS = 150
+SPEC = {"accept_sparse": False, "dtype": ["float64", "float32"]}
+
+
+@client_step("flowertest.count")
+def _count(client, state, message):
+    """Counts its calls in the state it keeps; uploads the count."""
+    calls = (state or 0) + 1
+    return calls, {"calls": calls, "rows": client.n_samples, "y": client.y}
+
+
+class _Context:
+    """What a ClientApp reads of Flower's Context."""
+
+    def __init__(self, partition_id, run_id=7):
+        self.node_config = {"partition-id": partition_id}
+        self.node_id = 1000 + partition_id
+        self.run_id = run_id
+        self.state = RecordDict()
+
+
+def _node(X, y=None):
+    return _Node(lambda context: X if y is None else (X, y), None, ("skfed",))
+
+
+def _open(node, context, seed=3, classes=None):
+    request = {"op": "open", "seed": seed, "spec": SPEC}
+    request.update(classes=classes, use_y=classes is not None)
+    return node.answer(request, context)
+
+
+def _step(name, module=None, message=None):
+    return {
+        "op": "step",
+        "name": name,
+        "options": {},
+        "module": module,
+        "message": message,
+    }
+
+
+def test_node_keeps_its_state_in_the_context_not_in_the_process():
+    X = np.arange(12.0).reshape(6, 2)
+    context = _Context(0)
+    node = _node(X)
+    assert node.answer({"op": "describe"}, context) == {
+        "client_id": 0,
+        "n_samples": 6,
+        "n_features": 2,
+        "dtype": np.dtype(float).str,
+        "has_y": False,
+    }
+    _open(node, context)
+    assert node.answer(_step("flowertest.count"), context)["upload"]["calls"] == 1
+    # A deployed node may run each message in a new process: a new node
+    # object with the same context goes on where the last one stopped.
+    again = _node(X).answer(_step("flowertest.count"), context)
+    assert again["upload"] == {"calls": 2, "rows": 6, "y": None}
+    assert node.answer(
+        {"op": "values", "namespace": "flowertest", "key": None}, context
+    ) == {"value": 2}
+    # Another node's context has its own state, and must be opened first.
+    with pytest.raises(RuntimeError, match="not been opened"):
+        _node(X).answer(_step("flowertest.count"), _Context(1))
+
+
+def test_node_builds_each_fit_its_own_client():
+    # Two fits of one run with the same seed, the second with labels: the
+    # node must not reuse the client it built (and cached) for the first.
+    X, y = np.arange(12.0).reshape(6, 2), np.array([5, 7, 5, 7, 7, 5])
+    context, node = _Context(0), _node(X, y)
+    _open(node, context)
+    assert node.answer(_step("flowertest.count"), context)["upload"]["y"] is None
+    _open(node, context, classes=np.array([5, 7]))
+    upload = node.answer(_step("flowertest.count"), context)["upload"]
+    # Each fit starts from an empty state; labels are coded by the classes.
+    assert upload["calls"] == 1
+    np.testing.assert_array_equal(upload["y"], [0, 1, 0, 1, 1, 0])
+
+
+def test_node_runs_only_registered_steps(tmp_path, monkeypatch):
+    X = np.ones((4, 2))
+    context = _Context(0)
+    node = _node(X)
+    _open(node, context)
+    answer = node.answer(_step("flowertest.unknown"), context)
+    assert "No client step is registered" in answer["error"]["text"]
+    # A module outside the allowed packages is never imported, so a step it
+    # would register does not run.
+    (tmp_path / "rogue_steps.py").write_text(
+        "from skfed._protocol import client_step\n"
+        "@client_step('rogue.step')\n"
+        "def step(client, state, message):\n"
+        "    return state, 'ran'\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    answer = node.answer(_step("rogue.step", module="rogue_steps"), context)
+    assert "error" in answer
+    assert "rogue_steps" not in sys.modules
+
+
+def test_node_checks_its_rows_and_names_itself():
+    X = np.ones((5, 2))
+    X[2, 1] = np.nan
+    with pytest.raises(ValueError, match="Client 4: .*NaN"):
+        _open(_node(X), _Context(4))
+
+
+def _node_data(tmp_path):
+    X, y = make_blobs(
+        N_NODES * NODE_ROWS, n_features=4, centers=3, cluster_std=1.5, random_state=1
+    )
+    y = (y == 0).astype(int)
+    for p in range(N_NODES):
+        rows = slice(p * NODE_ROWS, (p + 1) * NODE_ROWS)
+        np.save(tmp_path / f"X{p}.npy", X[rows])
+        np.save(tmp_path / f"y{p}.npy", y[rows])
+    folder = str(tmp_path)
+
+    def load(context):
+        p = context.node_config["partition-id"]
+        return np.load(f"{folder}/X{p}.npy"), np.load(f"{folder}/y{p}.npy")
+
+    return X, y, load
+
+
+def _same_model(got, expected, X):
+    for method in ("predict", "transform", "decision_function"):
+        if hasattr(expected, method):
+            a, b = getattr(got, method)(X), getattr(expected, method)(X)
+            if a.dtype.kind == "f":
+                np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-10)
+            else:
+                np.testing.assert_array_equal(a, b)
+    if hasattr(expected, "labels_"):
+        np.testing.assert_array_equal(got.labels_, expected.labels_)
+    assert got.communication_.to_records() == expected.communication_.to_records()
+
+
+def _check_wire(log):
+    """Every protocol round's real Flower bytes per client cover the
+    protocol's own bytes, plus at most a few KB of message envelope."""
+    protocol = {(r.round, r.direction): r for r in log.records}
+    for wire in log.wire_records:
+        if wire.round < 0:  # setup and collection messages
+            continue
+        ours = protocol.get((wire.round, wire.direction))
+        counted = dict(zip(ours.clients, ours.bytes)) if ours else {}
+        for client, n_bytes in zip(wire.clients, wire.bytes):
+            assert counted.get(client, 0) <= n_bytes <= counted.get(client, 0) + 4096
+    assert log.wire_upload_bytes >= log.upload_bytes
+    assert log.wire_download_bytes >= log.download_bytes
+
+
+@pytest.fixture(scope="module")
+def simulated(tmp_path_factory):
+    """All five estimators fitted in one Flower simulation (one start of its
+    engine), and what a too-small client does."""
+    pytest.importorskip("ray")
+    from flwr.serverapp import ServerApp
+    from flwr.simulation import run_simulation
+
+    from skfed.flower import client_app
+
+    X, y, load = _node_data(tmp_path_factory.mktemp("nodes"))
+    fitted, errors = {}, {}
+    app = ServerApp()
+
+    @app.main()
+    def main(grid, context):
+        for name, (params, _, _) in INTEGRATION_CASES.items():
+            est = getattr(skfed, name)(**params)
+            fitted[name] = fit_on_grid(est, grid, n_nodes=N_NODES, timeout=120)
+        try:
+            fit_on_grid(skfed.KFed(n_clusters=N_NODES * NODE_ROWS + 1), grid, n_nodes=1)
+        except ValueError as exc:
+            errors["too many clusters"] = exc
+        # A client step that raises on one node, under both failure policies.
+        data = NodeData(grid, n_nodes=N_NODES, timeout=120)
+        fed = Federation.from_remote(
+            data.X, None, None, random_state=0, input_checks=SPEC
+        )
+        boom = partial(fail_on, bad=1, exc="ValueError")
+        with fed:
+            try:
+                fed.run_round("boom", boom)
+            except ClientValueError as exc:
+                errors["raised"] = exc
+            errors["kept"] = fed.run_round("boom", boom, tolerate=True)
+            errors["failed"] = dict(fed.failed_clients)
+
+    run_simulation(
+        server_app=app,
+        client_app=client_app(load),
+        num_supernodes=N_NODES,
+        backend_config={"client_resources": {"num_cpus": 1}},
+    )
+    return X, y, fitted, errors
+
+
+@pytest.mark.parametrize("name", list(INTEGRATION_CASES))
+def test_simulation_gives_the_in_memory_model(name, simulated):
+    X, y, fitted, _ = simulated
+    assert name in fitted, "the simulated fit did not finish"
+    params = INTEGRATION_CASES[name][0]
+    parts = np.repeat(np.arange(N_NODES), NODE_ROWS)
+    with threadpool_limits(limits=1):
+        expected = getattr(skfed, name)(**params).fit(X, y, partitions=parts)
+    got = fitted[name]
+    _same_model(got, expected, X)
+    assert got.n_clients_ == N_NODES
+    _check_wire(got.communication_)
+
+
+def test_simulation_reports_errors_like_the_in_memory_fit(simulated):
+    _, _, _, errors = simulated
+    assert "should be >= n_clusters" in str(errors["too many clusters"])
+    # A node's ValueError reaches the server as one, naming client and round.
+    raised = errors["raised"]
+    assert (raised.client_id, raised.round_name) == (1, "boom")
+    assert "disk on fire" in str(raised)
+    # Tolerated, the node is dropped and recorded; the others answer.
+    assert errors["kept"] == [float(NODE_ROWS)] * (N_NODES - 1)
+    assert list(errors["failed"]) == [1]
+
+
+def test_simulate_fits_and_saves_the_model(tmp_path):
+    pytest.importorskip("ray")
+    X, y, load = _node_data(tmp_path)
+    path = tmp_path / "model.joblib"
+    params = INTEGRATION_CASES["KFed"][0]
+    got = simulate(skfed.KFed(**params), load, N_NODES, save_to=path)
+    expected = skfed.KFed(**params).fit(
+        X, partitions=np.repeat(np.arange(N_NODES), NODE_ROWS)
+    )
+    _same_model(got, expected, X)
+    _same_model(joblib.load(path), expected, X)
