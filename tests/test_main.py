@@ -19,18 +19,25 @@ def test_every_partition_scheme_fits_the_demo_data(scheme, loader):
     assert np.bincount(ids).min() >= 1
 
 
+def _csv_rows(path):
+    return {r["estimator"]: r for r in csv.DictReader(io.StringIO(path.read_text()))}
+
+
 @pytest.mark.slow
-def test_demo_runs_every_estimator_and_compares_with_sklearn(tmp_path, capsys):
+def test_small_demo_runs_every_estimator_and_compares_with_sklearn(tmp_path, capsys):
     table, figure = tmp_path / "table.csv", tmp_path / "trade-off.png"
-    main(["demo", "--format", "csv", "--output", str(table), "--figure", str(figure)])
+    main(
+        ["demo", "--small", "--format", "csv", "--output", str(table)]
+        + ["--figure", str(figure)]
+    )
     printed = capsys.readouterr()
     assert "[5/5] FederatedRKHSClassifier ... done" in printed.err
-    rows = {r["estimator"]: r for r in csv.DictReader(io.StringIO(table.read_text()))}
+    rows = _csv_rows(table)
     assert list(rows) == list(_demo.ESTIMATORS)
     for r in rows.values():
-        assert int(r["floats_sent"]) > 0
-        assert float(r["floats_ratio"]) == pytest.approx(
-            int(r["floats_sent"]) / int(r["raw_floats"])
+        assert int(r["uploads"]) > 0
+        assert float(r["upload_ratio"]) == pytest.approx(
+            int(r["uploads"]) / int(r["raw_floats"])
         )
     # Quality beside the centralized counterpart (loose: the demo's split is
     # strongly non-IID; the estimators' own tests hold the tight bounds).
@@ -42,18 +49,88 @@ def test_demo_runs_every_estimator_and_compares_with_sklearn(tmp_path, capsys):
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
+def test_default_demo_shows_the_large_regime():
+    # The estimators whose default case runs in seconds; the others are
+    # covered by --small above and by their own tests.
+    args = build_parser().parse_args(
+        ["demo", "--quiet", "--estimators", "KFed", "DistributedKMeans"]
+    )
+    out = io.StringIO()
+    rows = _demo.run(args, out=out)
+    printed = out.getvalue()
+    assert "large data, many clients" in printed
+    assert max(len(line) for line in printed.splitlines()) <= 100
+    for r in rows:
+        assert r.clients == 100
+        assert r.raw_floats == 200_000 * 20
+        # Many clients and a large N: uploads are a sliver of the raw data,
+        # at the quality of KMeans on the pooled data.
+        assert r.upload_ratio < 0.05
+        assert r.sklearn - r.skfed < 0.02
+
+
+def _row(**changes):
+    values = {
+        "estimator": "KFed",
+        "counterpart": "KMeans",
+        "dataset": "digits",
+        "clients": 10,
+        "metric": "NMI",
+        "skfed": 0.5,
+        "sklearn": 0.7,
+        "skfed_seconds": 1.0,
+        "sklearn_seconds": 0.0043,
+        "uploads": 10,
+        "downloads": 20,
+        "raw_floats": 100,
+        "rounds": 1,
+        "heaviest": ("local centers", 10),
+    }
+    values.update(changes)
+    return _demo.Row(**values)
+
+
 @pytest.mark.parametrize("fmt", ["text", "markdown", "csv"])
 def test_table_formats(fmt):
-    row = _demo.Row("KFed", "KMeans", "digits", "NMI", 0.5, 0.7, 1.0, 2.0, 10, 100)
-    text = _demo.format_table([row], fmt)
+    text = _demo.format_table([_row()], fmt)
     if fmt == "csv":
         (parsed,) = csv.DictReader(io.StringIO(text))
         assert parsed["estimator"] == "KFed"
-        assert float(parsed["floats_ratio"]) == pytest.approx(0.1)
+        assert float(parsed["upload_ratio"]) == pytest.approx(0.1)
+        assert int(parsed["downloads"]) == 20
         return
-    assert "KFed" in text and "0.10x" in text
+    assert "KFed" in text and "0.1x" in text
+    # Short times keep their digits instead of printing 0.00.
+    assert "0.00430" in text
     if fmt == "markdown":
         assert text.splitlines()[1].startswith("|---")
+
+
+def test_table_says_when_and_why_uploads_exceed_the_raw_data():
+    rows = [
+        _row(),
+        _row(
+            estimator="FederatedKernelKMeans",
+            uploads=2500,
+            raw_floats=100,
+            heaviest=("lanczos", 2400),
+        ),
+    ]
+    text = _demo.format_table(rows)
+    assert max(len(line) for line in text.splitlines()) <= 100
+    assert "FederatedKernelKMeans uploads 25x the raw data (96% of it in its " in text
+    assert "Lanczos step" in text
+    # A row below the raw data gets no such note.
+    assert "KFed uploads" not in text
+
+
+@pytest.mark.parametrize(
+    "seconds, shown",
+    [(0.0043, "0.00430"), (0.5, "0.500"), (12.34, "12.3"), (250, "250")],
+)
+def test_seconds_keep_three_significant_digits(seconds, shown):
+    assert _demo._seconds(seconds) == shown
 
 
 def test_cli_help_lists_options(capsys):
