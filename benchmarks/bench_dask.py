@@ -161,6 +161,21 @@ def table(rows):
     return "\n".join(lines)
 
 
+def write_report(name, title, rows):
+    """Write ``results/<name>.md``: the title, the machine and the table."""
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{name}.md"
+    text = (
+        f"# {title}\n\n"
+        f"Machine: {platform.machine()}, {platform.python_version()}\n\n"
+        + table(rows)
+        + "\n"
+    )
+    path.write_text(text)
+    print(text)
+    print(f"wrote {path}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="N = 20,000")
@@ -170,18 +185,12 @@ def main():
     args = parser.parse_args()
     n = args.n or (20_000 if args.quick else 1_000_000)
     rows = run(n, args.chunks, args.only)
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"bench_dask_{n}.md"
-    text = (
-        f"# Dask-resident vs in-memory data (N = {n:,}, d = {D_FEATURES}, "
-        f"{args.chunks} chunks = clients, 2-worker LocalCluster)\n\n"
-        f"Machine: {platform.machine()}, {platform.python_version()}\n\n"
-        + table(rows)
-        + "\n"
+    write_report(
+        f"bench_dask_{n}",
+        f"Dask-resident vs in-memory data (N = {n:,}, d = {D_FEATURES}, "
+        f"{args.chunks} chunks = clients, 2-worker LocalCluster)",
+        rows,
     )
-    path.write_text(text)
-    print(text)
-    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

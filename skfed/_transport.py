@@ -105,6 +105,20 @@ def placed_rows(parts, offset, length, *, fill, dtype, tail_shape):
     return out
 
 
+def assembled(parts, n_samples, *, fill, dtype):
+    """A whole per-sample output from the clients' ``(positions, values)``
+    parts; ``dtype=None`` keeps the values' dtype."""
+    first = parts[0][1]
+    return placed_rows(
+        parts,
+        0,
+        n_samples,
+        fill=fill,
+        dtype=first.dtype if dtype is None else dtype,
+        tail_shape=first.shape[1:],
+    )
+
+
 def picked(state, key):
     """What a client keeps under ``key`` of a namespace's ``state``: the
     whole state for None, a tuple of entries for a tuple of keys."""
@@ -234,12 +248,4 @@ class JoblibTransport:
         parts = [
             (self._clients[c].sample_indices, np.asarray(v)) for c, v in values.items()
         ]
-        first = parts[0][1]
-        return placed_rows(
-            parts,
-            0,
-            n_samples,
-            fill=fill,
-            dtype=first.dtype if dtype is None else dtype,
-            tail_shape=first.shape[1:],
-        )
+        return assembled(parts, n_samples, fill=fill, dtype=dtype)

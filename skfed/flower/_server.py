@@ -17,7 +17,7 @@ from flwr.serverapp import ServerApp
 from sklearn.base import clone, is_classifier
 
 from .._remote import RemoteArray
-from .._transport import StepFailure, placed_rows
+from .._transport import StepFailure, assembled
 from .._validation import _canonical_order
 from ._client import ACTION, client_app
 from ._records import from_records, to_records, wire_bytes
@@ -296,15 +296,7 @@ class FlowerTransport:
             (np.arange(offsets[c], offsets[c] + len(v)), np.asarray(v))
             for c, v in values.items()
         ]
-        first = parts[0][1]
-        return placed_rows(
-            parts,
-            0,
-            n_samples,
-            fill=fill,
-            dtype=first.dtype if dtype is None else dtype,
-            tail_shape=first.shape[1:],
-        )
+        return assembled(parts, n_samples, fill=fill, dtype=dtype)
 
 
 def fit_on_grid(estimator, grid, *, n_nodes, timeout=600.0, **fit_params):
