@@ -133,7 +133,7 @@ def make_client(cid, X, y, indices, base, spec):
         The fit's seed for every client's streams (with the client's own
         fingerprint, as in ``Federation.from_arrays``).
     spec : dict
-        See :func:`validate_client_rows`.
+        See ``validate_client_rows`` in this module.
 
     Raises
     ------
