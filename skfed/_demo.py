@@ -303,7 +303,7 @@ def _kernel_pca(args):
         name="DistributedKernelPCA",
         counterpart="KernelPCA",
         dataset=dataset,
-        metric="energy / optimum",
+        metric="energy/opt.",
         quality=(fed.eigenvalues_.sum() / cen.eigenvalues_.sum(), 1.0),
         times=(t_fed, t_cen),
         raw=X.size,
