@@ -40,7 +40,13 @@ def from_records(records, *, prefix="skfed", default=None):
 def wire_bytes(message):
     """Bytes of the objects Flower transfers for ``message``: the message,
     its records and array chunks, each serialized once (Flower
-    de-duplicates identical objects); transport framing is not counted."""
-    from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
-
+    de-duplicates identical objects); transport framing is not counted.
+    None when this Flower release does not expose its object tree (the
+    ledger then has no wire records)."""
+    try:
+        from flwr.supercore.inflatable.inflatable_object import (
+            get_all_nested_objects,
+        )
+    except ImportError:  # pragma: no cover - a Flower release that moved it
+        return None
     return sum(len(obj.deflate()) for obj in get_all_nested_objects(message).values())

@@ -164,7 +164,8 @@ class NodeData:
                 answers[key] = StepFailure(
                     TimeoutError(f"no answer within {self.timeout} s"), ""
                 )
-        self._wire += [("download", down), ("upload", up)]
+        if None not in down.values() and None not in up.values():
+            self._wire += [("download", down), ("upload", up)]
         return answers
 
     def _ask(self, requests, what):
