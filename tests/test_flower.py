@@ -18,10 +18,11 @@ from skfed._testing import INTEGRATION_CASES, fail_on
 
 pytest.importorskip("flwr")
 
-from flwr.app import RecordDict  # noqa: E402
+from flwr.app import Context, RecordDict  # noqa: E402
 
-from skfed.flower import NodeData, fit_on_grid, simulate  # noqa: E402
+from skfed.flower import NodeData, client_app, fit_on_grid, simulate  # noqa: E402
 from skfed.flower._client import _Node  # noqa: E402
+from skfed.flower._records import from_records  # noqa: E402
 
 N_NODES = 3
 NODE_ROWS = 150
@@ -186,8 +187,6 @@ def simulated(tmp_path_factory):
     from flwr.serverapp import ServerApp
     from flwr.simulation import run_simulation
 
-    from skfed.flower import client_app
-
     X, y, load = _node_data(tmp_path_factory.mktemp("nodes"))
     fitted, errors = {}, {}
     app = ServerApp()
@@ -261,3 +260,94 @@ def test_simulate_fits_and_saves_the_model(tmp_path):
     )
     _same_model(got, expected, X)
     _same_model(joblib.load(path), expected, X)
+
+
+class _InProcessGrid:
+    """A grid that hands each message to the real ClientApp in this
+    process (no Ray): for the server's checks and failure paths. Replies
+    of the nodes in ``silent`` after their ``open`` never come back."""
+
+    def __init__(self, app, data, silent=()):
+        self.app = app
+        self.silent = set(silent)
+        self.contexts = {
+            node: Context(
+                run_id=1,
+                node_id=node,
+                node_config={},
+                state=RecordDict(),
+                run_config={},
+            )
+            for node in data
+        }
+
+    def get_node_ids(self):
+        return list(self.contexts)
+
+    def send_and_receive(self, messages, *, timeout=None):
+        replies = []
+        for message in messages:
+            node = message.metadata.dst_node_id
+            reply = self.app(message, self.contexts[node])
+            step = from_records(message.content)["op"] == "step"
+            if not (step and node in self.silent):
+                replies.append(reply)
+        return replies
+
+
+@pytest.fixture
+def in_process(monkeypatch):
+    """Build an in-process grid over ``data`` (node id -> X or (X, y))."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    # Messages are created outside any Flower run here.
+    monkeypatch.setattr(TaskIdentity, "_run_id", 1)
+    monkeypatch.setattr(TaskIdentity, "_node_id", 0)
+    monkeypatch.setattr(TaskIdentity, "_task_id", 0)
+
+    def make(data, *, client_id=None, silent=()):
+        app = client_app(lambda context: data[context.node_id], client_id=client_id)
+        return _InProcessGrid(app, data, silent)
+
+    return make
+
+
+def _blobs(n, d=3, seed=0):
+    return make_blobs(n, n_features=d, centers=2, random_state=seed)[0]
+
+
+def test_nodes_must_agree_on_their_data(in_process):
+    grid = in_process({10: _blobs(30), 20: _blobs(40, d=4)})
+    with pytest.raises(ValueError, match="same number of features"):
+        NodeData(grid, n_nodes=2)
+    grid = in_process({10: _blobs(30), 20: _blobs(40)}, client_id=lambda c: 0)
+    with pytest.raises(ValueError, match="Two nodes say they are client 0"):
+        NodeData(grid, n_nodes=2)
+    grid = in_process({10: (_blobs(30), np.zeros(30)), 20: _blobs(40)})
+    with pytest.raises(ValueError, match=r"Client\(s\) \[20\] hold no labels"):
+        NodeData(grid, n_nodes=2)
+    with pytest.raises(ValueError, match="needs labels"):
+        fit_on_grid(
+            skfed.FederatedRKHSClassifier(), in_process({1: _blobs(9)}), n_nodes=1
+        )
+
+
+def test_waiting_for_nodes_times_out(in_process):
+    with pytest.raises(TimeoutError, match="2 of 3 Flower nodes"):
+        NodeData(in_process({1: _blobs(9), 2: _blobs(9)}), n_nodes=3, timeout=0.1)
+
+
+def test_a_silent_node_fails_its_round_and_can_be_dropped(in_process):
+    data = {10: _blobs(60, seed=1), 20: _blobs(60, seed=2), 30: _blobs(60, seed=3)}
+    grid = in_process(data, silent={20})
+    nodes = NodeData(grid, n_nodes=3, timeout=5)
+    # The node ids are the client ids here (no partition-id in node_config).
+    with pytest.raises(skfed.ClientStepError, match="Client 20 failed .*no answer"):
+        skfed.KFed(n_clusters=2, random_state=0).fit(nodes.X)
+    km = skfed.KFed(n_clusters=2, random_state=0, on_client_error="drop")
+    km.fit(NodeData(in_process(data, silent={20}), n_nodes=3).X)
+    assert list(km.failed_clients_) == [20]
+    expected = skfed.KFed(n_clusters=2, random_state=0).fit(
+        np.vstack([data[10], data[30]]), partitions=np.repeat([10, 30], 60)
+    )
+    np.testing.assert_allclose(km.cluster_centers_, expected.cluster_centers_)
