@@ -133,6 +133,11 @@ class CommunicationLog:
     ----------
     records : list of RoundRecord
         One record per round and direction, in the order they happened.
+    wire_records : list of RoundRecord
+        What a transport that measures its messages (Flower) really put on
+        the wire, in bytes, per round and direction (round -1: the setup
+        before the first round and the collection of what clients keep);
+        empty for in-process and dask fits.
 
     Examples
     --------
@@ -212,21 +217,16 @@ class CommunicationLog:
     def wire_upload_bytes(self):
         """Bytes the transport put on the wire from clients to the server,
         protocol and setup messages included (0 when it records none)."""
-        return int(
-            sum(r.total_bytes for r in self.wire_records if r.direction == UPLOAD)
-        )
+        return self._total(UPLOAD, "total_bytes", self.wire_records)
 
     @property
     def wire_download_bytes(self):
         """Bytes the transport put on the wire from the server to clients."""
-        return int(
-            sum(r.total_bytes for r in self.wire_records if r.direction == DOWNLOAD)
-        )
+        return self._total(DOWNLOAD, "total_bytes", self.wire_records)
 
-    def _total(self, direction, attr):
-        return int(
-            sum(getattr(r, attr) for r in self.records if r.direction == direction)
-        )
+    def _total(self, direction, attr, records=None):
+        records = self.records if records is None else records
+        return int(sum(getattr(r, attr) for r in records if r.direction == direction))
 
     @property
     def upload_floats(self):
