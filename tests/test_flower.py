@@ -351,3 +351,28 @@ def test_a_silent_node_fails_its_round_and_can_be_dropped(in_process):
         np.vstack([data[10], data[30]]), partitions=np.repeat([10, 30], 60)
     )
     np.testing.assert_allclose(km.cluster_centers_, expected.cluster_centers_)
+
+
+def test_server_app_reads_its_run_config_and_saves_the_model(in_process, tmp_path):
+    from skfed.flower import server_app
+
+    data = {1: _blobs(50, seed=1), 2: _blobs(50, seed=2)}
+    path = tmp_path / "kfed.joblib"
+    context = Context(
+        run_id=1,
+        node_id=0,
+        node_config={},
+        state=RecordDict(),
+        run_config={"n-nodes": 2, "model-path": str(path)},
+    )
+    app = server_app(skfed.KFed(n_clusters=2, random_state=0))
+    app(grid=in_process(data), context=context)
+    expected = skfed.KFed(n_clusters=2, random_state=0).fit(
+        np.vstack([data[1], data[2]]), partitions=np.repeat([1, 2], 50)
+    )
+    _same_model(joblib.load(path), expected, expected.cluster_centers_)
+    assert app.fitted_estimator.n_clients_ == 2
+    # Without n_nodes nor a run config entry it says what is missing.
+    context.run_config.clear()
+    with pytest.raises(ValueError, match="how many nodes"):
+        server_app(skfed.KFed())(grid=in_process(data), context=context)
