@@ -35,7 +35,7 @@ from .._federation import FederatedMixin
 from .._remote import is_remote
 from .._validation import StrictInterval
 from ._centers import KMeansCentersMixin
-from ._kfed_protocol import run_kfed, run_kfed_update
+from ._kfed_protocol import KFedLocalOptions, run_kfed, run_kfed_update
 
 __all__ = ["KFed"]
 
@@ -394,7 +394,7 @@ class KFed(
                 random_state=rng,
                 merge=self.merge,
                 server_n_init=self.server_n_init,
-                **self._local_options(),
+                local=self._local_options(),
             )
         self.cluster_centers_ = result.cluster_centers
         self._cluster_weights = result.cluster_weights
@@ -489,7 +489,7 @@ class KFed(
                 fed,
                 cluster_centers=self.cluster_centers_,
                 cluster_weights=self._cluster_weights,
-                **self._local_options(),
+                local=self._local_options(),
             )
         self.cluster_centers_ = result.cluster_centers
         self._cluster_weights = result.cluster_weights
@@ -560,14 +560,6 @@ class KFed(
 
     def _local_options(self):
         """The client-side options of :func:`run_kfed`."""
-        return {
-            "n_clusters": self.n_clusters,
-            "n_local_clusters": self.n_local_clusters,
-            "center_weighting": self.center_weighting,
-            "local_step": self.local_step,
-            "n_init": self.n_init,
-            "max_iter": self.max_iter,
-            "tol": self.tol,
-            "allow_raw_upload": self.allow_raw_upload,
-            "client_dropout": self.client_dropout,
-        }
+        return KFedLocalOptions(
+            **{name: getattr(self, name) for name in KFedLocalOptions._fields}
+        )

@@ -43,7 +43,7 @@ from ._coreset import (
     weighted_kmeans,
 )
 
-__all__ = ["KFedResult", "run_kfed", "run_kfed_update"]
+__all__ = ["KFedLocalOptions", "KFedResult", "run_kfed", "run_kfed_update"]
 
 # Names of the per-client random streams (``client.random_state(name)``).
 _SVD_STREAM = "kfed.svd"
@@ -97,23 +97,7 @@ class KFedResult(NamedTuple):
     n_iter: int
 
 
-def run_kfed(
-    fed,
-    *,
-    n_clusters,
-    random_state,
-    n_local_clusters,
-    center_weighting,
-    merge,
-    server_n_init,
-    local_step,
-    n_init,
-    max_iter,
-    tol,
-    allow_raw_upload,
-    client_dropout,
-    dtype=None,
-):
+def run_kfed(fed, *, local, random_state, merge, server_n_init, dtype=None):
     """k-FED on an open federation: one upload round and the cluster map.
 
     1. ``"local centers"`` — client z clusters its rows into k(z) local
@@ -129,12 +113,11 @@ def run_kfed(
     fed : Federation
         Open federation (inside its ``with`` block); its
         ``on_client_error`` decides whether a failing client raises.
-    n_clusters : int
-        k.
+    local : KFedLocalOptions
+        k and the clients' options.
     random_state : RandomState
         The server's generator (the fit's ``rng``).
-    n_local_clusters, center_weighting, merge, server_n_init, local_step, \
-n_init, max_iter, tol, allow_raw_upload, client_dropout
+    merge, server_n_init
         As in :class:`~skfed.KFed`.
     dtype : dtype, default=None
         Of the returned centers; None means the clients' (``fed.dtype``).
@@ -143,17 +126,7 @@ n_init, max_iter, tol, allow_raw_upload, client_dropout
     -------
     result : KFedResult
     """
-    local = _LocalOptions(
-        n_clusters,
-        n_local_clusters,
-        center_weighting,
-        local_step,
-        n_init,
-        max_iter,
-        tol,
-        allow_raw_upload,
-        client_dropout,
-    )
+    n_clusters = local.n_clusters
     n_samples = fed.n_samples
     ids, centers, weights, n_requested = _local_round(fed, "local centers", local)
     # Σ k(z) < k cannot give k clusters whatever the data. Fewer distinct
@@ -190,21 +163,7 @@ n_init, max_iter, tol, allow_raw_upload, client_dropout
     )
 
 
-def run_kfed_update(
-    fed,
-    *,
-    cluster_centers,
-    cluster_weights,
-    n_clusters,
-    n_local_clusters,
-    center_weighting,
-    local_step,
-    n_init,
-    max_iter,
-    tol,
-    allow_raw_upload,
-    client_dropout,
-):
+def run_kfed_update(fed, *, local, cluster_centers, cluster_weights):
     """New clients join a fitted k-FED model (the paper's Theorem 3.2).
 
     The new clients run the local step (round ``"local centers (new)"``);
@@ -216,13 +175,10 @@ def run_kfed_update(
     ----------
     fed : Federation
         Open federation of the new clients.
+    local : KFedLocalOptions
+        As in :func:`run_kfed` (k as fitted).
     cluster_centers, cluster_weights : ndarray
         The model's τ_r and weights (``KFedResult``).
-    n_clusters : int
-        k (as fitted).
-    n_local_clusters, center_weighting, local_step, n_init, max_iter, tol, \
-allow_raw_upload, client_dropout
-        As in :func:`run_kfed`.
 
     Returns
     -------
@@ -230,17 +186,6 @@ allow_raw_upload, client_dropout
         For the new clients only; the centers and weights are the updated
         model's.
     """
-    local = _LocalOptions(
-        n_clusters,
-        n_local_clusters,
-        center_weighting,
-        local_step,
-        n_init,
-        max_iter,
-        tol,
-        allow_raw_upload,
-        client_dropout,
-    )
     n_samples = fed.n_samples
     ids, centers, weights, _ = _local_round(fed, "local centers (new)", local)
     if not ids:
@@ -260,7 +205,10 @@ allow_raw_upload, client_dropout
     )
 
 
-class _LocalOptions(NamedTuple):
+class KFedLocalOptions(NamedTuple):
+    """k and what each client's local step needs (the parameters of
+    :class:`~skfed.KFed` of the same names)."""
+
     n_clusters: int
     n_local_clusters: object
     center_weighting: str
