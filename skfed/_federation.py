@@ -140,15 +140,24 @@ class ClientData:
         -------
         rng : numpy.random.RandomState
         """
+        # A PCG64 bit generator behind the legacy interface: seeding an
+        # MT19937 costs ~70 µs, a noticeable share of a small client's step
+        # when a fit has a thousand clients; PCG64 costs ~8 µs.
+        return np.random.RandomState(np.random.PCG64(self._stream(name, keys)))
+
+    def seed(self, name, *keys):
+        """An int seed private to this client (for ``random_state=`` args).
+
+        Drawn from the stream's seed sequence directly, without a
+        generator.
+        """
+        return int(self._stream(name, keys).generate_state(1)[0] % _SEED_MAX)
+
+    def _stream(self, name, keys):
         if not isinstance(name, str):
             raise TypeError(f"A random stream is named by a str, got {name!r}.")
         words = [*self.entropy, stream_key(name), *(int(k) for k in keys)]
-        seq = np.random.SeedSequence(words)
-        return np.random.RandomState(seq.generate_state(4))
-
-    def seed(self, name, *keys):
-        """An int seed private to this client (for ``random_state=`` args)."""
-        return int(self.random_state(name, *keys).randint(_SEED_MAX))
+        return np.random.SeedSequence(words)
 
     def read(self, namespace, key=None):
         """What this client kept under another protocol's ``namespace``

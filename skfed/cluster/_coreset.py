@@ -43,6 +43,7 @@ from .._protocol import client_step
 from .._remote import distinct_values, is_remote
 from .._rows import canonical_row_order, row_hashes
 from .._validation import StrictInterval, as_id_array, clip_to_data
+from ._batched_kmeans import SMALL_ROWS, WEIGHT_EPS, kmeans_restarts
 from ._centers import KMeansCentersMixin
 
 __all__ = [
@@ -58,9 +59,9 @@ _SEED_MAX = np.iinfo(np.int32).max
 _CHUNK = 4096
 
 # A cluster whose total weight is at most this fraction of the coreset's
-# total absolute weight counts as "non-positive": dividing by a weight that
-# cancelled down to rounding noise would throw its center far away.
-_WEIGHT_EPS = 1e-10
+# total absolute weight counts as "non-positive" (shared with the batched
+# restarts).
+_WEIGHT_EPS = WEIGHT_EPS
 # Relative cost difference below which two restarts count as equally good.
 _SAME_COST = 1e-12
 
@@ -651,10 +652,24 @@ def _local_solution_step(
         labels, d2 = _assign(X, x_sq, centers)
     else:
         rng = client.random_state("coreset.local_solution")
-        centers = _weighted_kmeans_plusplus(X, w, n_clusters, x_sq, rng, noise=noise)
-        centers, labels, d2, _ = _weighted_lloyd(
-            X, w, centers, x_sq, max_iter, _tolerance(X, w, tol), tie=noise
-        )
+        if sp.issparse(X) or n > SMALL_ROWS:
+            centers = _weighted_kmeans_plusplus(
+                X, w, n_clusters, x_sq, rng, noise=noise
+            )
+            centers, labels, d2, _ = _weighted_lloyd(
+                X, w, centers, x_sq, max_iter, _tolerance(X, w, tol), tie=noise
+            )
+        else:
+            centers, labels, d2, _ = kmeans_restarts(
+                X,
+                w,
+                n_clusters,
+                n_init=1,
+                max_iter=max_iter,
+                tol_abs=_tolerance(X, w, tol),
+                random_state=rng,
+                tie=noise,
+            )
     cost = float(w @ d2)
     # Everything below is in canonical row order; the centers are kept (and
     # later uploaded) in the data's own coordinates.
@@ -1007,6 +1022,11 @@ def _weighted_lloyd(X, w, centers, x_sq, max_iter, tol_abs, *, tie=0.0):
 def _cluster_sums(X, w, labels, n_clusters):
     """Weighted sum of the rows of each cluster, and its total weight."""
     totals = np.bincount(labels, weights=w, minlength=n_clusters)
+    if not sp.issparse(X) and X.shape[0] <= SMALL_ROWS:
+        # A weighted one-hot product: no sparse-matrix set-up, which costs
+        # more than the sums themselves on a small client.
+        member = (labels == np.arange(n_clusters)[:, None]) * w
+        return np.asarray(member @ X, dtype=np.float64), totals
     # One entry per column: built directly in CSC form, no COO sort.
     indicator = sp.csc_matrix(
         (w, labels, np.arange(X.shape[0] + 1)), shape=(n_clusters, X.shape[0])

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 import numpy as np
+import scipy.linalg
 import scipy.sparse as sp
 from sklearn.cluster import KMeans, kmeans_plusplus
 from sklearn.metrics import (
@@ -33,13 +34,14 @@ from threadpoolctl import ThreadpoolController
 from .._federation import ClientStepError, ClientValueError
 from .._protocol import client_step
 from .._rows import row_hashes
+from ._batched_kmeans import SMALL_ROWS, kmeans_restarts
 from ._coreset import (
     _SAME_COST,
     _centered,
+    _cluster_sums,
     _rounding_noise,
+    _sq_dist,
     _tolerance,
-    _weighted_kmeans_plusplus,
-    _weighted_lloyd,
     weighted_kmeans,
 )
 
@@ -51,9 +53,9 @@ _SEEDING_STREAM = "kfed.seeding"
 _LLOYD_STREAM = "kfed.lloyd"
 _DROPOUT_STREAM = "kfed.dropout"
 _PLAIN_STREAM = "kfed.plain"
-# Clients with at most this many dense rows run k-means on arrays directly
-# (see _kmeans).
-_SMALL_CLIENT = 2048
+# Flops (n·d·min(n, d)) up to which a dense client's SVD is exact: about a
+# millisecond of LAPACK, less than randomized_svd's fixed cost.
+_EXACT_SVD = 2_000_000
 
 
 class KFedResult(NamedTuple):
@@ -528,9 +530,15 @@ def _awasthi_sheffet(X, weights, n_clusters, *, n_init, max_iter, tol, client):
         if np.any(weights != 1):
             root = np.sqrt(weights)
             scaled = sp.diags(root) @ X if sp.issparse(X) else X * root[:, None]
-        _, _, Vt = randomized_svd(
-            scaled, rank, random_state=client.random_state(_SVD_STREAM)
-        )
+        if sp.issparse(X) or X.shape[0] * n_features * min(X.shape) > _EXACT_SVD:
+            _, _, Vt = randomized_svd(
+                scaled, rank, random_state=client.random_state(_SVD_STREAM)
+            )
+        else:
+            # A small client's exact SVD costs less than the randomized
+            # one's set-up (validation, a seeded generator, LU steps).
+            _, _, Vt = scipy.linalg.svd(scaled, full_matrices=False, check_finite=False)
+            Vt = Vt[:rank]
         basis = Vt.T.astype(X.dtype, copy=False)
         projected = np.asarray(X @ basis)
     else:
@@ -563,7 +571,7 @@ def _awasthi_sheffet(X, weights, n_clusters, *, n_init, max_iter, tol, client):
     # Pruning: keep the points at least three times closer to their nearest
     # seed than to any other, so that the first means are not pulled by
     # points between clusters.
-    sq_dist = euclidean_distances(projected, nu, squared=True)
+    sq_dist = _sq_dist(projected, row_norms(projected, squared=True), nu)
     nearest = np.argmin(sq_dist, axis=1)
     if n_clusters > 1:
         d1 = sq_dist[np.arange(len(nearest)), nearest]
@@ -578,11 +586,9 @@ def _awasthi_sheffet(X, weights, n_clusters, *, n_init, max_iter, tol, client):
     # cluster of its own, and the server's seeding picks it: 7% accuracy
     # instead of 86% (KMeans) at 6σ on the d=100, k=64 mixtures.
     projected_theta = np.array(nu, dtype=np.float64)
-    for r in range(n_clusters):
-        members = np.flatnonzero(core & (nearest == r))
-        total = weights[members].sum()
-        if total > 0:
-            projected_theta[r] = weights[members] @ projected[members] / total
+    sums, totals = _cluster_sums(projected, weights * core, nearest, n_clusters)
+    pruned = totals > 0
+    projected_theta[pruned] = sums[pruned] / totals[pruned, None]
     theta = projected_theta @ basis.T if basis is not None else projected_theta
     theta = theta.astype(X.dtype, copy=False)
 
@@ -596,20 +602,8 @@ def _awasthi_sheffet(X, weights, n_clusters, *, n_init, max_iter, tol, client):
         tol=tol,
         seed=client.seed(_LLOYD_STREAM),
     )
-    # Algorithm 1 returns the means of the final clusters U_r. KMeans stops
-    # on a tolerance and reassigns labels afterwards, so its centers can be
-    # one update behind its labels; recompute them from the labels.
-    sizes = np.bincount(labels, weights=weights, minlength=n_clusters)
-    indicator = sp.csr_matrix(
-        (weights, (labels, np.arange(len(labels)))),
-        shape=(n_clusters, len(labels)),
-    )
-    centers = np.array(lloyd_centers, dtype=X.dtype)
-    filled = sizes > 0
-    sums = indicator @ X
-    sums = sums.toarray() if sp.issparse(sums) else np.asarray(sums)
-    centers[filled] = sums[filled] / sizes[filled, None]
-    return centers, labels, int(lloyd_iter)
+    # Algorithm 1 returns the means of the final clusters U_r.
+    return _means_of(X, weights, labels, lloyd_centers), labels, int(lloyd_iter)
 
 
 def _plain_kmeans(X, weights, n_clusters, *, n_init, max_iter, tol, client):
@@ -626,14 +620,30 @@ def _plain_kmeans(X, weights, n_clusters, *, n_init, max_iter, tol, client):
         tol=tol,
         seed=client.seed(_PLAIN_STREAM),
     )
-    return centers.astype(X.dtype, copy=False), labels, n_iter
+    return _means_of(X, weights, labels, centers), labels, n_iter
+
+
+def _means_of(X, weights, labels, centers):
+    """The weighted means of the clusters ``labels`` defines (a cluster with
+    no weight keeps its center), in X's dtype.
+
+    Lloyd stops on a tolerance or ``max_iter`` and reassigns labels
+    afterwards, so its centers can be one update behind its labels; the
+    uploaded centers must be the means of the clusters the labels induce.
+    """
+    sums, sizes = _cluster_sums(X, weights, labels, len(centers))
+    means = np.array(centers, dtype=X.dtype)
+    filled = sizes > 0
+    means[filled] = sums[filled] / sizes[filled, None]
+    return means
 
 
 def _kmeans(X, weights, n_clusters, *, n_init, max_iter, tol, seed, init=None):
     """Weighted k-means (k-means++ and Lloyd, or Lloyd from ``init``) on one
     client's rows: (centers, labels, n_iter).
 
-    A small dense client runs the array functions of the coreset module: a
+    A small dense client runs its restarts side by side as arrays
+    (:func:`~skfed.cluster._batched_kmeans.kmeans_restarts`): a
     scikit-learn ``KMeans.fit`` costs about 8 ms of fixed overhead
     (validation, thread-pool control), which made a client of a hundred
     rows cost 25 ms and a fit over 1,000 such clients 15 times one over 10
@@ -641,7 +651,7 @@ def _kmeans(X, weights, n_clusters, *, n_init, max_iter, tol, seed, init=None):
     compiled Lloyd is faster there. Both are greedy k-means++ followed by
     Lloyd with scikit-learn's tolerance.
     """
-    if sp.issparse(X) or X.shape[0] > _SMALL_CLIENT:
+    if sp.issparse(X) or X.shape[0] > SMALL_ROWS:
         km = KMeans(
             n_clusters,
             init="k-means++" if init is None else init,
@@ -653,26 +663,19 @@ def _kmeans(X, weights, n_clusters, *, n_init, max_iter, tol, seed, init=None):
         return km.cluster_centers_, km.labels_, int(km.n_iter_)
     w = np.asarray(weights, dtype=np.float64)
     Xc, shift = _centered(np.asarray(X, dtype=np.float64), w)
-    x_sq = row_norms(Xc, squared=True)
-    tol_abs = _tolerance(Xc, w, tol)
-    noise = _rounding_noise(X)
-    if init is not None:
-        starts = [np.asarray(init, dtype=np.float64) - shift]
-    else:
-        rng = np.random.RandomState(seed)
-        starts = (
-            _weighted_kmeans_plusplus(Xc, w, n_clusters, x_sq, rng, noise=noise)
-            for _ in range(n_init)
-        )
-    best = None
-    for start in starts:
-        centers, labels, d2, n_iter = _weighted_lloyd(
-            Xc, w, start, x_sq, max_iter, tol_abs, tie=noise
-        )
-        cost = float(w @ d2)
-        if best is None or cost < best[0]:
-            best = (cost, centers + shift, labels, n_iter)
-    return best[1], best[2], best[3]
+    centers, labels, _, n_iter = kmeans_restarts(
+        Xc,
+        w,
+        n_clusters,
+        n_init=n_init,
+        max_iter=max_iter,
+        tol_abs=_tolerance(Xc, w, tol),
+        random_state=np.random.RandomState(seed),
+        tie=_rounding_noise(X),
+        same_cost=_SAME_COST,
+        init=None if init is None else np.asarray(init, dtype=np.float64) - shift,
+    )
+    return centers + shift, labels, n_iter
 
 
 def _better_of(X, weights, first, second):

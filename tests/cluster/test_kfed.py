@@ -1055,7 +1055,7 @@ def test_small_client_kmeans_matches_scikit_learn(monkeypatch, dtype):
     small = kfed_module._kmeans(X, w, 6, **kw)
     init = X[:6].astype(np.float64)
     small_init = kfed_module._kmeans(X, w, 6, init=init, **dict(kw, n_init=1))
-    monkeypatch.setattr(kfed_module, "_SMALL_CLIENT", 0)
+    monkeypatch.setattr(kfed_module, "SMALL_ROWS", 0)
     large = kfed_module._kmeans(X, w, 6, **kw)
     large_init = kfed_module._kmeans(X, w, 6, init=init, **dict(kw, n_init=1))
     assert cost(small[0]) == pytest.approx(cost(large[0]), rel=0.01)

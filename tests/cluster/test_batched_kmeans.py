@@ -1,0 +1,143 @@
+"""The batched k-means restarts of small clients against the one-at-a-time
+functions they replace."""
+
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose, assert_array_equal
+from sklearn.datasets import make_blobs
+
+from skfed.cluster._batched_kmeans import kmeans_restarts
+from skfed.cluster._coreset import (
+    _centered,
+    _tolerance,
+    _weighted_kmeans_plusplus,
+    _weighted_lloyd,
+)
+
+
+def _data(n=300, seed=0):
+    X, _ = make_blobs(n, centers=5, n_features=4, cluster_std=2.0, random_state=seed)
+    w = np.random.RandomState(seed).uniform(0.5, 2.0, n)
+    Xc, _ = _centered(X, w)
+    return Xc, w
+
+
+def _rng(seed):
+    return np.random.RandomState(seed)
+
+
+def _cost(X, w, centers):
+    d2 = ((X[:, None, :] - centers[None]) ** 2).sum(axis=2).min(axis=1)
+    return float(w @ d2)
+
+
+@pytest.mark.parametrize("max_iter", [1, 3, 300])
+@pytest.mark.parametrize("tol", [0.0, 1e-4])
+def test_lloyd_from_an_init_is_the_one_at_a_time_lloyd(max_iter, tol):
+    X, w = _data()
+    x_sq = (X**2).sum(axis=1)
+    init = X[[0, 50, 100, 150, 200]]
+    tol_abs = _tolerance(X, w, tol)
+    centers, labels, d2, n_iter = kmeans_restarts(
+        X,
+        w,
+        5,
+        n_init=1,
+        max_iter=max_iter,
+        tol_abs=tol_abs,
+        random_state=np.random.RandomState(0),
+        init=init,
+    )
+    ref = _weighted_lloyd(X, w, init.copy(), x_sq, max_iter, tol_abs)
+    assert_allclose(centers, ref[0], rtol=1e-10, atol=1e-10)
+    assert_array_equal(labels, ref[1])
+    assert_allclose(d2, ref[2], rtol=1e-10, atol=1e-10)
+    assert n_iter == ref[3]
+
+
+def test_best_restart_is_as_good_as_sequential_restarts():
+    # Every seeding is greedy k-means++; the best of ten batched restarts
+    # costs no more than 1% above the best of ten sequential ones.
+    for seed in range(5):
+        X, w = _data(seed=seed)
+        x_sq = (X**2).sum(axis=1)
+        rng = np.random.RandomState(seed)
+        batched = kmeans_restarts(
+            X, w, 5, n_init=10, max_iter=300, tol_abs=0.0, random_state=rng
+        )
+        sequential = min(
+            float(w @ _weighted_lloyd(X, w, init, x_sq, 300, 0.0)[2])
+            for init in (
+                _weighted_kmeans_plusplus(X, w, 5, x_sq, rng) for _ in range(10)
+            )
+        )
+        assert float(w @ batched[2]) <= sequential * 1.01
+        # The returned cost is the one of the returned centers and labels.
+        assert float(w @ batched[2]) == pytest.approx(_cost(X, w, batched[0]))
+
+
+def test_labels_are_nearest_centers_and_d2_exact():
+    X, w = _data()
+    centers, labels, d2, _ = kmeans_restarts(
+        X,
+        w,
+        5,
+        n_init=4,
+        max_iter=300,
+        tol_abs=0.0,
+        random_state=np.random.RandomState(1),
+    )
+    dist = ((X[:, None, :] - centers[None]) ** 2).sum(axis=2)
+    assert_array_equal(labels, dist.argmin(axis=1))
+    assert_allclose(d2, dist.min(axis=1), rtol=1e-12, atol=1e-12)
+
+
+def test_fewer_distinct_rows_than_clusters_repeat_centers():
+    # Three distinct rows, five clusters: the spent seeding repeats
+    # centers, every point costs 0 and nothing is NaN.
+    X = np.repeat(np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 2.0]]), 4, axis=0)
+    w = np.ones(len(X))
+    centers, labels, d2, _ = kmeans_restarts(
+        X,
+        w,
+        5,
+        n_init=3,
+        max_iter=10,
+        tol_abs=0.0,
+        random_state=np.random.RandomState(0),
+    )
+    assert np.isfinite(centers).all()
+    assert {tuple(c) for c in centers} == {tuple(x) for x in X}
+    assert_array_equal(d2, 0.0)
+
+
+def test_zero_weight_rows_are_never_drawn():
+    X, w = _data()
+    w[::2] = 0.0
+    rng = np.random.RandomState(0)
+    centers, _, _, _ = kmeans_restarts(
+        X, w, 5, n_init=3, max_iter=0, tol_abs=0.0, random_state=rng
+    )
+    drawn = {tuple(c) for c in centers}
+    assert drawn <= {tuple(x) for x in X[w > 0]}
+
+
+def test_negative_weights_never_raise_the_cost():
+    # Coreset weights may be negative; an update that raises the weighted
+    # cost is rejected and the run stops, as in the one-at-a-time Lloyd.
+    X, w = _data(200)
+    w = w - 0.9
+    for seed in range(5):
+        init = X[np.random.RandomState(seed).choice(200, 5, replace=False)]
+        start = _cost(X, w, init)
+        centers, _, d2, _ = kmeans_restarts(
+            X,
+            w,
+            5,
+            n_init=1,
+            max_iter=50,
+            tol_abs=0.0,
+            random_state=np.random.RandomState(seed),
+            init=init,
+        )
+        assert float(w @ d2) <= start + 1e-9 * abs(start)
