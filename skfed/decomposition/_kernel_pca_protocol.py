@@ -18,7 +18,7 @@ import scipy.linalg
 import scipy.linalg.blas
 import scipy.sparse as sp
 from sklearn.metrics.pairwise import pairwise_kernels
-from sklearn.utils import check_random_state
+from sklearn.utils import check_random_state, gen_batches
 
 from .._protocol import client_step
 from ..kernel._median import (
@@ -688,78 +688,24 @@ def _residual_step(client, state, message, *, spec, budget):
 
 @client_step("kernel_pca.project")
 def _project_step(client, state, message, *, spec, upload, local_rank, sketch_width):
-    """disLR, worker part 1: Π[m] = Rᵀ K_{Y, X[m]}, kept as what the upload
-    needs (the r × r Gram Π Πᵀ, or the right sketch Π T_m), plus the column
-    sums of Π for centering; upload the column sums (r floats)."""
+    """disLR, worker part 1: the column sums of Π[m] = Rᵀ K_{Y, X[m]}, for
+    centering (r floats up).
+
+    Π[m] is not kept between rounds: the next two rounds recompute it block
+    by block. Kept, n_m · r floats per client add up to N · r over the
+    federation (3.2 GB at N = 1M, r = 400), and its r × r Gram matrix to
+    M · r² (1.3 GB for 1,000 clients); a kernel pass costs less than
+    either.
+    """
     Y, R, gamma = message
     spec = dict(spec, gamma=gamma)
-    X = client.X
-    n = X.shape[0]
-    r = R.shape[1]
-    gram = np.zeros((r, r), order="F")
-    colsum = np.zeros(r)
-    sketch = cs = None
-    state = dict(state or {})
-    order = _row_order(client, state)
-    if upload == "sketch":
-        # Sketch [Πᵀ, 1] so that the centred sketch (Π − m1ᵀ)T = ΠT − m(1ᵀT)
-        # can be formed once the mean m is known.
-        n_mid = 4 * sketch_width
-        if n > n_mid:
-            buckets, signs = sample_count_sketch(
-                client.random_state("kernel_pca.count_sketch"), n, n_mid
-            )
-            # Buckets belong to canonical positions; map them to storage order.
-            rank = np.empty_like(order)
-            rank[order] = np.arange(n)
-            cs = count_sketch_matrix(buckets[rank], signs[rank], n_mid).T.tocsc()
-            sketch = np.zeros((n_mid, r + 1))
-        else:
-            sketch = np.zeros((n, r + 1))
-    # A client with fewer rows than r works on its n × r projections and
-    # never forms the r × r Gram matrix (O(r²) per client, the fixed cost
-    # that dominated with a thousand small clients); it keeps them, as they
-    # are smaller than that Gram matrix. A larger client keeps only the
-    # Gram matrix and recomputes its projections for the sign round (a
-    # second kernel pass): held until then, n_m · r floats per client add
-    # up to N · r over the federation (3.2 GB at N = 1M, r = 400).
-    small = n < r
-    kept = [] if small else None
-    if small:
-        gram = None
-    for start in range(0, n, _BLOCK):
-        block = slice(start, start + _BLOCK)
-        Pt = _kernel(X[block], Y, spec) @ R
-        if kept is not None:
-            kept.append(Pt)
-        if not small:
-            # Upper triangle only (BLAS syrk): half the flops of Ptᵀ Pt.
-            gram = scipy.linalg.blas.dsyrk(
-                1.0, Pt.T, beta=1.0, c=gram, overwrite_c=True
-            )
+    colsum = np.zeros(R.shape[1])
+    for Pt in _projections(client.X, Y, R, spec):
         colsum += Pt.sum(axis=0)
-        if sketch is not None:
-            aug = np.hstack([Pt, np.ones((Pt.shape[0], 1))])
-            if cs is None:
-                sketch[block] = aug
-            else:
-                sketch += cs[:, block] @ aug
-    if not small:
-        gram = np.triu(gram) + np.triu(gram, 1).T
-    if cs is None and sketch is not None:
-        sketch = sketch[order]
+    state = dict(state or {})
     state["kpca_basis"] = (Y, R, spec)
-    if kept is not None:
-        state["kpca_projections"] = np.vstack(kept) if kept else np.zeros((0, r))
-    state["kpca_gram"] = gram
-    state["kpca_colsum"] = colsum
-    state["kpca_n"] = n
-    state["kpca_trace"] = float(_kernel_diag(X, spec).sum())
+    state["kpca_trace"] = float(_kernel_diag(client.X, spec).sum())
     state["kpca_upload"] = (upload, local_rank, sketch_width)
-    if sketch is not None:
-        state["kpca_sketch"] = sketch_columns(
-            sketch.T, sketch_width, client.random_state("kernel_pca.lowrank_sketch")
-        )
     return state, colsum
 
 
@@ -768,36 +714,59 @@ def _lowrank_step(client, state, mean):
     """disLR, worker part 2: upload Π[m] T_m ("sketch") or U_q Σ_q of Π[m]
     ("local_svd"), both centred on ``mean`` when it is not None."""
     state = dict(state)
-    gram, colsum, n = state["kpca_gram"], state["kpca_colsum"], state["kpca_n"]
-    upload, local_rank, _ = state["kpca_upload"]
     if mean is not None:
         state["kpca_mean"] = mean
-        if gram is not None:
-            cross = np.outer(colsum, mean)
-            gram = gram - cross - cross.T + n * np.outer(mean, mean)
-            state["kpca_gram"] = gram
+    upload, local_rank, sketch_width = state["kpca_upload"]
     if upload == "sketch":
-        sketch = state.pop("kpca_sketch")
-        factor = sketch[:-1]
-        if mean is not None:
-            factor = factor - np.outer(mean, sketch[-1])
-        return state, factor
-    if gram is None:
-        # A small client: the SVD of its n × r projections (O(n² r)) gives
-        # the same U_q Σ_q as the r × r eigenproblem (O(r³)).
-        centred = _centred_projections(state)
-        r = centred.shape[1]
-        q = min(local_rank, n, r)
-        _, sv, Vt = np.linalg.svd(centred, full_matrices=False)
-        return state, Vt[:q].T * sv[:q]
-    r = gram.shape[0]
+        return state, _sketched_factor(client, state, sketch_width)
+    n, r = client.X.shape[0], state["kpca_basis"][1].shape[1]
     q = min(local_rank, n, r)
     if q == 0:
         return state, np.zeros((r, 0))
+    if n < r:
+        # A small client: the SVD of its n × r projections (O(n² r)) gives
+        # the same U_q Σ_q as the r × r eigenproblem (O(r³)), which
+        # dominated with a thousand small clients.
+        centred = np.vstack(list(_centred_projections(client, state)))
+        _, sv, Vt = np.linalg.svd(centred, full_matrices=False)
+        return state, Vt[:q].T * sv[:q]
+    gram = np.zeros((r, r), order="F")
+    for Pt in _centred_projections(client, state):
+        # Upper triangle only (BLAS syrk): half the flops of Ptᵀ Pt.
+        gram = scipy.linalg.blas.dsyrk(1.0, Pt.T, beta=1.0, c=gram, overwrite_c=True)
+    gram = np.triu(gram) + np.triu(gram, 1).T
     # Only the top q eigenpairs are needed (q ≈ 2k ≪ r).
     lam, U = scipy.linalg.eigh(gram, subset_by_index=[r - q, r - 1])
     lam, U = lam[::-1], U[:, ::-1]
     return state, U * np.sqrt(np.clip(lam, 0, None))
+
+
+def _sketched_factor(client, state, sketch_width):
+    """(Π[m] − m1ᵀ) T_m: the client's centred projections, rows count-sketched
+    to 4w when it has more, then columns sketched to w."""
+    X = client.X
+    n = X.shape[0]
+    r = state["kpca_basis"][1].shape[1]
+    order = _row_order(client, state)
+    n_mid = 4 * sketch_width
+    if n > n_mid:
+        buckets, signs = sample_count_sketch(
+            client.random_state("kernel_pca.count_sketch"), n, n_mid
+        )
+        # Buckets belong to canonical positions; map them to storage order.
+        rank = np.empty_like(order)
+        rank[order] = np.arange(n)
+        cs = count_sketch_matrix(buckets[rank], signs[rank], n_mid).T.tocsc()
+        sketch = np.zeros((n_mid, r))
+        for block, Pt in zip(
+            gen_batches(n, _BLOCK), _centred_projections(client, state)
+        ):
+            sketch += cs[:, block] @ Pt
+    else:
+        sketch = np.vstack(list(_centred_projections(client, state)))[order]
+    return sketch_columns(
+        sketch.T, sketch_width, client.random_state("kernel_pca.lowrank_sketch")
+    )
 
 
 @client_step("kernel_pca.project_and_lowrank")
@@ -813,35 +782,27 @@ def _error_step(client, state, W):
     block, the energy ‖w_iᵀ Π[m]‖² captured by each component, and per
     component the client's projection of largest magnitude, signed
     (1 + 2k floats)."""
-    mean = state.get("kpca_mean")
-    gram = state["kpca_gram"]
-    if gram is None:
-        energy = np.sum((_centred_projections(state) @ W) ** 2, axis=0)
-    else:
-        energy = np.einsum("ij,ij->j", W, gram @ W)
-    shift = np.zeros(W.shape[1]) if mean is None else mean @ W
+    energy = np.zeros(W.shape[1])
     extreme = np.zeros(W.shape[1])
-    for proj in _client_projections(client, state):
-        extreme = _signed_extreme(np.vstack([extreme, proj @ W - shift]))
+    for Pt in _centred_projections(client, state):
+        proj = Pt @ W
+        energy += np.einsum("ij,ij->j", proj, proj)
+        extreme = _signed_extreme(np.vstack([extreme, proj]))
     return state, (state["kpca_trace"], energy, extreme)
 
 
-def _centred_projections(state):
-    """A small client's kept Π[m]ᵀ, minus the projected mean if centred."""
-    kept, mean = state["kpca_projections"], state.get("kpca_mean")
-    return kept if mean is None else kept - mean
+def _projections(X, Y, R, spec):
+    """Blocks of Π[m]ᵀ = K_{X[m], Y} R, recomputed on every pass."""
+    for block in gen_batches(X.shape[0], _BLOCK):
+        yield _kernel(X[block], Y, spec) @ R
 
 
-def _client_projections(client, state):
-    """Blocks of Π[m]ᵀ = K_{X[m], Y} R: kept ones, or recomputed."""
-    kept = state.get("kpca_projections")
-    if kept is not None:
-        yield kept
-        return
+def _centred_projections(client, state):
+    """Blocks of Π[m]ᵀ, minus the projected mean when centred."""
     Y, R, spec = state["kpca_basis"]
-    X = client.X
-    for start in range(0, X.shape[0], _BLOCK):
-        yield _kernel(X[start : start + _BLOCK], Y, spec) @ R
+    mean = state.get("kpca_mean")
+    for Pt in _projections(client.X, Y, R, spec):
+        yield Pt if mean is None else Pt - mean
 
 
 def _signed_extreme(values):
