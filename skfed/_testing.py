@@ -20,6 +20,8 @@ __all__ = [
 ]
 
 import builtins
+import os
+import threading
 
 import numpy as np
 
@@ -55,6 +57,15 @@ def keep_message_as_labels(client, state, message):
     state = dict(state or {})
     state["labels"] = np.full(client.n_samples, int(message[0]))
     return state, None
+
+
+@client_step("testing.where", python_bound=True)
+def where(client, state, message):
+    """Upload the id of the process and thread the step ran in; keep its
+    number of calls (a Python-bound step, see ``client_step``)."""
+    state = dict(state or {})
+    state["calls"] = state.get("calls", 0) + 1
+    return state, (os.getpid(), threading.get_ident())
 
 
 # How many times a ClientData was unpickled in this process, per fit (keyed

@@ -1,4 +1,6 @@
 import functools
+import os
+import threading
 
 import numpy as np
 import pytest
@@ -7,12 +9,14 @@ from joblib import parallel_config
 from threadpoolctl import threadpool_info
 
 from skfed import ClientStepError, ClientValueError
+from skfed import _transport as transport_module
 from skfed._federation import Federation, _fingerprint
 from skfed._testing import (
     fail_on,
     keep_message_as_labels,
     leak_thread_limits,
     noisy_sum,
+    where,
 )
 from skfed._validation import check_partitions
 
@@ -284,3 +288,35 @@ def test_steps_write_only_their_namespace(data):
     assert all(s["calls"] == 1 and (s["labels"] == 3).all() for s in state.values())
     with pytest.raises(KeyError, match="keeps nothing under 'kfed'"):
         fed.transport.client(0).with_storage({}).read("kfed")
+
+
+def _where(X, ids, **config):
+    # One round: later rounds of a step whose round was cheap run in this
+    # thread (see JoblibTransport.run).
+    p = check_partitions(ids, X.shape[0])
+    with parallel_config(**config):
+        with Federation.from_arrays(X, None, p, random_state=0, n_jobs=2) as fed:
+            answers = fed.run_round("where", where)
+    return fed, {pid for pid, _ in answers}, {t for _, t in answers}
+
+
+def test_python_bound_steps_on_small_clients_run_in_processes(data):
+    # Threads serialise a Python-bound step on the GIL: with n_jobs=2 and
+    # joblib's default backend its rounds over small clients run in worker
+    # processes, and what the clients keep comes back.
+    X, ids = data
+    fed, pids, _ = _where(X, ids)
+    assert os.getpid() not in pids
+    assert fed.local_results("testing", "calls") == dict.fromkeys(range(5), 1)
+    # An explicit backend still decides.
+    _, pids, threads = _where(X, ids, backend="threading")
+    assert pids == {os.getpid()} and threading.get_ident() not in threads
+
+
+def test_python_bound_steps_on_large_clients_run_in_threads(monkeypatch):
+    # Above the small-client size a client's work is compiled code that
+    # releases the GIL: threads, no copies of the data.
+    monkeypatch.setattr(transport_module, "_SMALL_CLIENT", 5)
+    X = np.random.RandomState(0).standard_normal((60, 2))
+    _, pids, threads = _where(X, np.arange(60) % 5)
+    assert pids == {os.getpid()} and threading.get_ident() not in threads

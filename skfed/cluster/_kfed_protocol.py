@@ -53,9 +53,9 @@ _SEEDING_STREAM = "kfed.seeding"
 _LLOYD_STREAM = "kfed.lloyd"
 _DROPOUT_STREAM = "kfed.dropout"
 _PLAIN_STREAM = "kfed.plain"
-# Flops (n·d·min(n, d)) up to which a dense client's SVD is exact: about a
-# millisecond of LAPACK, less than randomized_svd's fixed cost.
-_EXACT_SVD = 2_000_000
+# Features up to which a dense client's projection comes from its d x d
+# Gram matrix (exact, n·d² flops) rather than randomized_svd.
+_GRAM_SVD_FEATURES = 256
 
 
 class KFedResult(NamedTuple):
@@ -351,7 +351,7 @@ class _RawUploadRefused(Exception):
     (``allow_raw_upload=False``)."""
 
 
-@client_step("kfed.local")
+@client_step("kfed.local", python_bound=True)
 def _local_step(
     client,
     state,
@@ -530,16 +530,22 @@ def _awasthi_sheffet(X, weights, n_clusters, *, n_init, max_iter, tol, client):
         if np.any(weights != 1):
             root = np.sqrt(weights)
             scaled = sp.diags(root) @ X if sp.issparse(X) else X * root[:, None]
-        if sp.issparse(X) or X.shape[0] * n_features * min(X.shape) > _EXACT_SVD:
+        if sp.issparse(X) or n_features > _GRAM_SVD_FEATURES:
             _, _, Vt = randomized_svd(
                 scaled, rank, random_state=client.random_state(_SVD_STREAM)
             )
+            basis = Vt.T
         else:
-            # A small client's exact SVD costs less than the randomized
-            # one's set-up (validation, a seeded generator, LU steps).
-            _, _, Vt = scipy.linalg.svd(scaled, full_matrices=False, check_finite=False)
-            Vt = Vt[:rank]
-        basis = Vt.T.astype(X.dtype, copy=False)
+            # With few features the top right singular vectors are exactly
+            # the top eigenvectors of the d x d Gram matrix: one BLAS pass
+            # over the rows, against randomized_svd's seven power
+            # iterations (1.2 of 3.9 s of a fit at N = 1M, 10 clients).
+            gram = scaled.T @ scaled
+            _, basis = scipy.linalg.eigh(
+                gram, subset_by_index=[n_features - rank, n_features - 1]
+            )
+            basis = basis[:, ::-1]
+        basis = basis.astype(X.dtype, copy=False)
         projected = np.asarray(X @ basis)
     else:
         basis = None  # k(z) >= d: projecting onto all of R^d changes nothing
