@@ -16,6 +16,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .._protocol import client_step
+from .._rows import canonical_row_order
 from ..kernel import gamma_from_moments, moments_step
 from ._sparse_dual import (
     AtomDictionary,
@@ -30,6 +31,10 @@ __all__ = ["RKHSResult", "run_rkhs"]
 # Log-spaced widths for an int ``widths``, as multiples of the root mean
 # squared distance between samples (the federated data scale).
 _WIDTH_RANGE = (0.2, 1.0)
+# Rows per local dual (see _local_dual_step): a dual over 1,000 rows took
+# 0.06 s and 40 MB on blobs, over 2,000 rows 0.56 s; the critical samples
+# per chunk stayed at 11-16 for either.
+_LOCAL_ROWS = 1000
 
 
 class RKHSResult(NamedTuple):
@@ -222,29 +227,35 @@ def _local_dual_step(
     server's γ would: a sparse local model must bend few kernels around its
     samples and leaves most of them on the margin.
 
+    A client of more than ``_LOCAL_ROWS`` rows solves one local dual per
+    chunk of its rows (:func:`_local_chunks`), each over the atoms at its
+    own samples: the dense problem costs O(n_m³) time and O(n_m²) memory
+    (a client of 100,000 rows would need 40 GB), a chunk O(c³) and O(c²).
+
     Upload: (x_n, class_n, λ_n) for every n with λ_n > 0 in some problem:
     n_critical · (d + 1 + n_problems) floats.
     """
     state = dict(state or {})
     widths = message if widths is None else widths
     X, y_code = client.X, client.y
-    Phi = AtomDictionary(X, X, widths).columns()
     lam = np.zeros((client.n_samples, n_problems))
     converged = True
-    for p in range(n_problems):
-        y = _binary_labels(y_code, p, n_problems)
-        fit = dense_dual(
-            Phi,
-            y,
-            beta=1.0,
-            epsilon=epsilon,
-            upper=upper,
-            bias=bool(np.any(y > 0) and np.any(y < 0)),
-            max_iter=max_iter,
-            tol=tol,
-        )
-        lam[:, p] = fit["lam"]
-        converged &= fit["converged"]
+    for chunk in _local_chunks(X):
+        Phi = AtomDictionary(X[chunk], X[chunk], widths).columns()
+        for p in range(n_problems):
+            y = _binary_labels(y_code[chunk], p, n_problems)
+            fit = dense_dual(
+                Phi,
+                y,
+                beta=1.0,
+                epsilon=epsilon,
+                upper=upper,
+                bias=bool(np.any(y > 0) and np.any(y < 0)),
+                max_iter=max_iter,
+                tol=tol,
+            )
+            lam[chunk, p] = fit["lam"]
+            converged &= fit["converged"]
     critical = np.flatnonzero(np.any(lam > 0, axis=1))
     state["sent"] = client.sample_indices[critical]
     state["local_dual"] = lam
@@ -254,6 +265,17 @@ def _local_dual_step(
         y_code[critical].astype(np.float64),
         lam[critical],
     )
+
+
+def _local_chunks(X):
+    """Row indices of the chunks a client solves its local dual on: its rows
+    in an order fixed by their values (not by how they are stored), cut
+    into near-equal chunks of at most ``_LOCAL_ROWS``."""
+    n = X.shape[0]
+    if n <= _LOCAL_ROWS:
+        return [np.arange(n)]
+    order = canonical_row_order(X)
+    return [np.sort(c) for c in np.array_split(order, -(-n // _LOCAL_ROWS))]
 
 
 @client_step("rkhs.violations")

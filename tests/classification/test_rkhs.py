@@ -20,6 +20,7 @@ from sklearn.svm import SVC
 from skfed import FederatedRKHSClassifier
 from skfed._federation import ClientData
 from skfed._testing import rkhs_paper_data
+from skfed.classification import _rkhs_protocol as rkhs_protocol
 from skfed.classification._rkhs_protocol import (
     _local_dual_step,
     _server_pool,
@@ -209,6 +210,73 @@ def test_client_step_holds_its_dictionary_once():
     finally:
         tracemalloc.stop()
     assert peak < 2 * phi_bytes
+
+
+def _local_peak(X, y, widths):
+    tracemalloc.start()
+    try:
+        state, _ = _local_dual_step(
+            _client(X, y),
+            None,
+            None,
+            widths=widths,
+            n_problems=1,
+            epsilon=0.0,
+            upper=1.0,
+            max_iter=1000,
+            tol=1e-4,
+        )
+        return state, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_large_client_memory_grows_linearly_in_its_rows(monkeypatch):
+    # The dense local dual holds Φ (n × n · n_widths) and ΦΦᵀ: O(n²), 40 GB
+    # for a client of 100,000 rows. Above _LOCAL_ROWS rows a client solves
+    # one dual per chunk, so doubling its rows doubles its memory at most.
+    monkeypatch.setattr(rkhs_protocol, "_LOCAL_ROWS", 200)
+    X, y, _ = rkhs_paper_data(1600, seed=6)
+    widths = np.geomspace(0.1, 0.5, 5)
+    state, peak_half = _local_peak(X[:800], y[:800], widths)
+    _, peak_full = _local_peak(X, y, widths)
+    assert peak_full < 1.5 * peak_half
+    # Every chunk's critical samples are sent: some, not all.
+    lam = state["local_dual"][:, 0]
+    assert 0 < np.sum(lam > 0) < len(lam)
+
+
+def test_chunks_follow_the_rows_values_not_their_storage(monkeypatch):
+    # Chunks are cut from the rows in an order fixed by their values: the
+    # same rows stored in another order send the same samples and the fit
+    # gives the same model.
+    monkeypatch.setattr(rkhs_protocol, "_LOCAL_ROWS", 60)
+    X, y, _ = rkhs_paper_data(400, seed=3)
+    parts = np.arange(400) % 2
+    perm = np.random.RandomState(0).permutation(400)
+    a = FederatedRKHSClassifier(random_state=0).fit(X, y, partitions=parts)
+    b = FederatedRKHSClassifier(random_state=0).fit(
+        X[perm], y[perm], partitions=parts[perm]
+    )
+    np.testing.assert_allclose(a.intercept_, b.intercept_, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(
+        np.sort(a.kernel_centers_, axis=0),
+        np.sort(b.kernel_centers_, axis=0),
+        rtol=1e-6,
+    )
+    assert a.communication_.upload_floats == b.communication_.upload_floats
+
+
+def test_chunked_local_duals_stay_close_to_svc(monkeypatch):
+    # Chunks of 100 rows on clients of 300: each chunk has its own margin,
+    # the refinement rounds send what the global model violates.
+    monkeypatch.setattr(rkhs_protocol, "_LOCAL_ROWS", 100)
+    X, y = make_moons(1200, noise=0.25, random_state=0)
+    X_test, y_test = make_moons(2000, noise=0.25, random_state=1)
+    est = FederatedRKHSClassifier(random_state=0).fit(
+        X, y, partitions=np.arange(1200) % 4
+    )
+    assert est.score(X_test, y_test) >= svc_score(X, y, X_test, y_test) - 0.02
 
 
 def test_removing_a_non_critical_sample_leaves_the_model_unchanged():
