@@ -427,10 +427,13 @@ def _random_features_step(
     B = state.get("B") if with_memory else None
     W = iteration_features(X, omega, offset, eta, B)
     state["W"] = W
-    local_gram = with_memory and X.shape[0] >= W.shape[1]
-    state["G"] = W.T @ W if upload_gram or local_gram else None
     if upload_gram:
-        return state, state["G"][np.triu_indices(W.shape[1])]
+        # Uploaded, not kept: no Lanczos product follows, and a thousand
+        # clients each keeping a (D + r)² matrix held 0.9 GB.
+        state["G"] = None
+        return state, (W.T @ W)[np.triu_indices(W.shape[1])]
+    local_gram = with_memory and X.shape[0] >= W.shape[1]
+    state["G"] = W.T @ W if local_gram else None
     return state, None
 
 
@@ -538,8 +541,13 @@ def _sum_uploads(uploads):
 
 def _sum_triangles(uploads, dim):
     """Server: G = Σ_m W[m]ᵀW[m] from the clients' upper triangles."""
+    # Added one client at a time, in the clients' canonical order: stacking
+    # a thousand triangles first held them all at once (440 MB).
+    total = np.zeros(dim * (dim + 1) // 2)
+    for triangle in uploads:
+        total += triangle
     G = np.zeros((dim, dim))
-    G[np.triu_indices(dim)] = np.sum(uploads, axis=0)
+    G[np.triu_indices(dim)] = total
     return G + np.triu(G, 1).T
 
 
