@@ -22,7 +22,9 @@ from typing import NamedTuple
 
 import numpy as np
 from scipy.linalg import eigh
+from scipy.linalg.blas import dsyrk
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils import gen_batches
 
 from .._lanczos import lanczos
 from .._protocol import client_step
@@ -416,25 +418,45 @@ def _random_features_step(
 
     W[m] = [√(η_t / D) A[m], √(1 − η_t) B[m]] so that W Wᵀ = R_t. When
     ``with_memory`` is False (no CEM) the server holds B and the client only
-    keeps √(η_t / D) A[m]. The local Gram W[m]ᵀW[m] is formed whenever it is
-    smaller than W[m] (then each Lanczos answer costs (D + r)² flops instead
-    of 2 n_m (D + r)); it is uploaded only with ``upload_gram``.
+    keeps √(η_t / D) A[m]. The local Gram W[m]ᵀW[m] is formed, block by
+    block, whenever it is smaller than W[m] (then each Lanczos answer costs
+    (D + r)² flops instead of 2 n_m (D + r)) or is uploaded
+    (``upload_gram``); W[m] itself is then not kept but recomputed in the
+    eigenpairs round from the iteration's seed and η_t, so a client holds
+    O(n_m r + (D + r)²) floats between rounds instead of O(n_m (D + r)).
     """
     state = dict(state)
     seed, eta = message
     X = client.X
     omega, offset = sample_fourier_weights(seed, X.shape[1], n_features, state["gamma"])
     B = state.get("B") if with_memory else None
-    W = iteration_features(X, omega, offset, eta, B)
-    state["W"] = W
+    dim = n_features + (0 if B is None else B.shape[1])
+    if not (with_memory and (upload_gram or X.shape[0] >= dim)):
+        # Lanczos products on W itself: it is smaller than its Gram matrix.
+        state["W"] = iteration_features(X, omega, offset, eta, B)
+        state["G"] = None
+        return state, None
+    # Only the Gram matrix is needed until the eigenpairs round, which
+    # recomputes W block by block (see _eigenpairs_step): kept, W is n_m ·
+    # (D + r) floats per client, 2.7 GB over a million rows.
+    G = np.zeros((dim, dim), order="F")
+    for block in gen_batches(X.shape[0], _CHUNK):
+        W = iteration_features(X[block], omega, offset, eta, _rows_of(B, block))
+        # Upper triangle only (BLAS syrk): half the flops of Wᵀ W.
+        G = dsyrk(1.0, W.T, beta=1.0, c=G, overwrite_c=True)
+    state["W"] = None
+    state["features"] = (int(seed), float(eta), n_features)
     if upload_gram:
         # Uploaded, not kept: no Lanczos product follows, and a thousand
         # clients each keeping a (D + r)² matrix held 0.9 GB.
         state["G"] = None
-        return state, (W.T @ W)[np.triu_indices(W.shape[1])]
-    local_gram = with_memory and X.shape[0] >= W.shape[1]
-    state["G"] = W.T @ W if local_gram else None
+        return state, G[np.triu_indices(dim)]
+    state["G"] = np.triu(G) + np.triu(G, 1).T
     return state, None
+
+
+def _rows_of(B, block):
+    return None if B is None else B[block]
 
 
 def replay_eigenvectors(X, replay, gamma, n_random_features):
@@ -494,7 +516,21 @@ def _eigenpairs_step(client, state, message):
     """
     basis, shrink = message
     state = dict(state)
-    U = state.pop("W") @ basis
+    W = state.pop("W")
+    if W is not None:
+        U = W @ basis
+    else:
+        X = client.X
+        seed, eta, n_features = state.pop("features")
+        omega, offset = sample_fourier_weights(
+            seed, X.shape[1], n_features, state["gamma"]
+        )
+        U = np.empty((X.shape[0], basis.shape[1]))
+        for block in gen_batches(X.shape[0], _CHUNK):
+            rows = iteration_features(
+                X[block], omega, offset, eta, _rows_of(state.get("B"), block)
+            )
+            U[block] = rows @ basis
     state["G"] = None
     state["U"] = U
     state["B"] = U * shrink
