@@ -50,7 +50,9 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
        the server learns the mean squared distance between samples and
        derives the widths; it sends them back.
     2. Each client solves the dense (γ = 0) dual on its own data and atoms
-       and uploads its **critical samples** — those with λ_n > 0 for some
+       (per chunk of at most 1,000 of its rows, so that its memory grows
+       linearly with its rows) and uploads its **critical samples** —
+       those with λ_n > 0 for some
        one-vs-rest problem — as raw rows: x_n, its class and λ_n for every
        problem. These are training samples by design of the algorithm;
        the protocol is communication-efficient, not private.
@@ -218,9 +220,18 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
     Φ (n × n · n_widths) is held in float32 when it fits in scikit-learn's
     ``working_memory`` (``sklearn.set_config``) and recomputed in column
     chunks otherwise; the solver's quadratic steps touch only the columns of
-    the atoms above the threshold. Clients solve n_m-sized problems
-    (an n_m × n_m Gram matrix); the server solves on the pool of sent
-    samples. Prediction costs ``n_kernels_`` kernel evaluations per sample.
+    the atoms above the threshold. A client of at most 1,000 rows solves
+    its local dual on all its rows (an n_m × n_m Gram matrix); a larger
+    client cuts its rows, in an order fixed by their values, into
+    near-equal chunks of at most 1,000 and solves one local dual per chunk
+    on the atoms at that chunk's samples, so that its time and memory grow
+    linearly in n_m (the whole dual of a 100,000-row client would need
+    40 GB). This departs from the paper, where a client solves one problem
+    on its whole data: a chunk's critical samples are those of a dense
+    model of its chunk (on make_moons, noise 0.25, 10,000 rows and 4
+    clients the accuracy was 0.942 against 0.945 unchunked and with SVC).
+    The server solves on the pool of sent samples. Prediction costs
+    ``n_kernels_`` kernel evaluations per sample.
 
     ``predict_proba`` is not provided: the decision values are margins of a
     sparse hinge-loss model, not calibrated probabilities. Wrap the
