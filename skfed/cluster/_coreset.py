@@ -58,10 +58,6 @@ _SEED_MAX = np.iinfo(np.int32).max
 # stays O(block * k) instead of O(n_m * k).
 _CHUNK = 4096
 
-# A cluster whose total weight is at most this fraction of the coreset's
-# total absolute weight counts as "non-positive" (shared with the batched
-# restarts).
-_WEIGHT_EPS = WEIGHT_EPS
 # Relative cost difference below which two restarts count as equally good.
 _SAME_COST = 1e-12
 
@@ -996,7 +992,8 @@ def _weighted_lloyd(X, w, centers, x_sq, max_iter, tol_abs, *, tie=0.0):
         ``labels`` and ``d2`` are consistent with the returned centers.
     """
     n_clusters = centers.shape[0]
-    scale = _WEIGHT_EPS * np.abs(w).sum()
+    # A cluster of (nearly) no total weight keeps its center (WEIGHT_EPS).
+    scale = WEIGHT_EPS * np.abs(w).sum()
     labels, d2 = _assign(X, x_sq, centers, d2="expanded", tie=tie)
     cost = w @ d2
     n_iter = 0

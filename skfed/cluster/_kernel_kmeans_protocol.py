@@ -441,7 +441,8 @@ def _random_features_step(
     # (D + r) floats per client, 2.7 GB over a million rows.
     G = np.zeros((dim, dim), order="F")
     for block in gen_batches(X.shape[0], _CHUNK):
-        W = iteration_features(X[block], omega, offset, eta, _rows_of(B, block))
+        rows = None if B is None else B[block]
+        W = iteration_features(X[block], omega, offset, eta, rows)
         # Upper triangle only (BLAS syrk): half the flops of Wᵀ W.
         G = dsyrk(1.0, W.T, beta=1.0, c=G, overwrite_c=True)
     state["W"] = None
@@ -455,10 +456,6 @@ def _random_features_step(
     return state, None
 
 
-def _rows_of(B, block):
-    return None if B is None else B[block]
-
-
 def replay_eigenvectors(X, replay, gamma, n_random_features):
     """Server: U_T(x), the eigenvector estimates after the recorded
     iterations, for any rows X (see :meth:`skfed.FederatedKernelKMeans.transform`).
@@ -467,20 +464,25 @@ def replay_eigenvectors(X, replay, gamma, n_random_features):
     V_t / √μ_t and √(μ_t − η_t λ), as sent to the clients; a prefix of it
     gives the estimates after that many iterations.
     """
-    n, d = X.shape
     U = B = None
     # Iterations outer, rows inner: one iteration's Ω is d x D, and all of
     # them together would be T times that.
     for seed, eta, basis, shrink in replay:
-        omega, offset = sample_fourier_weights(seed, d, n_random_features, gamma)
-        U = np.empty((n, basis.shape[1]))
-        for start in range(0, n, _CHUNK):
-            block = slice(start, start + _CHUNK)
-            W = iteration_features(
-                X[block], omega, offset, eta, None if B is None else B[block]
-            )
-            U[block] = W @ basis
+        U = projected_features(X, seed, eta, B, basis, gamma, n_random_features)
         B = U * shrink
+    return U
+
+
+def projected_features(X, seed, eta, B, basis, gamma, n_random_features):
+    """W @ basis for the rows X, W the features of the iteration drawn from
+    ``seed`` (see :func:`iteration_features`), computed block by block so
+    that W itself is never held whole: a client's eigenpairs round and the
+    replay of :meth:`skfed.FederatedKernelKMeans.transform` share it."""
+    omega, offset = sample_fourier_weights(seed, X.shape[1], n_random_features, gamma)
+    U = np.empty((X.shape[0], basis.shape[1]))
+    for block in gen_batches(X.shape[0], _CHUNK):
+        rows = None if B is None else B[block]
+        U[block] = iteration_features(X[block], omega, offset, eta, rows) @ basis
     return U
 
 
@@ -520,17 +522,10 @@ def _eigenpairs_step(client, state, message):
     if W is not None:
         U = W @ basis
     else:
-        X = client.X
         seed, eta, n_features = state.pop("features")
-        omega, offset = sample_fourier_weights(
-            seed, X.shape[1], n_features, state["gamma"]
+        U = projected_features(
+            client.X, seed, eta, state.get("B"), basis, state["gamma"], n_features
         )
-        U = np.empty((X.shape[0], basis.shape[1]))
-        for block in gen_batches(X.shape[0], _CHUNK):
-            rows = iteration_features(
-                X[block], omega, offset, eta, _rows_of(state.get("B"), block)
-            )
-            U[block] = rows @ basis
     state["G"] = None
     state["U"] = U
     state["B"] = U * shrink
