@@ -67,6 +67,26 @@ def test_totals_rounds_and_records():
     assert log.floats_by_name("download") == {"seed": 2, "model": 10}
 
 
+def test_equal_per_client_counts_are_held_once():
+    # A Lanczos fit over 1,000 clients records thousands of rounds in which
+    # every client sends the same count; each record must not hold its own
+    # 1,000 ints (about 0.5 GB over such a fit), and pickles share them too.
+    import pickle
+
+    clients = {f"client {i}": 324 for i in range(1000)}
+    log = CommunicationLog()
+    for _ in range(50):
+        log.record("lanczos", "upload", clients)
+    log.record("other", "upload", {**clients, "client 0": 7})
+    shared = {id(r.floats) for r in log.records[:50]}
+    assert len(shared) == 1 and len({id(r.bytes) for r in log.records[:50]}) == 1
+    assert log.records[-1].floats[0] == 7 and log.records[-1].floats[1] == 324
+    assert log.upload_floats == 51 * 324 * 1000 - 317
+    again = pickle.loads(pickle.dumps(log))
+    assert again.to_records() == log.to_records()
+    assert len(pickle.dumps(log)) < 50 * 8 * 1000
+
+
 def test_repr_and_summary_are_readable():
     log = CommunicationLog()
     log.record("centers", "upload", {0: 1234})

@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.utils import check_random_state
+from sklearn.utils import check_random_state, gen_batches
 
 from .._protocol import client_step
 
@@ -65,14 +65,53 @@ def random_fourier_features(X, omega, offset, *, scale=None):
     Returns
     -------
     Z : ndarray of shape (n_samples, n_components)
+        float64, accurate to float32 rounding (about 1e-7 of ``scale``):
+        see :func:`scaled_cosines`.
     """
     if scale is None:
         scale = np.sqrt(2.0 / omega.shape[1])
     Z = X @ omega
     Z += offset
-    np.cos(Z, out=Z)
-    Z *= scale
+    scaled_cosines(Z, scale, out=Z)
     return Z
+
+
+# Rows of phases whose cosines are taken at once: the scratch (a few MB)
+# stays in cache and is allocated once per call (1.7 ns per value at 1,024
+# rows of 300 features, 2.3 ns at 4,096, 3 ns reallocating per block).
+_COS_ROWS = 1024
+_TWO_PI = 2.0 * np.pi
+
+
+def scaled_cosines(phase, scale, *, out):
+    """``out[:] = scale * cos(phase)``, through float32 after reducing the
+    phase modulo 2π in float64; ``phase`` is overwritten.
+
+    numpy's float32 cosine is vectorised (about 0.4 ns per value on this
+    project's benchmark machine) where its float64 cosine calls libm per
+    value (about 13 ns); the float64 cosines were about half of a federated
+    kernel k-means fit. Reducing in float64 keeps the phase of data far from
+    the origin (phases of order 1e6); what float32 then loses, at most about
+    2e-7 per feature, is far below the Monte Carlo error of D random
+    features (order D^-1/2). Row blocks keep the scratch small, and writing
+    into ``out`` (a column block of a wider matrix, say) saves a copy.
+    """
+    if phase.dtype != np.float64 or phase.ndim != 2:
+        out[...] = scale * np.cos(phase)
+        return out
+    size = (min(_COS_ROWS, phase.shape[0]), phase.shape[1])
+    low_buffer, turns_buffer = np.empty(size, np.float32), np.empty(size)
+    for block in gen_batches(phase.shape[0], _COS_ROWS):
+        rows = phase[block]
+        turns = np.multiply(rows, 1.0 / _TWO_PI, out=turns_buffer[: rows.shape[0]])
+        np.rint(turns, out=turns)
+        turns *= _TWO_PI
+        rows -= turns
+        low = low_buffer[: rows.shape[0]]
+        low[...] = rows
+        np.cos(low, out=low)
+        np.multiply(low, scale, out=out[block])
+    return out
 
 
 @client_step("kernel.moments")

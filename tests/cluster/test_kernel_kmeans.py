@@ -14,8 +14,11 @@ from sklearn.metrics import normalized_mutual_info_score as nmi
 from sklearn.metrics.pairwise import euclidean_distances, rbf_kernel
 
 from skfed import FederatedKernelKMeans
+from skfed._federation import ClientData
 from skfed._testing import iteration_uploads
+from skfed.cluster import _kernel_kmeans_protocol as kkm
 from skfed.cluster._kernel_kmeans_protocol import replay_eigenvectors
+from skfed.kernel import sample_fourier_weights
 
 
 def _rings(n=300):
@@ -181,6 +184,35 @@ def test_no_cem_with_fewer_samples_than_k_plus_2():
     for a, b in zip(km.eigenvalue_history_, ref.eigenvalue_history_):
         np.testing.assert_allclose(a, b, rtol=1e-8)
     assert ari(km.labels_, ref.labels_) == 1.0
+
+
+def test_clients_keep_a_packed_gram_matrix_and_no_eigenvector_copy():
+    # Between rounds a client holds B[m] and, until the eigenpairs round, the
+    # packed upper triangle of W[m]ᵀW[m] (a Lanczos round streams it from
+    # memory for every client); U[m] is B[m] over the shrunk scales.
+    X, _ = make_blobs(300, centers=3, n_features=4, random_state=0)
+    client = ClientData(0, X, None, np.arange(300), (1, 2, 3))
+    gamma, D, r, eta = 0.3, 20, 2, 0.5
+    B = np.random.RandomState(0).standard_normal((300, r))
+    state = {"gamma": gamma, "B": B}
+    state, _ = kkm._random_features_step(client, state, (7, eta), n_features=D)
+    dim = D + r
+    assert state["G"].shape == (dim * (dim + 1) // 2,) and state["W"] is None
+    omega, offset = sample_fourier_weights(7, 4, D, gamma)
+    W = kkm.iteration_features(X, omega, offset, eta, B)
+    c = np.random.RandomState(1).standard_normal(dim)
+    _, g = kkm._gram_matvec_step(client, state, c)
+    np.testing.assert_allclose(g, W.T @ (W @ c), rtol=1e-10)
+
+    basis = np.random.RandomState(2).standard_normal((dim, 3))
+    shrink = np.array([2.0, 1.0, 0.5])
+    state, _ = kkm._eigenpairs_step(client, state, (basis, shrink))
+    assert "U" not in state and state["G"] is None
+    np.testing.assert_allclose(state["B"], (W @ basis) * shrink, rtol=1e-10)
+    scales = np.array([3.0, 4.0])
+    state, _ = kkm._embedding_step(client, state, scales)
+    np.testing.assert_allclose(state["H"], (W @ basis)[:, :2] * scales, rtol=1e-10)
+    assert "B" not in state
 
 
 def test_cem_upload_per_iteration_is_independent_of_n():

@@ -15,6 +15,7 @@ from skfed.kernel import (
     random_fourier_features,
     sample_fourier_weights,
 )
+from skfed.kernel._random_features import scaled_cosines
 
 
 def _gamma(X, ids):
@@ -75,7 +76,29 @@ def test_random_fourier_features_approximate_the_rbf_kernel():
     K = np.exp(-0.3 * euclidean_distances(X, squared=True))
     assert np.abs(Z @ Z.T - K).max() < 0.05
     Zs = random_fourier_features(sp.csr_matrix(X), omega, offset)
-    np.testing.assert_allclose(Zs, Z, rtol=1e-10, atol=1e-12)
+    # The cosines are float32-accurate (scaled_cosines): sparse and dense
+    # phases that differ in their last float64 bit may round to neighbouring
+    # float32 values, 6e-8 apart before the scale √(2 / D).
+    np.testing.assert_allclose(Zs, Z, rtol=0, atol=1e-7 * np.sqrt(2 / 20_000))
+
+
+@pytest.mark.parametrize("offset", [0.0, 1e6])
+def test_scaled_cosines_are_float32_accurate_far_from_the_origin(offset):
+    # The phase is reduced modulo 2π in float64 before the float32 cosine:
+    # phases of order 1e6 (data far from the origin) keep about 1e-10 of
+    # their value, so the cosine stays within float32 rounding of the exact
+    # one instead of being noise.
+    rng = np.random.RandomState(0)
+    phase = offset + 50 * rng.standard_normal((3000, 7))
+    out = np.full((3000, 10), -5.0)
+    scaled_cosines(phase.copy(), 0.5, out=out[:, 2:9])
+    np.testing.assert_allclose(out[:, 2:9], 0.5 * np.cos(phase), rtol=0, atol=2e-7)
+    # Only the column block asked for is written.
+    assert np.all(out[:, :2] == -5.0) and np.all(out[:, 9:] == -5.0)
+    # float32 phases are taken as they are (no reduction to gain).
+    low = phase.astype(np.float32) - np.float32(offset)
+    got = scaled_cosines(low.copy(), 2.0, out=np.empty_like(low))
+    np.testing.assert_allclose(got, 2 * np.cos(low), rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("sparse", [False, True])
