@@ -12,6 +12,7 @@ __all__ = [
     "settled_receipts",
     "fail_on",
     "iteration_uploads",
+    "joblib_backend",
     "keep_message_as_labels",
     "leak_thread_limits",
     "noisy_sum",
@@ -24,6 +25,7 @@ import os
 import threading
 
 import numpy as np
+from joblib.parallel import get_active_backend
 
 from ._protocol import client_step
 
@@ -66,6 +68,14 @@ def where(client, state, message):
     state = dict(state or {})
     state["calls"] = state.get("calls", 0) + 1
     return state, (os.getpid(), threading.get_ident())
+
+
+@client_step("testing.joblib_backend")
+def joblib_backend(client, state, message):
+    """Upload the name of the joblib backend a client step sees, and the
+    number of jobs it would get (a step must see a sequential one)."""
+    backend, n_jobs = get_active_backend()
+    return state, (type(backend).__name__, n_jobs)
 
 
 # How many times a ClientData was unpickled in this process, per fit (keyed

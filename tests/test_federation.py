@@ -13,6 +13,7 @@ from skfed import _transport as transport_module
 from skfed._federation import Federation, _fingerprint
 from skfed._testing import (
     fail_on,
+    joblib_backend,
     keep_message_as_labels,
     leak_thread_limits,
     noisy_sum,
@@ -320,3 +321,17 @@ def test_python_bound_steps_on_large_clients_run_in_threads(monkeypatch):
     X = np.random.RandomState(0).standard_normal((60, 2))
     _, pids, threads = _where(X, np.arange(60) % 5)
     assert pids == {os.getpid()} and threading.get_ident() not in threads
+
+
+@pytest.mark.parametrize("backend", ["sequential", "threading", "loky"])
+def test_client_steps_always_see_a_sequential_joblib(data, backend):
+    # Steps run sequential inside, whether the round runs in the server's
+    # thread (one worker, or a round too short for the pool), in threads or
+    # in processes: scikit-learn helpers must not split work by backend.
+    X, ids = data
+    p = check_partitions(ids, X.shape[0])
+    with parallel_config(backend=backend, n_jobs=2):
+        with Federation.from_arrays(X, None, p, random_state=0) as fed:
+            seen = [fed.run_round("backend", joblib_backend) for _ in range(3)]
+    for answers in seen:
+        assert {a[0] for a in answers} == {"SequentialBackend"}

@@ -257,8 +257,9 @@ def test_float32_draws_what_float64_draws(name):
 
 
 def _fail_for(monkeypatch, client_id, exc_type, round_index=0):
-    """Make client ``client_id``'s step raise in the round-th round it runs."""
-    original = _transport.run_step
+    """Make client ``client_id``'s step raise in the round-th round it runs
+    (every transport runs a step through ``_run_sequential_step``)."""
+    original = _transport._run_sequential_step
     seen = []
 
     def failing(call, client, storage, message):
@@ -268,7 +269,7 @@ def _fail_for(monkeypatch, client_id, exc_type, round_index=0):
                 return _transport.StepFailure(exc_type("injected failure"), "")
         return original(call, client, storage, message)
 
-    monkeypatch.setattr(_transport, "run_step", failing)
+    monkeypatch.setattr(_transport, "_run_sequential_step", failing)
 
 
 @pytest.mark.parametrize("name", NAMES)
