@@ -59,6 +59,12 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
     3. The server pools the critical samples, starts from the received λ
        (or the best constant λ, whichever has the larger dual value), solves
        the sparse dual with γ on the pool's atoms and refits the support.
+       A pool of more than 2,000 samples (many small clients send about as
+       many samples each as a large one) is first reduced by the clients'
+       own chunked dense duals when that at least halves it; the samples it
+       drops are checked against every model on the server, which moves
+       those the model violates back into the pool before the clients see
+       the model (no communication).
     4. Refinement (``refinement_rounds``): the server sends the model; the
        clients check their other samples against it and send (x_n, class)
        of those that violate its constraints; the server re-solves. Local
@@ -230,7 +236,8 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
     on its whole data: a chunk's critical samples are those of a dense
     model of its chunk (on make_moons, noise 0.25, 10,000 rows and 4
     clients the accuracy was 0.942 against 0.945 unchunked and with SVC).
-    The server solves on the pool of sent samples. Prediction costs
+    The server solves on the pool of sent samples (reduced when large, see
+    step 3). Prediction costs
     ``n_kernels_`` kernel evaluations per sample.
 
     ``predict_proba`` is not provided: the decision values are margins of a
@@ -385,7 +392,7 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         self.support_ = np.sort(result.pool_index[model["support"]])
         self.critical_samples_ = result.critical_samples
         self.sent_samples_ = result.sent_samples
-        self.n_samples_sent_ = int(len(result.pool_index))
+        self.n_samples_sent_ = int(sum(len(s) for s in result.sent_samples.values()))
         self.communication_reduction_ = 1.0 - self.n_samples_sent_ / X.shape[0]
         self.dual_objective_ = model["traces"]
         self.primal_objective_ = model["primal_traces"]

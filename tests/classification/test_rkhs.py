@@ -264,6 +264,94 @@ def test_chunked_local_duals_stay_close_to_svc(monkeypatch):
     assert est.score(X_test, y_test) >= svc_score(X, y, X_test, y_test) - 0.02
 
 
+def _spy_on_server_pools(monkeypatch):
+    pools = []
+    solve = rkhs_protocol._server_solve
+
+    def spy(X, y_code, *args, **kwargs):
+        pools.append((X, y_code))
+        return solve(X, y_code, *args, **kwargs)
+
+    monkeypatch.setattr(rkhs_protocol, "_server_solve", spy)
+    return pools
+
+
+def test_server_reduces_a_large_pool_without_communication(monkeypatch):
+    # Forty clients of 30 rows: each sends about as many critical samples as
+    # a chunk of a large client, and the pool grows with the clients. Above
+    # _SERVER_ROWS the server reduces it by the clients' own chunked rule;
+    # the samples it drops stay with it and are checked against the model.
+    X, y = make_moons(1200, noise=0.25, random_state=0)
+    X_test, y_test = make_moons(2000, noise=0.25, random_state=1)
+    parts = np.arange(1200) % 40
+
+    pools = _spy_on_server_pools(monkeypatch)
+    whole = FederatedRKHSClassifier(random_state=0).fit(X, y, partitions=parts)
+    critical = sum(len(v) for v in whole.critical_samples_.values())
+    assert len(pools[0][0]) == critical
+
+    pools.clear()
+    monkeypatch.setattr(rkhs_protocol, "_SERVER_ROWS", 100)
+    reduced = FederatedRKHSClassifier(random_state=0).fit(X, y, partitions=parts)
+    assert len(pools[0][0]) < critical / 2
+    # The one-shot round is the clients' business: the same uploads.
+    log_whole, log_reduced = whole.communication_, reduced.communication_
+    for direction in ("upload", "download"):
+        assert (
+            log_reduced.floats_by_name(direction)["critical samples"]
+            == log_whole.floats_by_name(direction)["critical samples"]
+        )
+    assert reduced.critical_samples_.keys() == whole.critical_samples_.keys()
+    for cid, idx in whole.critical_samples_.items():
+        np.testing.assert_array_equal(reduced.critical_samples_[cid], idx)
+    svc = svc_score(X, y, X_test, y_test)
+    assert reduced.score(X_test, y_test) >= svc - 0.02
+    assert reduced.score(X_test, y_test) >= whole.score(X_test, y_test) - 0.02
+
+    # A reduction that would keep most of the pool is not used.
+    pools.clear()
+    monkeypatch.setattr(rkhs_protocol, "_SERVER_KEEP", 0.05)
+    FederatedRKHSClassifier(random_state=0).fit(X, y, partitions=parts)
+    assert len(pools[0][0]) == critical
+
+
+@pytest.mark.parametrize("server_rows", [None, 100])
+def test_reduced_pool_keeps_the_refinement_certificate(monkeypatch, server_rows):
+    # With ρ = 1 and rounds that stop early, every sample meets the final
+    # model's constraints unless it is in the server's final pool: the
+    # clients check theirs, the server its reserve, by the same rule. (On
+    # these noisy moons the first models violate 170 and then 59 of the
+    # samples the reduction dropped.)
+    X, y = make_moons(1200, noise=0.25, random_state=0)
+    pools = _spy_on_server_pools(monkeypatch)
+    if server_rows is not None:
+        monkeypatch.setattr(rkhs_protocol, "_SERVER_ROWS", server_rows)
+    clf = FederatedRKHSClassifier(
+        refinement_margin=1.0, refinement_rounds=10, random_state=0
+    ).fit(X, y, partitions=np.arange(1200) % 40)
+    assert clf.n_refinement_rounds_ < 10
+    critical = sum(len(v) for v in clf.critical_samples_.values())
+    if server_rows is not None:
+        assert len(pools[0][0]) < critical
+    ypm = np.where(y == clf.classes_[1], 1.0, -1.0)
+    margins = ypm * clf.decision_function(X)
+    sent = np.concatenate(list(clf.sent_samples_.values()))
+    assert set(np.flatnonzero(margins < 1 - clf.epsilon - 1e-4)) <= set(sent)
+    # Hence the refit of the model's kernels on the server's final pool is
+    # the refit on every sample (Proposition 2), and the model is that refit
+    # up to the server's tolerance.
+    X_pool, y_pool = pools[-1]
+    kw = {"beta": 1 - clf.sparsity, "epsilon": clf.epsilon, "upper": 1.0}
+    kw.update(bias=True, max_iter=1, tol=1e-8)
+    atoms = (clf.kernel_centers_, clf.kernel_widths_)
+    Phi_pool = gaussian_atoms(X_pool, *atoms, dtype=np.float64)
+    final = dense_dual(Phi_pool, np.where(y_pool == 1, 1.0, -1.0), **kw)
+    Phi = gaussian_atoms(X, *atoms, dtype=np.float64)
+    everything = dense_dual(Phi, ypm, **kw)
+    np.testing.assert_allclose(everything["coef"], final["coef"], atol=1e-6)
+    np.testing.assert_allclose(final["coef"], clf.kernel_coef_[0], atol=5e-3)
+
+
 def test_removing_a_non_critical_sample_leaves_the_model_unchanged():
     """Proposition 2 where it holds exactly.
 
