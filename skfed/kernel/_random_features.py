@@ -66,7 +66,7 @@ def random_fourier_features(X, omega, offset, *, scale=None):
     -------
     Z : ndarray of shape (n_samples, n_components)
         float64, accurate to float32 rounding (about 1e-7 of ``scale``):
-        see :func:`scaled_cosines`.
+        see ``scaled_cosines`` in this module.
     """
     if scale is None:
         scale = np.sqrt(2.0 / omega.shape[1])
