@@ -907,3 +907,37 @@ def test_defaults_are_sparse_and_close_to_svc_on_breast_cancer():
         svs.append(svc.n_support_.sum())
     assert np.mean(acc) >= np.mean(svc_acc) - 0.02
     assert np.mean(kernels) * 4 <= np.mean(svs)
+
+
+def test_server_reduction_never_drops_a_class(monkeypatch):
+    # Chunk duals that leave every sample of a class at λ = 0 must not leave
+    # the server a pool without that class: the pool is then solved whole.
+    X, y, _ = rkhs_paper_data(300, seed=2)
+    y_code = (y == np.unique(y)[1]).astype(np.intp)
+    lam, index = np.zeros((300, 1)), np.arange(300)
+    monkeypatch.setattr(rkhs_protocol, "_SERVER_ROWS", 50)
+    options = {"epsilon": 0.0, "upper": 1.0, "max_iter": 1000, "tol": 1e-4}
+
+    def critical_in(classes):
+        # Five critical samples of each class in ``classes``, none other.
+        def duals(X_, y_, **kw):
+            out = np.zeros((len(y_), 1))
+            for c in classes:
+                out[np.flatnonzero(y_ == c)[:5]] = 0.1
+            return out, True
+
+        return duals
+
+    def reduce():
+        return rkhs_protocol._server_reduce(
+            X, y_code, lam, index, widths=np.ones(2), n_problems=1, **options
+        )
+
+    for classes in ([0], [1], []):
+        monkeypatch.setattr(rkhs_protocol, "_chunked_local_duals", critical_in(classes))
+        pool, reserve = reduce()
+        assert len(pool[0]) == 300 and len(reserve[0]) == 0
+    monkeypatch.setattr(rkhs_protocol, "_chunked_local_duals", critical_in([0, 1]))
+    pool, reserve = reduce()
+    assert len(pool[0]) == 10 and len(reserve[0]) == 290
+    assert set(pool[1]) == {0, 1}
