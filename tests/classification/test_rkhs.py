@@ -941,3 +941,25 @@ def test_server_reduction_never_drops_a_class(monkeypatch):
     pool, reserve = reduce()
     assert len(pool[0]) == 10 and len(reserve[0]) == 290
     assert set(pool[1]) == {0, 1}
+
+
+def test_reduced_pool_does_not_depend_on_client_names_or_sample_order(monkeypatch):
+    # The server reduces its pool in the pool's canonical order, so renaming
+    # the clients or storing the samples in another order gives the same
+    # model, as without the reduction.
+    monkeypatch.setattr(rkhs_protocol, "_SERVER_ROWS", 100)
+    pools = _spy_on_server_pools(monkeypatch)
+    X, y = make_moons(1200, noise=0.25, random_state=0)
+    X_test, _ = make_moons(500, noise=0.25, random_state=1)
+    parts = np.arange(1200) % 40
+    ref = FederatedRKHSClassifier(random_state=0).fit(X, y, partitions=parts)
+    assert len(pools[0][0]) < sum(len(v) for v in ref.critical_samples_.values())
+    perm = np.random.RandomState(0).permutation(1200)
+    renamed = (7 * parts + 3) % 40
+    other = FederatedRKHSClassifier(random_state=0).fit(
+        X[perm], y[perm], partitions=renamed[perm]
+    )
+    np.testing.assert_allclose(
+        other.decision_function(X_test), ref.decision_function(X_test), atol=1e-6
+    )
+    assert other.n_samples_sent_ == ref.n_samples_sent_
