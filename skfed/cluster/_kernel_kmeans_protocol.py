@@ -31,9 +31,9 @@ from .._protocol import client_step
 from ..kernel import (
     gamma_from_moments,
     moments_step,
+    random_fourier_features,
     sample_fourier_weights,
 )
-from ..kernel._random_features import scaled_cosines
 from ._coreset import federated_coreset_kmeans
 
 __all__ = [
@@ -458,26 +458,21 @@ def _random_features_step(
     # it): half the memory of the full matrix, and a Lanczos round streams
     # every client's G from memory (1,000 clients of 1,000 rows kept 0.84 GB
     # as full matrices; the packed product took 20 us a client against 25).
-    state["G"] = np.take(G, _packed_upper(dim))
+    state["G"] = np.take(G, _upper_triangle(dim, by_columns=True))
     return state, None
 
 
 # Index arrays of a (D + r)-sized triangle: building them took 0.2 ms per
 # client and iteration (10 s of a fit over 1,000 clients), taking 24 us.
 @lru_cache(maxsize=4)
-def _upper_triangle(dim):
-    """Flat positions of the upper triangle, row by row (the upload)."""
-    rows, cols = np.triu_indices(dim)
-    flat = rows * dim + cols
-    flat.flags.writeable = False
-    return flat
-
-
-@lru_cache(maxsize=4)
-def _packed_upper(dim):
-    """Flat positions of the upper triangle, column by column (BLAS packed
-    storage, as ``spmv`` reads it)."""
-    cols, rows = np.tril_indices(dim)
+def _upper_triangle(dim, *, by_columns=False):
+    """Flat positions of the upper triangle of a dim x dim matrix, row by
+    row (the upload) or column by column (BLAS packed storage, as ``spmv``
+    reads it)."""
+    if by_columns:
+        cols, rows = np.tril_indices(dim)
+    else:
+        rows, cols = np.triu_indices(dim)
     flat = rows * dim + cols
     flat.flags.writeable = False
     return flat
@@ -537,11 +532,11 @@ def iteration_features(X, omega, offset, eta, B):
     n_features = omega.shape[1]
     rank = 0 if B is None else B.shape[1]
     W = np.empty((X.shape[0], n_features + rank))
-    phase = X @ omega
-    phase += offset
-    # √2 cos(XΩ + b) is A, the unnormalised map of random_fourier_features,
-    # written straight into W with its √(η / D).
-    scaled_cosines(phase, np.sqrt(2.0 * eta / n_features), out=W[:, :n_features])
+    # A = √2 cos(XΩ + b), the unnormalised map, written straight into W with
+    # its √(η / D).
+    random_fourier_features(
+        X, omega, offset, scale=np.sqrt(2.0 * eta / n_features), out=W[:, :n_features]
+    )
     if rank:
         np.multiply(B, np.sqrt(1.0 - eta), out=W[:, n_features:])
     return W

@@ -49,7 +49,7 @@ def sample_fourier_weights(
     return omega.astype(dtype, copy=False), offset.astype(dtype, copy=False)
 
 
-def random_fourier_features(X, omega, offset, *, scale=None):
+def random_fourier_features(X, omega, offset, *, scale=None, out=None):
     """Map rows of X to ``scale * cos(X Ω + b)``.
 
     Parameters
@@ -61,6 +61,9 @@ def random_fourier_features(X, omega, offset, *, scale=None):
         ``sqrt(2 / D)`` when omitted, so that ``Z Zᵀ`` estimates the kernel
         matrix (as ``sklearn.kernel_approximation.RBFSampler``); pass
         ``sqrt(2)`` for the unnormalised map with ``E[A Aᵀ / D] = K``.
+    out : ndarray of shape (n_samples, n_components), default=None
+        Where to write Z (a column block of a wider matrix, say); a new
+        array when omitted.
 
     Returns
     -------
@@ -72,8 +75,7 @@ def random_fourier_features(X, omega, offset, *, scale=None):
         scale = np.sqrt(2.0 / omega.shape[1])
     Z = X @ omega
     Z += offset
-    scaled_cosines(Z, scale, out=Z)
-    return Z
+    return scaled_cosines(Z, scale, out=Z if out is None else out)
 
 
 # Rows of phases whose cosines are taken at once: the scratch (a few MB)

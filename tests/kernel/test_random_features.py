@@ -80,6 +80,12 @@ def test_random_fourier_features_approximate_the_rbf_kernel():
     # phases that differ in their last float64 bit may round to neighbouring
     # float32 values, 6e-8 apart before the scale √(2 / D).
     np.testing.assert_allclose(Zs, Z, rtol=0, atol=1e-7 * np.sqrt(2 / 20_000))
+    # ``out``: written into a column block of a wider matrix, nothing else.
+    wide = np.full((40, 20_003), 7.0)
+    got = random_fourier_features(X, omega, offset, out=wide[:, 1:-2])
+    assert np.shares_memory(got, wide)
+    np.testing.assert_array_equal(wide[:, 1:-2], Z)
+    assert np.all(wide[:, 0] == 7.0) and np.all(wide[:, -2:] == 7.0)
 
 
 @pytest.mark.parametrize("offset", [0.0, 1e6])
