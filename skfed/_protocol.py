@@ -19,14 +19,35 @@ the state its namespace kept from earlier rounds (``None`` at first) and
 returns the new one; it may read another protocol's state with
 ``client.read(namespace)`` (that is how FederatedKernelKMeans hands its
 spectral embedding to the coreset k-means), never write it.
+
+A step may also be a generator that ``yield`` s *shared work*: an object
+whose class has a ``solve_all(items) -> answers`` classmethod (a small
+client's k-means, :class:`~skfed.cluster._batched_kmeans.KMeansProblem`),
+and receives the answer back from the ``yield``. Run on one client
+(:meth:`StepCall.run`), each item is solved alone; a transport that holds
+many clients in one process advances their steps side by side and solves
+the items they hand over together (:func:`solve_together`), which turns a
+thousand small clients' thousand numpy calls into one. The answer must
+not depend on which items share a batch: that is the item class's
+contract, so a client's upload is the same under every transport.
 """
 
 import functools
 import hashlib
 import importlib
+import inspect
 from typing import NamedTuple
 
-__all__ = ["StepCall", "as_step_call", "client_step", "resolve_step", "stream_key"]
+__all__ = [
+    "Raised",
+    "StepCall",
+    "as_step_call",
+    "client_step",
+    "resolve_step",
+    "run_alone",
+    "solve_together",
+    "stream_key",
+]
 
 _REGISTRY = {}
 
@@ -123,10 +144,66 @@ class StepCall(NamedTuple):
         """The client-state key the step owns."""
         return self.name.partition(".")[0]
 
-    def run(self, client, state, message):
-        """Run the step here: ``(new_state, upload)``."""
+    def start(self, client, state, message):
+        """Call the step: its ``(new_state, upload)``, or the generator of a
+        step that hands over shared work (see the module)."""
         step = resolve_step(self.name, self.module)
         return step(client, state, message, **self.options)
+
+    def run(self, client, state, message):
+        """Run the step here, alone: ``(new_state, upload)``."""
+        return run_alone(self.start(client, state, message))
+
+
+class Raised(NamedTuple):
+    """The exception solving a work item raised, for its step to receive."""
+
+    exc: BaseException
+
+
+def solve_together(items):
+    """Answers to the shared work items steps handed over, in order.
+
+    Items of one class are solved by one call of its ``solve_all``; when
+    that raises, each item is solved alone, so that one client's bad item
+    fails that client only. An item whose solving raised gets a
+    :class:`Raised`.
+    """
+    answers = [None] * len(items)
+    by_kind = {}
+    for i, item in enumerate(items):
+        by_kind.setdefault(type(item), []).append(i)
+    for kind, members in by_kind.items():
+        try:
+            solved = kind.solve_all([items[i] for i in members])
+        except Exception:
+            solved = []
+            for i in members:
+                try:
+                    solved.append(kind.solve_all([items[i]])[0])
+                except Exception as exc:
+                    solved.append(Raised(exc))
+        for i, answer in zip(members, solved):
+            answers[i] = answer
+    return answers
+
+
+def run_alone(started):
+    """The result of a called step (see :meth:`StepCall.start`), solving
+    the work a generator step hands over item by item; an exception from
+    solving is raised inside the step."""
+    if not inspect.isgenerator(started):
+        return started
+    answer = None
+    while True:
+        try:
+            if isinstance(answer, Raised):
+                item = started.throw(answer.exc)
+            else:
+                item = started.send(answer)
+        except StopIteration as stop:
+            return stop.value
+        answer = solve_together([item])[0]
 
 
 def as_step_call(step):

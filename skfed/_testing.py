@@ -16,6 +16,8 @@ __all__ = [
     "keep_message_as_labels",
     "leak_thread_limits",
     "noisy_sum",
+    "SharedSum",
+    "shared_sum",
     "rkhs_paper_data",
     "shipped_since",
 ]
@@ -23,6 +25,7 @@ __all__ = [
 import builtins
 import os
 import threading
+from typing import NamedTuple
 
 import numpy as np
 from joblib.parallel import get_active_backend
@@ -68,6 +71,38 @@ def where(client, state, message):
     state = dict(state or {})
     state["calls"] = state.get("calls", 0) + 1
     return state, (os.getpid(), threading.get_ident())
+
+
+class SharedSum(NamedTuple):
+    """A toy shared work item: the sum of ``values``, solved for a whole
+    batch at once; ``solve_all`` raises on a non-finite value, and records
+    the size of every batch it is given (in this process)."""
+
+    values: np.ndarray
+
+    batches = []
+
+    @classmethod
+    def solve_all(cls, items):
+        cls.batches.append(len(items))
+        if not all(np.all(np.isfinite(item.values)) for item in items):
+            raise FloatingPointError("a value is not finite")
+        return [float(np.sum(item.values)) for item in items]
+
+
+@client_step("testing.shared_sum")
+def shared_sum(client, state, message, *, catch=False):
+    """Hand over the sum of the first column, then of the second, as
+    shared work; upload both. With ``catch``, an error solving the first
+    is caught in the step (uploaded as NaN)."""
+    try:
+        first = yield SharedSum(client.X[:, 0])
+    except FloatingPointError:
+        if not catch:
+            raise
+        first = float("nan")
+    second = yield SharedSum(client.X[:, 1])
+    return state, (first, second)
 
 
 @client_step("testing.joblib_backend")

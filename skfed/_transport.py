@@ -30,6 +30,7 @@ collections and under joblib's dask backend);
 ``skfed.flower.FlowerTransport`` reaches them as Flower nodes.
 """
 
+import inspect
 import time
 import traceback
 
@@ -38,7 +39,7 @@ from joblib import effective_n_jobs, parallel_config
 from sklearn.utils.parallel import Parallel, delayed
 from threadpoolctl import threadpool_limits
 
-from ._protocol import resolve_step
+from ._protocol import Raised, resolve_step, solve_together
 
 __all__ = ["JoblibTransport", "StepFailure"]
 
@@ -68,18 +69,58 @@ def run_step(call, client, storage, message):
     # joblib configuration, split their work differently per backend and
     # round differently, breaking "same seed, same model".
     with parallel_config(backend="sequential"):
-        return _run_sequential_step(call, client, storage, message)
+        return _run_sequential_steps([(call, client, storage, message)])[0]
 
 
 def _run_sequential_step(call, client, storage, message):
-    """:func:`run_step` where joblib is already configured as sequential:
-    entering the configuration costs about 6 us, which a Lanczos fit over
-    1,000 clients paid three million times (20 of 108 s at N = 100k)."""
+    """Start one client step where joblib is already configured as
+    sequential (entering the configuration costs about 6 us, which a
+    Lanczos fit over 1,000 clients paid three million times): its result,
+    a ``StepFailure``, or the generator of a step that hands over shared
+    work (see :mod:`skfed._protocol`)."""
     try:
         view = client.with_storage(storage)
-        return call.run(view, storage.get(call.namespace), message)
+        return call.start(view, storage.get(call.namespace), message)
     except Exception as exc:  # surfaced by Federation.run_round
         return StepFailure(exc, traceback.format_exc())
+
+
+def _resumed(step, answer):
+    """Advance a started step with the answer to its last work item:
+    ``(True, result or StepFailure)`` once it returns or raises, else
+    ``(False, next item)``."""
+    try:
+        if isinstance(answer, Raised):
+            return False, step.throw(answer.exc)
+        return False, step.send(answer)
+    except StopIteration as stop:
+        return True, stop.value
+    except Exception as exc:
+        return True, StepFailure(exc, traceback.format_exc())
+
+
+def _run_sequential_steps(calls):
+    """Several clients' steps in this thread, joblib configured sequential.
+
+    Steps that hand over shared work advance side by side, and the items
+    of each turn are solved together (:func:`~skfed._protocol.solve_together`):
+    a small client's k-means is then one slice of a few large numpy calls
+    instead of a few hundred small ones of its own.
+    """
+    results = [_run_sequential_step(*args) for args in calls]
+    waiting = [(i, r) for i, r in enumerate(results) if inspect.isgenerator(r)]
+    answers = [None] * len(waiting)
+    while waiting:
+        asked = []
+        for (i, step), answer in zip(waiting, answers):
+            done, out = _resumed(step, answer)
+            if done:
+                results[i] = out
+            else:
+                asked.append((i, step, out))
+        answers = solve_together([item for _, _, item in asked])
+        waiting = [(i, step) for i, step, _ in asked]
+    return results
 
 
 def kept_after(call, storage, result):
@@ -143,9 +184,10 @@ def picked(state, key):
 
 
 def _run_steps(calls):
-    """Several clients' steps in one task, one after the other."""
+    """Several clients' steps in one pool task (see
+    :func:`_run_sequential_steps`)."""
     with parallel_config(backend="sequential"):
-        return [_run_sequential_step(*args) for args in calls]
+        return _run_sequential_steps(calls)
 
 
 class JoblibTransport:
@@ -239,11 +281,11 @@ class JoblibTransport:
             for c, m in zip(client_ids, messages)
         ]
         if self._parallel is None:
-            results = [run_step(*args) for args in calls]
+            results = _run_steps(calls)
         elif self._sequential or self._cheap.get(call.name):
             # The server's thread, configured sequential while the transport
             # is open (see __enter__).
-            results = [_run_sequential_step(*args) for args in calls]
+            results = _run_sequential_steps(calls)
         else:
             # One task per worker and round, each running a contiguous share
             # of the clients: a task per client costs more to dispatch than

@@ -11,12 +11,15 @@ from threadpoolctl import threadpool_info
 from skfed import ClientStepError, ClientValueError
 from skfed import _transport as transport_module
 from skfed._federation import Federation, _fingerprint
+from skfed._protocol import run_alone
 from skfed._testing import (
+    SharedSum,
     fail_on,
     joblib_backend,
     keep_message_as_labels,
     leak_thread_limits,
     noisy_sum,
+    shared_sum,
     where,
 )
 from skfed._validation import check_partitions
@@ -335,3 +338,50 @@ def test_client_steps_always_see_a_sequential_joblib(data, backend):
             seen = [fed.run_round("backend", joblib_backend) for _ in range(3)]
     for answers in seen:
         assert {a[0] for a in answers} == {"SequentialBackend"}
+
+
+@pytest.mark.parametrize("n_jobs", [1, 2])
+def test_shared_work_is_solved_together_and_answers_each_client(data, n_jobs):
+    # Steps that hand over shared work advance side by side: each of the
+    # two items is solved for all the clients of a batch at once, and every
+    # client gets its own answers, as when solved alone.
+    X, ids = data
+    p = check_partitions(ids, X.shape[0])
+    SharedSum.batches.clear()
+    with Federation.from_arrays(X, None, p, random_state=0, n_jobs=n_jobs) as fed:
+        got = fed.run_round("sums", shared_sum)
+        clients = [fed.transport.client(c) for c in fed.client_ids]
+    expected = [(c.X[:, 0].sum(), c.X[:, 1].sum()) for c in clients]
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+    if n_jobs == 1:
+        assert SharedSum.batches == [5, 5]
+    else:  # a batch per worker
+        assert sorted(SharedSum.batches) == [2, 2, 3, 3]
+    alone = [run_alone(shared_sum(c, None, None)) for c in clients]
+    np.testing.assert_allclose([upload for _, upload in alone], expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("catch", [False, True])
+def test_shared_work_that_fails_fails_only_its_client(data, catch):
+    # One client's bad item makes the batch's solve raise; the items are
+    # then solved one by one and the error goes into that client's step
+    # only: it fails (or, catching it, goes on); the others are unaffected.
+    X, ids = data
+    X = X.copy()
+    X[np.flatnonzero(ids == 3)[0], 0] = np.nan
+    p = check_partitions(ids, X.shape[0])
+    step = functools.partial(shared_sum, catch=catch)
+    with Federation.from_arrays(
+        X, None, p, random_state=0, n_jobs=1, on_client_error="drop"
+    ) as fed:
+        uploads = fed.run_round("sums", step)
+        got = dict(zip(fed.client_ids, uploads))  # the clients still in
+    if catch:
+        assert np.isnan(got[3][0]) and np.isfinite(got[3][1])
+        assert 3 not in fed.failed_clients
+    else:
+        assert 3 not in got
+        assert "FloatingPointError" in fed.failed_clients[3]
+    for c in (0, 1, 2, 4):
+        rows = ids == c
+        np.testing.assert_allclose(got[c], X[rows, :2].sum(axis=0), rtol=1e-12)

@@ -1,24 +1,40 @@
-"""Several restarts of weighted k-means on one small dense array, together.
+"""Weighted k-means restarts on small dense arrays, many problems together.
 
 A client of a few hundred rows runs k-means++ and Lloyd in well under a
 millisecond of arithmetic, but one restart after another pays numpy's
 per-call overhead for every center drawn and every Lloyd step: a fit over
 1,000 such clients cost ten times one over 10 clients of the same rows
-(issue 14). Here the restarts advance side by side as arrays with a
-leading restart axis, so the Python-level loop runs k times for the
-seeding and at most ``max_iter`` times for Lloyd, whatever ``n_init``.
+(issue 14). Here the restarts of a problem advance side by side as arrays
+with a leading restart axis, and so do the problems of many clients (a
+transport that holds them solves their :class:`KMeansProblem` s together,
+see :func:`~skfed._protocol.solve_together`): the Python-level loop runs k
+times for the seeding and at most ``max_iter`` times for Lloyd, whatever
+``n_init`` and however many clients.
 
 Each restart is the same algorithm as the one-at-a-time functions of
 :mod:`skfed.cluster._coreset` (greedy weighted k-means++, then weighted
 Lloyd that stops on unchanged labels, a small center shift, or an update
 that would raise the cost); only the random draws are taken in another
-order. Memory is O(n_init · n · k): meant for arrays of at most a few
+order. A problem's rows are padded with rows of weight zero to a length
+that depends on its own row count only (:func:`_padded_rows`), so its
+arithmetic is the same alone as beside any other problems: a client's
+answer does not depend on which clients share its batch, its worker, or
+its transport. Memory is O(n_init · n · max(k, d)) per problem and about
+``_BATCH_ELEMENTS`` floats per batch: meant for arrays of at most a few
 thousand rows (see ``SMALL_ROWS``).
 """
 
+from typing import NamedTuple
+
 import numpy as np
 
-__all__ = ["SMALL_ROWS", "WEIGHT_EPS", "kmeans_restarts"]
+__all__ = [
+    "SMALL_ROWS",
+    "WEIGHT_EPS",
+    "KMeansProblem",
+    "kmeans_restarts",
+    "solve_kmeans_problems",
+]
 
 # Rows up to which the batched path is used; above, compiled k-means wins
 # and the (n_init, n, k) arrays stop being small.
@@ -27,6 +43,36 @@ SMALL_ROWS = 2048
 # absolute weight counts as empty: dividing by a weight that cancelled down
 # to rounding noise would throw its center far away.
 WEIGHT_EPS = 1e-10
+# Largest intermediate array of one batch, in floats (32 MB): 300 clients
+# of 100 rows with 10 restarts of k = 10 fit in one batch.
+_BATCH_ELEMENTS = 2**22
+# Padding granule of a problem's rows: 32 rows, or an eighth of them.
+_ROW_GRANULE = 32
+
+
+class KMeansProblem(NamedTuple):
+    """One weighted k-means on dense rows, as a client step hands it over.
+
+    A client step ``yield`` s it and receives ``(centers, labels, d2,
+    n_iter)`` (see :func:`kmeans_restarts`, whose parameters these are);
+    whoever runs the step may solve it together with other clients'.
+    """
+
+    X: np.ndarray
+    w: np.ndarray
+    n_clusters: int
+    n_init: int
+    max_iter: int
+    tol_abs: float
+    random_state: np.random.RandomState
+    tie: float = 0.0
+    same_cost: float = 0.0
+    init: np.ndarray = None
+
+    @classmethod
+    def solve_all(cls, problems):
+        """Answers to ``problems``, in order (see :mod:`skfed._protocol`)."""
+        return solve_kmeans_problems(problems)
 
 
 def kmeans_restarts(
@@ -79,119 +125,235 @@ def kmeans_restarts(
     n_iter : int
         Lloyd iterations of the returned run.
     """
-    x_sq = np.einsum("ij,ij->i", X, X)
-    if init is not None:
-        starts = np.asarray(init, dtype=np.float64)[None]
+    problem = KMeansProblem(
+        X, w, n_clusters, n_init, max_iter, tol_abs, random_state, tie, same_cost, init
+    )
+    return solve_kmeans_problems([problem])[0]
+
+
+def solve_kmeans_problems(problems):
+    """:func:`kmeans_restarts` on each problem, batched where shapes allow.
+
+    Problems with the same k, d, number of runs, start (k-means++ or given)
+    and ``max_iter`` whose padded row counts are equal share arrays, in
+    batches of about ``_BATCH_ELEMENTS`` floats. Each problem's random
+    draws come from its own ``random_state``, in the order they would be
+    taken alone.
+    """
+    groups = {}
+    for i, p in enumerate(problems):
+        n_runs = 1 if p.init is not None else int(p.n_init)
+        key = (
+            int(p.n_clusters),
+            p.X.shape[1],
+            n_runs,
+            p.init is None,
+            int(p.max_iter),
+            _padded_rows(p.X.shape[0]),
+        )
+        groups.setdefault(key, []).append(i)
+    results = [None] * len(problems)
+    for (k, d, n_runs, _, _, n_rows), members in groups.items():
+        widest = n_runs * n_rows * max(k, d, _n_trials(k))
+        per_batch = max(1, _BATCH_ELEMENTS // widest)
+        for start in range(0, len(members), per_batch):
+            batch = members[start : start + per_batch]
+            answers = _solve_batch([problems[i] for i in batch], n_runs, n_rows)
+            for i, answer in zip(batch, answers):
+                results[i] = answer
+    return results
+
+
+def _padded_rows(n):
+    """Rows a problem of ``n`` rows is padded to: a function of ``n``
+    alone, so that its arithmetic does not depend on its batch."""
+    granule = max(_ROW_GRANULE, 1 << max(n.bit_length() - 4, 0))
+    return -(-max(n, 1) // granule) * granule
+
+
+def _n_trials(n_clusters):
+    """k-means++ candidates per new center, 2 + log(k) (as scikit-learn)."""
+    return 2 + int(np.log(n_clusters))
+
+
+def _solve_batch(problems, n_runs, n_rows):
+    """Problems of one group: arrays of shape (problems, runs, rows, ...)."""
+    n_problems = len(problems)
+    n_clusters, d = int(problems[0].n_clusters), problems[0].X.shape[1]
+    X = np.zeros((n_problems, n_rows, d))
+    w = np.zeros((n_problems, n_rows))
+    sizes = np.array([p.X.shape[0] for p in problems])
+    for j, p in enumerate(problems):
+        X[j, : sizes[j]] = p.X
+        w[j, : sizes[j]] = p.w
+    padding = np.arange(n_rows)[None, :] >= sizes[:, None]
+    tie = np.array([float(p.tie) for p in problems])
+    x_sq = np.einsum("pij,pij->pi", X, X)
+    if problems[0].init is not None:
+        starts = np.stack([np.asarray(p.init, dtype=np.float64) for p in problems])
+        starts = starts[:, None]
     else:
-        starts = _seed(X, w, x_sq, n_clusters, n_init, random_state, tie)
-    centers, labels, n_iter = _lloyd(X, w, x_sq, starts, max_iter, tol_abs, tie)
+        rngs = [p.random_state for p in problems]
+        starts = _seed(X, w, n_clusters, n_runs, rngs, tie)
+    tol_abs = np.array([float(p.tol_abs) for p in problems])
+    centers, labels, n_iter = _lloyd(
+        X, w, x_sq, padding, starts, int(problems[0].max_iter), tol_abs, tie
+    )
     # Exact squared distances (the expanded ones leave rounding noise, so
     # a point on its center would not cost exactly 0), and the cheapest run.
-    diff = X[None] - np.take_along_axis(centers, labels[:, :, None], axis=1)
-    d2 = np.einsum("rij,rij->ri", diff, diff)
-    cost = d2 @ w
-    lowest = cost.min()
-    best = int(np.argmax(cost <= lowest + same_cost * abs(lowest)))
-    return centers[best], labels[best], d2[best], int(n_iter[best])
+    diff = X[:, None] - np.take_along_axis(centers, labels[..., None], axis=2)
+    d2 = np.einsum("prij,prij->pri", diff, diff)
+    cost = np.einsum("pri,pi->pr", d2, w)
+    answers = []
+    for j, p in enumerate(problems):
+        lowest = cost[j].min()
+        best = int(np.argmax(cost[j] <= lowest + p.same_cost * abs(lowest)))
+        n = sizes[j]
+        # Copies: a client keeps its labels, not the batch's arrays.
+        answers.append(
+            (
+                centers[j, best].copy(),
+                labels[j, best, :n].copy(),
+                d2[j, best, :n].copy(),
+                int(n_iter[j, best]),
+            )
+        )
+    return answers
 
 
 def _sq_dist(X, x_sq, centers):
-    """‖x − c‖² of every row to every center of every run: (runs, n, m)."""
-    c_sq = np.einsum("rmj,rmj->rm", centers, centers)
-    dist = np.matmul(centers, X.T).transpose(0, 2, 1)
+    """‖x − c‖² of every row to every center of every run.
+
+    ``X`` (p, n, d), ``x_sq`` (p, n), ``centers`` (p, r, m, d) -> (p, r, m, n).
+    All runs' centers of a problem meet its rows in one matrix product.
+    """
+    n_problems, n_runs, m, d = centers.shape
+    c_sq = np.einsum("prmj,prmj->prm", centers, centers)
+    flat = centers.reshape(n_problems, n_runs * m, d)
+    dist = np.matmul(flat, X.transpose(0, 2, 1)).reshape(n_problems, n_runs, m, -1)
     dist *= -2.0
-    dist += x_sq[None, :, None]
-    dist += c_sq[:, None, :]
+    dist += x_sq[:, None, None, :]
+    dist += c_sq[..., None]
     return np.maximum(dist, 0.0, out=dist)
 
 
-def _seed(X, w, x_sq, n_clusters, n_runs, rng, noise):
-    """Greedy weighted k-means++ for ``n_runs`` runs at once.
+def _seed(X, w, n_clusters, n_runs, rngs, noise):
+    """Greedy weighted k-means++ for ``n_runs`` runs of every problem.
 
     Each new center is the best of 2 + log(k) candidates drawn ∝ w D(x)²;
     when every positive-weight row already sits on a center (within
-    ``noise``), the run repeats one of its centers instead.
+    ``noise``), the run repeats one of its centers instead. Only rows of
+    positive weight are drawn: they are moved to the front of each
+    problem's rows (in their order), the others weigh zero.
     """
-    idx = np.flatnonzero(w > 0)
-    Xp, wp, xp_sq = X[idx], w[idx], x_sq[idx]
-    n, n_trials = len(idx), 2 + int(np.log(n_clusters))
-    runs = np.arange(n_runs)
-    centers = np.empty((n_runs, n_clusters, X.shape[1]))
-    first = rng.choice(n, size=n_runs, p=wp / wp.sum())
-    centers[:, 0] = Xp[first]
-    d2 = _sq_dist(Xp, xp_sq, centers[:, :1])[:, :, 0]
+    n_problems, n_rows, d = X.shape
+    Xp = np.zeros_like(X)
+    wp = np.zeros_like(w)
+    n_pos = np.empty(n_problems, dtype=np.intp)
+    for j in range(n_problems):
+        idx = np.flatnonzero(w[j] > 0)
+        n_pos[j] = len(idx)
+        Xp[j, : len(idx)] = X[j, idx]
+        wp[j, : len(idx)] = w[j, idx]
+    xp_sq = np.einsum("pij,pij->pi", Xp, Xp)
+    n_trials = _n_trials(n_clusters)
+    problems = np.arange(n_problems)[:, None]
+    runs = np.arange(n_runs)[None, :]
+    centers = np.empty((n_problems, n_runs, n_clusters, d))
+    first = np.stack(
+        [
+            rng.choice(m, size=n_runs, p=wp[j, :m] / wp[j, :m].sum())
+            for j, (rng, m) in enumerate(zip(rngs, n_pos))
+        ]
+    )
+    centers[:, :, 0] = Xp[problems, first]
+    d2 = _sq_dist(Xp, xp_sq, centers[:, :, :1])[:, :, 0]
     for c in range(1, n_clusters):
-        cumulative = np.cumsum(wp * np.where(d2 > noise, d2, 0.0), axis=1)
-        potential = cumulative[:, -1]
-        draws = rng.uniform(size=(n_runs, n_trials)) * potential[:, None]
+        cumulative = np.cumsum(
+            wp[:, None, :] * np.where(d2 > noise[:, None, None], d2, 0.0), axis=2
+        )
+        potential = cumulative[..., -1]
+        draws = np.stack([rng.uniform(size=(n_runs, n_trials)) for rng in rngs])
+        draws *= potential[..., None]
         # searchsorted row by row: how many cumulative values lie below.
-        picks = (cumulative[:, None, :] < draws[:, :, None]).sum(axis=2)
-        candidates = Xp[np.minimum(picks, n - 1)]
-        # (runs, trials, n): squared distances to each candidate, capped by
-        # the distance to the centers drawn so far.
-        cand_d2 = candidates @ Xp.T
-        cand_d2 *= -2.0
-        cand_d2 += xp_sq
-        cand_d2 += np.einsum("rtj,rtj->rt", candidates, candidates)[:, :, None]
-        np.clip(cand_d2, 0.0, d2[:, None, :], out=cand_d2)
-        best = np.argmin(cand_d2 @ wp, axis=1)
-        centers[:, c] = candidates[runs, best]
-        new_d2 = cand_d2[runs, best]
-        if potential.min() <= 0:
-            spent = ~(potential > 0)
-            repeat = rng.randint(c, size=spent.sum())
-            centers[spent, c] = centers[spent, repeat]
-            new_d2[spent] = d2[spent]
+        picks = np.count_nonzero(cumulative[:, :, None, :] < draws[..., None], axis=3)
+        np.minimum(picks, (n_pos - 1)[:, None, None], out=picks)
+        # (problems, runs, trials, rows): squared distances to each
+        # candidate, capped by the distance to the centers drawn so far.
+        cand_d2 = _sq_dist(Xp, xp_sq, Xp[problems[..., None], picks])
+        np.minimum(cand_d2, d2[:, :, None, :], out=cand_d2)
+        best = np.argmin(np.einsum("prtn,pn->prt", cand_d2, wp), axis=2)
+        centers[:, :, c] = Xp[problems, picks[problems, runs, best]]
+        new_d2 = cand_d2[problems, runs, best]
+        spent = ~(potential > 0)
+        for j in np.flatnonzero(spent.any(axis=1)):
+            repeat = rngs[j].randint(c, size=spent[j].sum())
+            centers[j, spent[j], c] = centers[j, spent[j], repeat]
+            new_d2[j, spent[j]] = d2[j, spent[j]]
         d2 = new_d2
     return centers
 
 
 def _assign(X, x_sq, centers, tie):
     """Labels of the closest center per run (ties within ``tie`` to the
-    lowest index) and the expanded squared distance to it."""
+    lowest index; with ``tie`` 0 the first closest) and the expanded
+    squared distance to the closest center (within ``tie`` of the
+    labelled one's)."""
     dist = _sq_dist(X, x_sq, centers)
-    if tie > 0:
-        near = dist <= dist.min(axis=2, keepdims=True) + tie
-        labels = np.argmax(near, axis=2)
-    else:
-        labels = np.argmin(dist, axis=2)
-    return labels, np.take_along_axis(dist, labels[:, :, None], axis=2)[:, :, 0]
+    d2 = dist.min(axis=2)
+    labels = np.argmax(dist <= (d2 + tie[:, None, None])[:, :, None], axis=2)
+    return labels, d2
 
 
-def _lloyd(X, w, x_sq, centers, max_iter, tol_abs, tie):
-    """Weighted Lloyd on every run until each stops (see the module)."""
-    n_runs, n_clusters, _ = centers.shape
+def _lloyd(X, w, x_sq, padding, centers, max_iter, tol_abs, tie):
+    """Weighted Lloyd on every run until each stops (see the module).
+
+    The arrays hold the problems that still have a running run; a stopped
+    run of such a problem is computed along and not updated. ``padding``
+    marks the rows that only fill the arrays.
+    """
+    n_problems, n_runs, n_clusters, d = centers.shape
     centers = centers.copy()
-    scale = WEIGHT_EPS * np.abs(w).sum()
     labels, d2 = _assign(X, x_sq, centers, tie)
-    cost = d2 @ w
-    n_iter = np.zeros(n_runs, dtype=int)
-    active = np.arange(n_runs)
-    clusters = np.arange(n_clusters)
+    cost = np.einsum("pri,pi->pr", d2, w)
+    n_iter = np.zeros((n_problems, n_runs), dtype=int)
+    active = np.ones((n_problems, n_runs), dtype=bool)
+    clusters = np.arange(n_clusters)[None, None, :, None]
+    work = np.arange(n_problems)
+    inputs = (X, w, x_sq, padding, tol_abs, tie)
     for iteration in range(1, max_iter + 1):
-        if not len(active):
+        live = active[work].any(axis=1)
+        if not live.any():
             break
-        n_iter[active] = iteration
-        # Weighted one-hot memberships: (runs, k, n) @ (n, d) gives the sums.
-        member = (labels[active][:, None, :] == clusters[None, :, None]) * w
-        totals = member.sum(axis=2)
-        sums = member @ X
-        old = centers[active]
-        new = old.copy()
-        movable = totals > scale
-        new[movable] = sums[movable] / totals[movable][:, None]
-        new_labels, new_d2 = _assign(X, x_sq, new, tie)
-        new_cost = new_d2 @ w
+        if live.sum() < 0.75 * len(work):
+            # Drop the finished problems from the arrays.
+            work = work[live]
+            inputs = tuple(a[work] for a in (X, w, x_sq, padding, tol_abs, tie))
+        Xw, ww, xw_sq, pad, tol, tw = inputs
+        running = active[work]
+        n_iter[work] = np.where(running, iteration, n_iter[work])
+        old, old_labels = centers[work], labels[work]
+        # Weighted one-hot memberships: (k, n) @ (n, d) gives the sums.
+        member = (old_labels[:, :, None, :] == clusters) * ww[:, None, None, :]
+        totals = member.sum(axis=3)
+        sums = np.matmul(member.reshape(len(work), -1, Xw.shape[1]), Xw)
+        sums = sums.reshape(old.shape)
+        movable = totals > WEIGHT_EPS * np.abs(ww).sum(axis=1)[:, None, None]
+        new = np.where(
+            movable[..., None], sums / np.where(movable, totals, 1.0)[..., None], old
+        )
+        new_labels, new_d2 = _assign(Xw, xw_sq, new, tw)
+        new_cost = np.einsum("pri,pi->pr", new_d2, ww)
         # An update that raises the cost (possible only with negative
         # weights) is rejected and the run stops where it was.
-        accepted = ~(new_cost > cost[active])
-        shift = ((new - old) ** 2).sum(axis=(1, 2))
-        same = (new_labels == labels[active]).all(axis=1)
-        keep = active[accepted]
-        centers[keep] = new[accepted]
-        labels[keep] = new_labels[accepted]
-        cost[keep] = new_cost[accepted]
-        done = ~accepted | (shift <= tol_abs) | same
-        active = active[~done]
+        accepted = ~(new_cost > cost[work])
+        shift = ((new - old) ** 2).sum(axis=(2, 3))
+        same = ((new_labels == old_labels) | pad[:, None, :]).all(axis=2)
+        update = running & accepted
+        p, r = np.nonzero(update)
+        centers[work[p], r] = new[p, r]
+        labels[work[p], r] = new_labels[p, r]
+        cost[work[p], r] = new_cost[p, r]
+        active[work] = running & accepted & (shift > tol[:, None]) & ~same
     labels, _ = _assign(X, x_sq, centers, tie)
     return centers, labels, n_iter

@@ -43,7 +43,7 @@ from .._protocol import client_step
 from .._remote import distinct_values, is_remote
 from .._rows import canonical_row_order, row_hashes
 from .._validation import StrictInterval, as_id_array, clip_to_data
-from ._batched_kmeans import SMALL_ROWS, WEIGHT_EPS, kmeans_restarts
+from ._batched_kmeans import SMALL_ROWS, WEIGHT_EPS, KMeansProblem
 from ._centers import KMeansCentersMixin
 
 __all__ = [
@@ -656,7 +656,9 @@ def _local_solution_step(
                 X, w, centers, x_sq, max_iter, _tolerance(X, w, tol), tie=noise
             )
         else:
-            centers, labels, d2, _ = kmeans_restarts(
+            # Handed over: the transport solves many small clients' k-means
+            # together (see skfed._protocol).
+            centers, labels, d2, _ = yield KMeansProblem(
                 X,
                 w,
                 n_clusters,
@@ -1105,8 +1107,12 @@ def _centered(X, w=None):
     """
     if sp.issparse(X):
         return X, np.zeros(X.shape[1])
-    w = None if w is None or not np.any(w > 0) else np.maximum(w, 0)
-    shift = np.average(np.asarray(X, dtype=np.float64), axis=0, weights=w)
+    X64 = np.asarray(X, dtype=np.float64)
+    if w is None or not np.any(w > 0):
+        shift = X64.mean(axis=0)
+    else:
+        w = np.maximum(w, 0)
+        shift = (w @ X64) / w.sum()
     return X - shift.astype(X.dtype, copy=False), shift
 
 

@@ -21,7 +21,6 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 import numpy as np
-import scipy.linalg
 import scipy.sparse as sp
 from sklearn.cluster import KMeans, kmeans_plusplus
 from sklearn.metrics import (
@@ -34,7 +33,7 @@ from threadpoolctl import ThreadpoolController
 from .._federation import ClientStepError, ClientValueError
 from .._protocol import client_step
 from .._rows import row_hashes
-from ._batched_kmeans import SMALL_ROWS, kmeans_restarts
+from ._batched_kmeans import SMALL_ROWS, KMeansProblem
 from ._coreset import (
     _SAME_COST,
     _centered,
@@ -417,7 +416,7 @@ def _local_step(
     if sp.issparse(X):
         mean = None
     else:
-        mean = np.average(X_kept, axis=0, weights=w_kept).astype(X.dtype)
+        mean = ((w_kept @ X_kept) / w_kept.sum()).astype(X.dtype)
 
     if distinct is not None:
         if not allow_raw_upload:
@@ -438,15 +437,15 @@ def _local_step(
                 "tol": tol,
                 "client": client,
             }
-            offsets, kept_labels, n_iter = _awasthi_sheffet(
+            offsets, kept_labels, n_iter = yield from _awasthi_sheffet(
                 rows, w_kept, n_local_clusters, **options
             )
             if local_step == "best":
+                plain = yield from _plain_kmeans(
+                    rows, w_kept, n_local_clusters, **options
+                )
                 offsets, kept_labels, n_iter = _better_of(
-                    rows,
-                    w_kept,
-                    (offsets, kept_labels, n_iter),
-                    _plain_kmeans(rows, w_kept, n_local_clusters, **options),
+                    rows, w_kept, (offsets, kept_labels, n_iter), plain
                 )
         centers = offsets if mean is None else offsets + mean
     if X_kept is X:
@@ -515,8 +514,9 @@ def _awasthi_sheffet(X, weights, n_clusters, *, n_init, max_iter, tol, client):
     client's weighted mean (see :func:`_local_step`), and the centers are
     returned in the same coordinates.
 
-    Returns the local centers Θ(z), the local labels U(z) and the number of
-    full-space Lloyd iterations.
+    A generator (its k-means runs are handed over, see :func:`_kmeans`)
+    returning the local centers Θ(z), the local labels U(z) and the number
+    of full-space Lloyd iterations.
     """
     n_features = X.shape[1]
     rank = min(n_clusters, n_features)
@@ -540,11 +540,8 @@ def _awasthi_sheffet(X, weights, n_clusters, *, n_init, max_iter, tol, client):
             # the top eigenvectors of the d x d Gram matrix: one BLAS pass
             # over the rows, against randomized_svd's seven power
             # iterations (1.2 of 3.9 s of a fit at N = 1M, 10 clients).
-            gram = scaled.T @ scaled
-            _, basis = scipy.linalg.eigh(
-                gram, subset_by_index=[n_features - rank, n_features - 1]
-            )
-            basis = basis[:, ::-1]
+            _, basis = np.linalg.eigh(scaled.T @ scaled)
+            basis = basis[:, ::-1][:, :rank]
         basis = basis.astype(X.dtype, copy=False)
         projected = np.asarray(X @ basis)
     else:
@@ -557,7 +554,7 @@ def _awasthi_sheffet(X, weights, n_clusters, *, n_init, max_iter, tol, client):
     # SVD and avoids most bad local seedings. Projections with too few
     # distinct rows only get k-means++ (KMeans would warn about them).
     if n_init and len(np.unique(row_hashes(projected))) > n_clusters:
-        nu, _, _ = _kmeans(
+        nu, _, _ = yield from _kmeans(
             projected,
             weights,
             n_clusters,
@@ -598,7 +595,7 @@ def _awasthi_sheffet(X, weights, n_clusters, *, n_init, max_iter, tol, client):
     theta = projected_theta @ basis.T if basis is not None else projected_theta
     theta = theta.astype(X.dtype, copy=False)
 
-    lloyd_centers, labels, lloyd_iter = _kmeans(
+    lloyd_centers, labels, lloyd_iter = yield from _kmeans(
         X,
         weights,
         n_clusters,
@@ -615,9 +612,9 @@ def _awasthi_sheffet(X, weights, n_clusters, *, n_init, max_iter, tol, client):
 def _plain_kmeans(X, weights, n_clusters, *, n_init, max_iter, tol, client):
     """k-means++ and Lloyd on the client's rows (no projection, no pruning).
 
-    Returns the same triple as :func:`_awasthi_sheffet`.
+    A generator returning the same triple as :func:`_awasthi_sheffet`.
     """
-    centers, labels, n_iter = _kmeans(
+    centers, labels, n_iter = yield from _kmeans(
         X,
         weights,
         n_clusters,
@@ -646,16 +643,17 @@ def _means_of(X, weights, labels, centers):
 
 def _kmeans(X, weights, n_clusters, *, n_init, max_iter, tol, seed, init=None):
     """Weighted k-means (k-means++ and Lloyd, or Lloyd from ``init``) on one
-    client's rows: (centers, labels, n_iter).
+    client's rows: a generator returning (centers, labels, n_iter).
 
-    A small dense client runs its restarts side by side as arrays
-    (:func:`~skfed.cluster._batched_kmeans.kmeans_restarts`): a
-    scikit-learn ``KMeans.fit`` costs about 8 ms of fixed overhead
-    (validation, thread-pool control), which made a client of a hundred
-    rows cost 25 ms and a fit over 1,000 such clients 15 times one over 10
-    clients of the same N. Larger or sparse clients keep ``KMeans``, whose
-    compiled Lloyd is faster there. Both are greedy k-means++ followed by
-    Lloyd with scikit-learn's tolerance.
+    A small dense client hands its k-means over as a
+    :class:`~skfed.cluster._batched_kmeans.KMeansProblem` (``yield``), which
+    the transport solves together with the other clients' (restarts and
+    clients side by side as arrays): a scikit-learn ``KMeans.fit`` costs
+    about 8 ms of fixed overhead (validation, thread-pool control), which
+    made a client of a hundred rows cost 25 ms and a fit over 1,000 such
+    clients 15 times one over 10 clients of the same N. Larger or sparse
+    clients keep ``KMeans``, whose compiled Lloyd is faster there. Both are
+    greedy k-means++ followed by Lloyd with scikit-learn's tolerance.
     """
     if sp.issparse(X) or X.shape[0] > SMALL_ROWS:
         km = KMeans(
@@ -669,19 +667,27 @@ def _kmeans(X, weights, n_clusters, *, n_init, max_iter, tol, seed, init=None):
         return km.cluster_centers_, km.labels_, int(km.n_iter_)
     w = np.asarray(weights, dtype=np.float64)
     Xc, shift = _centered(np.asarray(X, dtype=np.float64), w)
-    centers, labels, _, n_iter = kmeans_restarts(
+    centers, labels, _, n_iter = yield KMeansProblem(
         Xc,
         w,
         n_clusters,
         n_init=n_init,
         max_iter=max_iter,
         tol_abs=_tolerance(Xc, w, tol),
-        random_state=np.random.RandomState(seed),
+        # PCG64 behind the legacy interface: seeding an MT19937 costs 57 us
+        # (a tenth of a small client's step), a PCG64 5 us. Lloyd from an
+        # init draws nothing.
+        random_state=None if init is not None else _pcg_random_state(seed),
         tie=_rounding_noise(X),
         same_cost=_SAME_COST,
         init=None if init is None else np.asarray(init, dtype=np.float64) - shift,
     )
     return centers + shift, labels, n_iter
+
+
+def _pcg_random_state(seed):
+    """A ``RandomState`` over a PCG64 bit generator seeded with ``seed``."""
+    return np.random.RandomState(np.random.PCG64(seed))
 
 
 def _better_of(X, weights, first, second):

@@ -6,7 +6,12 @@ import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 from sklearn.datasets import make_blobs
 
-from skfed.cluster._batched_kmeans import kmeans_restarts
+import skfed.cluster._batched_kmeans as batched_module
+from skfed.cluster._batched_kmeans import (
+    KMeansProblem,
+    kmeans_restarts,
+    solve_kmeans_problems,
+)
 from skfed.cluster._coreset import (
     _centered,
     _tolerance,
@@ -141,3 +146,53 @@ def test_negative_weights_never_raise_the_cost():
             init=init,
         )
         assert float(w @ d2) <= start + 1e-9 * abs(start)
+
+
+def _problems():
+    """Problems of several shapes: sizes that share a padded length and
+    sizes that do not, k-means++ and given starts, zero weights."""
+    problems = []
+    for i, n in enumerate([90, 100, 101, 128, 129, 300, 7, 100]):
+        X, w = _data(n, seed=i)
+        if i == 7:
+            w[::3] = 0.0
+        init = X[:5].copy() if i % 3 == 2 else None
+        problems.append(
+            KMeansProblem(
+                X,
+                w,
+                5,
+                n_init=3,
+                max_iter=100,
+                tol_abs=_tolerance(X, w, 1e-4),
+                random_state=np.random.RandomState(i),
+                tie=1e-20,
+                same_cost=1e-9,
+                init=init,
+            )
+        )
+    return problems
+
+
+def test_a_problem_solved_in_a_batch_is_solved_as_alone():
+    # A client's answer must not depend on which clients share its batch
+    # (its worker, its transport): each problem is padded by its own size.
+    together = solve_kmeans_problems(_problems())
+    for i, problem in enumerate(_problems()):
+        alone = solve_kmeans_problems([problem])[0]
+        assert_allclose(together[i][0], alone[0], rtol=1e-12, atol=1e-12)
+        assert_array_equal(together[i][1], alone[1])
+        assert_allclose(together[i][2], alone[2], rtol=1e-12, atol=1e-12)
+        assert together[i][3] == alone[3]
+        assert together[i][1].shape == (problem.X.shape[0],)
+
+
+def test_small_batches_give_the_same_answers(monkeypatch):
+    # Splitting a group into batches of one (the memory bound) changes
+    # nothing either.
+    together = solve_kmeans_problems(_problems())
+    monkeypatch.setattr(batched_module, "_BATCH_ELEMENTS", 1)
+    split = solve_kmeans_problems(_problems())
+    for a, b in zip(together, split):
+        assert_allclose(a[0], b[0], rtol=1e-12, atol=1e-12)
+        assert_array_equal(a[1], b[1])

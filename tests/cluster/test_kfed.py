@@ -24,6 +24,7 @@ from threadpoolctl import threadpool_info
 
 import skfed.cluster._kfed_protocol as kfed_module
 from skfed import ClientStepError, ClientValueError, KFed
+from skfed._protocol import run_alone
 from skfed.partition import labels_per_client
 
 HYPOTHESIS = settings(
@@ -1051,13 +1052,17 @@ def test_small_client_kmeans_matches_scikit_learn(monkeypatch, dtype):
         d2 = ((X[:, None, :] - centers[None]) ** 2).sum(axis=2).min(axis=1)
         return float(w @ d2)
 
+    def kmeans(**kwargs):
+        # A generator step helper: its small k-means is handed over.
+        return run_alone(kfed_module._kmeans(X, w, 6, **kwargs))
+
     kw = {"n_init": 5, "max_iter": 300, "tol": 1e-4, "seed": 0}
-    small = kfed_module._kmeans(X, w, 6, **kw)
+    small = kmeans(**kw)
     init = X[:6].astype(np.float64)
-    small_init = kfed_module._kmeans(X, w, 6, init=init, **dict(kw, n_init=1))
+    small_init = kmeans(init=init, **dict(kw, n_init=1))
     monkeypatch.setattr(kfed_module, "SMALL_ROWS", 0)
-    large = kfed_module._kmeans(X, w, 6, **kw)
-    large_init = kfed_module._kmeans(X, w, 6, init=init, **dict(kw, n_init=1))
+    large = kmeans(**kw)
+    large_init = kmeans(init=init, **dict(kw, n_init=1))
     assert cost(small[0]) == pytest.approx(cost(large[0]), rel=0.01)
     assert cost(small_init[0]) == pytest.approx(cost(large_init[0]), rel=0.01)
     # Labels are the nearest centers.
