@@ -201,7 +201,9 @@ def _solve_batch(problems, n_runs, n_rows):
     )
     # Exact squared distances (the expanded ones leave rounding noise, so
     # a point on its center would not cost exactly 0), and the cheapest run.
-    diff = X[:, None] - np.take_along_axis(centers, labels[..., None], axis=2)
+    runs = np.arange(n_runs)[None, :, None]
+    diff = centers[np.arange(n_problems)[:, None, None], runs, labels]
+    diff -= X[:, None]
     d2 = np.einsum("prij,prij->pri", diff, diff)
     cost = np.einsum("pri,pi->pr", d2, w)
     answers = []
