@@ -85,9 +85,13 @@ def _fingerprint(X):
     change it, and neither does passing the data as float32 instead of
     float64, so a client draws the same random numbers for both.
     """
-    hashes = np.sort(rounded_row_hashes(X))
-    digest = hashlib.blake2b(hashes.tobytes(), digest_size=8)
-    digest.update(repr(X.shape).encode())
+    return _digest(rounded_row_hashes(X), X.shape)
+
+
+def _digest(hashes, shape):
+    """:func:`_fingerprint` of rows whose rounded hashes are ``hashes``."""
+    digest = hashlib.blake2b(np.sort(hashes).tobytes(), digest_size=8)
+    digest.update(repr(tuple(int(n) for n in shape)).encode())
     return int.from_bytes(digest.digest(), "little")
 
 
@@ -311,12 +315,16 @@ class Federation:
         if sp.issparse(X):
             X = X.tocsr()
         clients = []
+        # Each row's hash, once for all clients (a hashing call per client
+        # cost 15 of 26 ms of this set-up over 1,000 clients).
+        hashes = rounded_row_hashes(X)
         for cid, idx in zip(partitioning.client_ids, partitioning.indices):
             Xm = X[idx]
             weights = None if sample_weight is None else sample_weight[idx]
             # Rows of zero weight are documented as if removed: they must not
             # change the client's random streams either.
-            fp = _fingerprint(Xm if weights is None else Xm[weights != 0])
+            kept = hashes[idx] if weights is None else hashes[idx][weights != 0]
+            fp = _digest(kept, (len(kept), X.shape[1]))
             clients.append(
                 ClientData(
                     cid,
@@ -489,12 +497,16 @@ class Federation:
         ids = list(self.client_ids)
         if messages is None:
             messages = [message] * len(ids)
+            # A broadcast is measured once (a Lanczos fit over 1,000 clients
+            # broadcasts three million times).
+            down = [count_payload(message)] * len(ids)
         elif len(messages) != len(ids):
             raise ValueError(
                 f"round {name!r}: {len(messages)} messages for {len(ids)} clients."
             )
+        else:
+            down = [count_payload(m) for m in messages]
         rnd = self.log.new_round()
-        down = [count_payload(m) for m in messages]
         if any(f or b for f, b in down):
             self.log.record(
                 name,

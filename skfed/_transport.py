@@ -137,15 +137,18 @@ def kept_after(call, storage, result):
     Returns
     -------
     storage : dict
-        A new dict with the step's namespace replaced (unchanged after a
-        failure).
+        A new dict with the step's namespace replaced (the same dict after
+        a failure, or when the step returned the state it was given).
     answer : object
         The upload, or the :class:`StepFailure`.
     """
     if isinstance(result, StepFailure):
         return storage, result
     state, upload = result
-    return {**storage, call.namespace: state}, upload
+    namespace = call.namespace
+    if namespace in storage and storage[namespace] is state:
+        return storage, upload  # unchanged (a Lanczos product, say)
+    return {**storage, namespace: state}, upload
 
 
 def placed_rows(parts, offset, length, *, fill, dtype, tail_shape):

@@ -385,3 +385,25 @@ def test_shared_work_that_fails_fails_only_its_client(data, catch):
     for c in (0, 1, 2, 4):
         rows = ids == c
         np.testing.assert_allclose(got[c], X[rows, :2].sum(axis=0), rtol=1e-12)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_client_entropy_is_the_fingerprint_of_its_rows(sparse):
+    # The set-up hashes every row once for all clients; each client's
+    # entropy must still be the fingerprint of its own rows (of positive
+    # weight), as a client built alone (on a dask worker) computes it.
+    rng = np.random.RandomState(0)
+    X = rng.standard_normal((80, 3))
+    X[rng.rand(80, 3) < 0.3] = 0.0
+    X = sp.csr_matrix(X) if sparse else X
+    ids = rng.randint(0, 4, 80)
+    w = rng.rand(80)
+    w[::5] = 0.0
+    p = check_partitions(ids, 80)
+    with Federation.from_arrays(X, None, p, random_state=0, sample_weight=w) as fed:
+        for c in fed.client_ids:
+            rows = X[np.flatnonzero(ids == c)]
+            kept = rows[w[ids == c] != 0]
+            fp = _fingerprint(kept)
+            entropy = fed.transport.client(c).entropy
+            assert entropy[1:] == (fp & 0xFFFFFFFF, fp >> 32)
