@@ -44,6 +44,7 @@ __all__ = [
     "as_step_call",
     "client_step",
     "resolve_step",
+    "resume",
     "run_alone",
     "solve_together",
     "stream_key",
@@ -196,14 +197,23 @@ def run_alone(started):
         return started
     answer = None
     while True:
-        try:
-            if isinstance(answer, Raised):
-                item = started.throw(answer.exc)
-            else:
-                item = started.send(answer)
-        except StopIteration as stop:
-            return stop.value
-        answer = solve_together([item])[0]
+        done, out = resume(started, answer)
+        if done:
+            return out
+        answer = solve_together([out])[0]
+
+
+def resume(step, answer):
+    """Advance a generator step with the answer to the item it handed over
+    last (None at first): ``(True, result)`` once it returns, else
+    ``(False, next item)``. A :class:`Raised` answer is thrown into the
+    step; what the step raises propagates."""
+    try:
+        if isinstance(answer, Raised):
+            return False, step.throw(answer.exc)
+        return False, step.send(answer)
+    except StopIteration as stop:
+        return True, stop.value
 
 
 def as_step_call(step):

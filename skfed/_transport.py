@@ -39,7 +39,7 @@ from joblib import effective_n_jobs, parallel_config
 from sklearn.utils.parallel import Parallel, delayed
 from threadpoolctl import threadpool_limits
 
-from ._protocol import Raised, resolve_step, solve_together
+from ._protocol import resolve_step, resume, solve_together
 
 __all__ = ["JoblibTransport", "StepFailure"]
 
@@ -49,6 +49,10 @@ _CHEAP_ROUND = 0.02
 # (about where skfed's steps leave per-call-bound array code for compiled
 # scikit-learn routines).
 _SMALL_CLIENT = 2048
+# Rows of the clients whose steps advance together in one thread (see
+# _run_sequential_steps): 650 clients of 100 rows, whose k-means problems
+# already fill the batched solver's arrays.
+_WAVE_ROWS = 2**16
 
 
 class StepFailure:
@@ -86,15 +90,10 @@ def _run_sequential_step(call, client, storage, message):
 
 
 def _resumed(step, answer):
-    """Advance a started step with the answer to its last work item:
-    ``(True, result or StepFailure)`` once it returns or raises, else
-    ``(False, next item)``."""
+    """:func:`~skfed._protocol.resume` that turns what the step raises
+    into its ``(True, StepFailure)``."""
     try:
-        if isinstance(answer, Raised):
-            return False, step.throw(answer.exc)
-        return False, step.send(answer)
-    except StopIteration as stop:
-        return True, stop.value
+        return resume(step, answer)
     except Exception as exc:
         return True, StepFailure(exc, traceback.format_exc())
 
@@ -105,8 +104,24 @@ def _run_sequential_steps(calls):
     Steps that hand over shared work advance side by side, and the items
     of each turn are solved together (:func:`~skfed._protocol.solve_together`):
     a small client's k-means is then one slice of a few large numpy calls
-    instead of a few hundred small ones of its own.
+    instead of a few hundred small ones of its own. A suspended step holds
+    its intermediate arrays, so clients advance together in waves of about
+    ``_WAVE_ROWS`` rows: memory stays a bounded multiple of one wave's
+    data, not of all the clients'.
     """
+    results = []
+    wave, rows = [], 0
+    for args in calls:
+        wave.append(args)
+        rows += args[1].n_samples
+        if rows >= _WAVE_ROWS:
+            results += _run_wave(wave)
+            wave, rows = [], 0
+    return results + _run_wave(wave)
+
+
+def _run_wave(calls):
+    """:func:`_run_sequential_steps` on clients that advance together."""
     results = [_run_sequential_step(*args) for args in calls]
     waiting = [(i, r) for i, r in enumerate(results) if inspect.isgenerator(r)]
     answers = [None] * len(waiting)

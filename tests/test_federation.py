@@ -407,3 +407,21 @@ def test_client_entropy_is_the_fingerprint_of_its_rows(sparse):
             fp = _fingerprint(kept)
             entropy = fed.transport.client(c).entropy
             assert entropy[1:] == (fp & 0xFFFFFFFF, fp >> 32)
+
+
+def test_shared_work_advances_in_waves_of_rows(data, monkeypatch):
+    # Suspended steps hold their arrays: the clients advance together in
+    # waves of about _WAVE_ROWS rows, each wave solved as one batch, and
+    # the answers do not change.
+    X, ids = data
+    p = check_partitions(ids, X.shape[0])
+    with Federation.from_arrays(X, None, p, random_state=0, n_jobs=1) as fed:
+        whole = fed.run_round("sums", shared_sum)
+    sizes = np.bincount(ids)
+    monkeypatch.setattr(transport_module, "_WAVE_ROWS", int(sizes[:4].sum()))
+    SharedSum.batches.clear()
+    with Federation.from_arrays(X, None, p, random_state=0, n_jobs=1) as fed:
+        waves = fed.run_round("sums", shared_sum)
+    np.testing.assert_array_equal(waves, whole)
+    # Clients 0-3 fill the first wave, client 4 is the second.
+    assert SharedSum.batches == [4, 4, 1, 1]

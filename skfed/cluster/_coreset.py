@@ -623,7 +623,9 @@ def _local_solution_step(
 ):
     """Client: local solution B_m and its cost (step 1 of §5).
 
-    Upload: cost_m = Σ_p w_p d(p, B_m)², 1 float.
+    Upload: cost_m = Σ_p w_p d(p, B_m)², 1 float. A small dense client's
+    k-means is handed over to be solved with other clients' (a generator
+    step, see :mod:`skfed._protocol`).
     """
     X = _rows(client, rows)
     n = X.shape[0]

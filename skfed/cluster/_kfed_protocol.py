@@ -375,7 +375,9 @@ def _local_step(
     ``allow_raw_upload`` is False. Kept: the local label of each sample.
     With ``single_threaded`` the client's KMeans runs use one OpenMP
     thread: the clients already run in parallel, and OpenMP teams inside
-    parallel clients oversubscribe the cores.
+    parallel clients oversubscribe the cores. A small client's k-means
+    runs are handed over to be solved with other clients' (see
+    :func:`_kmeans`).
     """
     if dropout and client.random_state(_DROPOUT_STREAM).random_sample() < dropout:
         raise _SimulatedDropout(f"simulated dropout (client_dropout={dropout})")
