@@ -45,6 +45,10 @@ _BLOCK = 2048
 # Eigenvalues of K_YY below this fraction of the largest are treated as zero:
 # their directions carry no energy and would only amplify rounding.
 _EIG_RTOL = 1e-10
+# Smallest wanted singular value, relative to the largest, for which the
+# master takes the top singular vectors from the Gram matrix (see
+# _lowrank_solve).
+_GRAM_SAFE = 1e-3
 # Residuals below this fraction of κ(a, a) are rounding noise (the point is
 # already in the span), not a reason to sample it.
 _RESIDUAL_RTOL = 1e-9
@@ -739,9 +743,12 @@ def _lowrank_step(client, state, mean):
         # O(n² r) against the r × r eigenproblem's O(r³), which dominated
         # with a thousand small clients, and a tenth of the time of the
         # n × r SVD.
+        # numpy's eigh, not scipy's: its LAPACK call releases the GIL, so
+        # client threads overlap (scipy's held it: two threads ran this
+        # round 1.3 times faster than one).
         centred = np.vstack(list(_centred_projections(client, state)))
-        _, V = scipy.linalg.eigh(centred @ centred.T, subset_by_index=[n - q, n - 1])
-        return state, centred.T @ V[:, ::-1]
+        _, V = np.linalg.eigh(centred @ centred.T)
+        return state, centred.T @ V[:, ::-1][:, :q]
     gram = np.zeros((r, r), order="F")
     for Pt in _centred_projections(client, state):
         # Upper triangle only (BLAS syrk): half the flops of Ptᵀ Pt.
@@ -840,8 +847,25 @@ def _leverage_basis(sketches, embedding_dim):
 
 
 def _lowrank_solve(factors, n_components):
-    """disLR, master: W = top-k left singular vectors of [Π[1]T_1 … Π[M]T_M]."""
+    """disLR, master: W = top-k left singular vectors of [Π[1]T_1 … Π[M]T_M].
+
+    The r × (Σ q_m) matrix is wide when clients are many (20,000 columns
+    from 1,000 clients): its left singular vectors are the eigenvectors of
+    the r × r matrix Σ_m F_m F_mᵀ, a fifth of the SVD's time (0.87 s over
+    1,000 clients, the largest sequential step of the fit). Squaring
+    loses half the digits of the small singular values, so that path is
+    taken only when the k-th singular value is at least 1e-3 of the
+    largest (the rank cut at 1e-10 then keeps all k, as the SVD would, and
+    the k directions are accurate to about 1e-13); otherwise the SVD
+    decides.
+    """
     stacked = np.hstack(factors)
+    k = min(n_components, *stacked.shape)
+    if k and stacked.shape[1] > 2 * stacked.shape[0]:
+        lam, V = np.linalg.eigh(stacked @ stacked.T)
+        lam, V = lam[::-1], V[:, ::-1]
+        if lam[0] > 0 and lam[k - 1] >= _GRAM_SAFE**2 * lam[0]:
+            return V[:, :k]
     U, s, _ = np.linalg.svd(stacked, full_matrices=False)
     rank = int(np.sum(s > _EIG_RTOL * s[0])) if s.size and s[0] > 0 else 0
     return U[:, : min(n_components, rank)]
