@@ -48,7 +48,8 @@ WEIGHT_EPS = 1e-10
 # were 15% slower: glibc maps arrays that large afresh on every call (page
 # faults), and they leave the caches.
 _BATCH_ELEMENTS = 2**18
-# Padding granule of a problem's rows: 32 rows, or an eighth of them.
+# Padding granule of a problem's rows: 32 rows, or from 1/16 to 1/8 of
+# them from 512 rows on (see _padded_rows).
 _ROW_GRANULE = 32
 
 
@@ -316,7 +317,7 @@ def _lloyd(X, w, x_sq, padding, centers, max_iter, tol_abs, tie):
     run of such a problem is computed along and not updated. ``padding``
     marks the rows that only fill the arrays.
     """
-    n_problems, n_runs, n_clusters, d = centers.shape
+    n_problems, n_runs, n_clusters, _ = centers.shape
     centers = centers.copy()
     labels, d2 = _assign(X, x_sq, centers, tie)
     cost = np.einsum("pri,pi->pr", d2, w)
