@@ -46,6 +46,7 @@ __all__ = [
     "resolve_step",
     "resume",
     "run_alone",
+    "run_together",
     "solve_together",
     "stream_key",
 ]
@@ -193,14 +194,32 @@ def run_alone(started):
     """The result of a called step (see :meth:`StepCall.start`), solving
     the work a generator step hands over item by item; an exception from
     solving is raised inside the step."""
-    if not inspect.isgenerator(started):
-        return started
-    answer = None
-    while True:
-        done, out = resume(started, answer)
-        if done:
-            return out
-        answer = solve_together([out])[0]
+    return run_together([started])[0]
+
+
+def run_together(started, advance=None):
+    """The results of called steps, generator steps advancing side by side
+    and the items of each turn solved together (:func:`solve_together`).
+
+    ``advance(step, answer)`` moves a step on (:func:`resume` by default,
+    which lets what the step raises propagate; a transport passes one that
+    turns it into that client's failure).
+    """
+    advance = resume if advance is None else advance
+    results = list(started)
+    waiting = [(i, r) for i, r in enumerate(results) if inspect.isgenerator(r)]
+    answers = [None] * len(waiting)
+    while waiting:
+        asked = []
+        for (i, step), answer in zip(waiting, answers):
+            done, out = advance(step, answer)
+            if done:
+                results[i] = out
+            else:
+                asked.append((i, step, out))
+        answers = solve_together([item for _, _, item in asked])
+        waiting = [(i, step) for i, step, _ in asked]
+    return results
 
 
 def resume(step, answer):

@@ -30,7 +30,6 @@ collections and under joblib's dask backend);
 ``skfed.flower.FlowerTransport`` reaches them as Flower nodes.
 """
 
-import inspect
 import time
 import traceback
 
@@ -39,7 +38,7 @@ from joblib import effective_n_jobs, parallel_config
 from sklearn.utils.parallel import Parallel, delayed
 from threadpoolctl import threadpool_limits
 
-from ._protocol import resolve_step, resume, solve_together
+from ._protocol import resolve_step, resume, run_together
 
 __all__ = ["JoblibTransport", "StepFailure"]
 
@@ -102,7 +101,7 @@ def _run_sequential_steps(calls):
     """Several clients' steps in this thread, joblib configured sequential.
 
     Steps that hand over shared work advance side by side, and the items
-    of each turn are solved together (:func:`~skfed._protocol.solve_together`):
+    of each turn are solved together (:func:`~skfed._protocol.run_together`):
     a small client's k-means is then one slice of a few large numpy calls
     instead of a few hundred small ones of its own. A suspended step holds
     its intermediate arrays, so clients advance together in waves of about
@@ -122,20 +121,8 @@ def _run_sequential_steps(calls):
 
 def _run_wave(calls):
     """:func:`_run_sequential_steps` on clients that advance together."""
-    results = [_run_sequential_step(*args) for args in calls]
-    waiting = [(i, r) for i, r in enumerate(results) if inspect.isgenerator(r)]
-    answers = [None] * len(waiting)
-    while waiting:
-        asked = []
-        for (i, step), answer in zip(waiting, answers):
-            done, out = _resumed(step, answer)
-            if done:
-                results[i] = out
-            else:
-                asked.append((i, step, out))
-        answers = solve_together([item for _, _, item in asked])
-        waiting = [(i, step) for i, step, _ in asked]
-    return results
+    started = [_run_sequential_step(*args) for args in calls]
+    return run_together(started, advance=_resumed)
 
 
 def kept_after(call, storage, result):
