@@ -250,27 +250,37 @@ def _seed(X, w, n_clusters, n_runs, rngs, noise):
     ``noise``), the run repeats one of its centers instead. Only rows of
     positive weight are drawn: they are moved to the front of each
     problem's rows (in their order), the others weigh zero.
+
+    A problem's uniform draws are taken from its generator in one call
+    before the seeding starts (the first centers', then each later
+    center's candidates); the same numbers, in the same order, as drawing
+    them center by center, without a generator call per problem and
+    center (18,000 calls over 1,000 clients, a sixth of the seeding).
+    Repeats of spent runs are drawn after them.
     """
     n_problems, n_rows, d = X.shape
+    n_trials = _n_trials(n_clusters)
     Xp = np.zeros_like(X)
     wp = np.zeros_like(w)
     n_pos = np.empty(n_problems, dtype=np.intp)
-    for j in range(n_problems):
+    first = np.empty((n_problems, n_runs), dtype=np.intp)
+    draws = np.empty((n_problems, n_clusters - 1, n_runs, n_trials))
+    for j, rng in enumerate(rngs):
         idx = np.flatnonzero(w[j] > 0)
-        n_pos[j] = len(idx)
-        Xp[j, : len(idx)] = X[j, idx]
-        wp[j, : len(idx)] = w[j, idx]
+        m = n_pos[j] = len(idx)
+        Xp[j, :m] = X[j, idx]
+        wp[j, :m] = w[j, idx]
+        uniform = rng.random_sample(n_runs * (1 + draws[j].size // n_runs))
+        # The first center ∝ w, with the cumulative distribution that
+        # RandomState.choice(m, p=w / w.sum()) would use.
+        cdf = np.cumsum(wp[j, :m] / wp[j, :m].sum())
+        cdf /= cdf[-1]
+        first[j] = cdf.searchsorted(uniform[:n_runs], side="right")
+        draws[j] = uniform[n_runs:].reshape(draws[j].shape)
     xp_sq = np.einsum("pij,pij->pi", Xp, Xp)
-    n_trials = _n_trials(n_clusters)
     problems = np.arange(n_problems)[:, None]
     runs = np.arange(n_runs)[None, :]
     centers = np.empty((n_problems, n_runs, n_clusters, d))
-    first = np.stack(
-        [
-            rng.choice(m, size=n_runs, p=wp[j, :m] / wp[j, :m].sum())
-            for j, (rng, m) in enumerate(zip(rngs, n_pos))
-        ]
-    )
     centers[:, :, 0] = Xp[problems, first]
     d2 = _sq_dist(Xp, xp_sq, centers[:, :, :1])[:, :, 0]
     for c in range(1, n_clusters):
@@ -278,10 +288,9 @@ def _seed(X, w, n_clusters, n_runs, rngs, noise):
             wp[:, None, :] * np.where(d2 > noise[:, None, None], d2, 0.0), axis=2
         )
         potential = cumulative[..., -1]
-        draws = np.stack([rng.uniform(size=(n_runs, n_trials)) for rng in rngs])
-        draws *= potential[..., None]
+        targets = draws[:, c - 1] * potential[..., None]
         # searchsorted row by row: how many cumulative values lie below.
-        picks = np.count_nonzero(cumulative[:, :, None, :] < draws[..., None], axis=3)
+        picks = np.count_nonzero(cumulative[:, :, None, :] < targets[..., None], axis=3)
         np.minimum(picks, (n_pos - 1)[:, None, None], out=picks)
         # (problems, runs, trials, rows): squared distances to each
         # candidate, capped by the distance to the centers drawn so far.
@@ -360,5 +369,7 @@ def _lloyd(X, w, x_sq, padding, centers, max_iter, tol_abs, tie):
         labels[work[p], r] = new_labels[p, r]
         cost[work[p], r] = new_cost[p, r]
         active[work] = running & accepted & (shift > tol[:, None]) & ~same
-    labels, _ = _assign(X, x_sq, centers, tie)
+    # Every run's labels are those of its centers already (each accepted
+    # update stores the centers with their assignment), so no final
+    # assignment step, which cost a fifth of the batched solve.
     return centers, labels, n_iter
