@@ -226,14 +226,16 @@ def _solve_batch(problems, n_runs, n_rows):
     return answers
 
 
-def _sq_dist(X, x_sq, centers):
+def _sq_dist(X, x_sq, centers, c_sq=None):
     """‖x − c‖² of every row to every center of every run.
 
-    ``X`` (p, n, d), ``x_sq`` (p, n), ``centers`` (p, r, m, d) -> (p, r, m, n).
-    All runs' centers of a problem meet its rows in one matrix product.
+    ``X`` (p, n, d), ``x_sq`` (p, n), ``centers`` (p, r, m, d) -> (p, r, m, n);
+    ``c_sq`` (p, r, m), the centers' squared norms, if known. All runs'
+    centers of a problem meet its rows in one matrix product.
     """
     n_problems, n_runs, m, d = centers.shape
-    c_sq = np.einsum("prmj,prmj->prm", centers, centers)
+    if c_sq is None:
+        c_sq = np.einsum("prmj,prmj->prm", centers, centers)
     flat = centers.reshape(n_problems, n_runs * m, d)
     dist = np.matmul(flat, X.transpose(0, 2, 1)).reshape(n_problems, n_runs, m, -1)
     dist *= -2.0
@@ -294,7 +296,9 @@ def _seed(X, w, n_clusters, n_runs, rngs, noise):
         np.minimum(picks, (n_pos - 1)[:, None, None], out=picks)
         # (problems, runs, trials, rows): squared distances to each
         # candidate, capped by the distance to the centers drawn so far.
-        cand_d2 = _sq_dist(Xp, xp_sq, Xp[problems[..., None], picks])
+        cand_d2 = _sq_dist(
+            Xp, xp_sq, Xp[problems[..., None], picks], xp_sq[problems[..., None], picks]
+        )
         np.minimum(cand_d2, d2[:, :, None, :], out=cand_d2)
         best = np.argmin(np.einsum("prtn,pn->prt", cand_d2, wp), axis=2)
         centers[:, :, c] = Xp[problems, picks[problems, runs, best]]

@@ -639,7 +639,7 @@ def _local_solution_step(
     # coordinates cancel on data far from the origin.
     X, shift = _centered(X, w)
     noise = _rounding_noise(X)
-    x_sq = row_norms(X, squared=True)
+    x_sq = _sq_norms(X)
     if n <= n_clusters:
         centers = _dense_rows(X, np.arange(n)).astype(np.float64)
         labels = np.arange(n)
@@ -916,7 +916,7 @@ def weighted_kmeans(
     # the mean does not depend on the clients' names): see _centered.
     noise = _rounding_noise(X)
     X, shift = _centered(X)
-    x_sq = row_norms(X, squared=True)
+    x_sq = _sq_norms(X)
     tol_abs = _tolerance(X, sample_weight, tol)
     best = None
     for seed in rng.randint(_SEED_MAX, size=n_init):
@@ -1060,9 +1060,9 @@ def _assign(X, x_sq, centers, *, d2="exact", tie=0.0):
     labels = np.empty(n, dtype=np.intp)
     sparse_exact = d2 == "exact" and sp.issparse(X)
     out = np.empty(n, dtype=np.float64) if d2 == "expanded" or sparse_exact else None
-    c_sq = row_norms(centers, squared=True)
+    c_sq = _sq_norms(centers)
     for batch in gen_batches(n, _CHUNK):
-        cross = safe_sparse_dot(X[batch], centers.T, dense_output=True)
+        cross = _dot(X[batch], centers.T)
         # ‖x‖² is the same for every center: not needed for the argmin.
         dist = c_sq - 2.0 * cross
         if tie > 0:
@@ -1128,20 +1128,37 @@ def _assign_around_centers(X, centers, *, d2="exact"):
     (see :func:`_centered`)."""
     tie = _rounding_noise(centers)
     if sp.issparse(X):
-        return _assign(X, row_norms(X, squared=True), centers, d2=d2, tie=tie)
+        return _assign(X, _sq_norms(X), centers, d2=d2, tie=tie)
     reference = centers.mean(axis=0)
     X = X - reference.astype(X.dtype, copy=False)
-    return _assign(X, row_norms(X, squared=True), centers - reference, d2=d2, tie=tie)
+    return _assign(X, _sq_norms(X), centers - reference, d2=d2, tie=tie)
 
 
 def _sq_dist(X, x_sq, centers, c_sq=None):
     """Squared distances ‖x − c‖² of rows to centers, clipped at 0."""
     if c_sq is None:
-        c_sq = row_norms(centers, squared=True)
-    dist = -2.0 * safe_sparse_dot(X, centers.T, dense_output=True)
+        c_sq = _sq_norms(centers)
+    dist = -2.0 * _dot(X, centers.T)
     dist += x_sq[:, None]
     dist += c_sq[None, :]
     return np.maximum(dist, 0.0, out=dist)
+
+
+def _sq_norms(X):
+    """‖x‖² of every row, as ``row_norms(X, squared=True)``: dense rows
+    take its einsum directly (its array-namespace dispatch costs 10 us a
+    call, more than the arithmetic on a small client's rows)."""
+    if sp.issparse(X):
+        return row_norms(X, squared=True)
+    return np.einsum("ij,ij->i", X, X)
+
+
+def _dot(A, B):
+    """A @ B, dense: ``safe_sparse_dot(A, B, dense_output=True)``, whose
+    checks two dense arrays skip."""
+    if sp.issparse(A) or sp.issparse(B):
+        return safe_sparse_dot(A, B, dense_output=True)
+    return A @ B
 
 
 def _tolerance(X, w, tol):
@@ -1151,9 +1168,9 @@ def _tolerance(X, w, tol):
     total = w.sum()
     if not total > 0:
         return 0.0
-    mean = np.asarray(safe_sparse_dot(w, X)).ravel() / total
+    mean = np.asarray(_dot(w, X)).ravel() / total
     if sp.issparse(X):
-        sq = np.asarray(safe_sparse_dot(w, X.multiply(X))).ravel() / total
+        sq = np.asarray(_dot(w, X.multiply(X))).ravel() / total
     else:
         sq = (w @ (X * X)) / total
     return float(np.mean(np.maximum(sq - mean**2, 0.0)) * tol)

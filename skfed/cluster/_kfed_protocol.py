@@ -40,6 +40,7 @@ from ._coreset import (
     _cluster_sums,
     _rounding_noise,
     _sq_dist,
+    _sq_norms,
     _tolerance,
     weighted_kmeans,
 )
@@ -49,7 +50,6 @@ __all__ = ["KFedLocalOptions", "KFedResult", "run_kfed", "run_kfed_update"]
 # Names of the per-client random streams (``client.random_state(name)``).
 _SVD_STREAM = "kfed.svd"
 _SEEDING_STREAM = "kfed.seeding"
-_LLOYD_STREAM = "kfed.lloyd"
 _DROPOUT_STREAM = "kfed.dropout"
 _PLAIN_STREAM = "kfed.plain"
 # Features up to which a dense client's projection comes from its d x d
@@ -431,13 +431,18 @@ def _local_step(
         offsets = centers if mean is None else centers - mean
         n_iter = 0
     else:
-        with _one_openmp_thread() if single_threaded else contextlib.nullcontext():
-            rows = X_kept if mean is None else X_kept - mean
+        rows = X_kept if mean is None else X_kept - mean
+        # Only scikit-learn's KMeans (large or sparse clients) runs OpenMP;
+        # setting the limit costs 50 us, a tenth of a small client's step.
+        limit = single_threaded and not _batched(rows)
+        with _one_openmp_thread() if limit else contextlib.nullcontext():
             options = {
                 "n_init": min(n_init, len(kept)),
                 "max_iter": max_iter,
                 "tol": tol,
                 "client": client,
+                # Lloyd from θ and plain k-means cluster the same rows.
+                "prepared": _prepare(rows, w_kept, tol),
             }
             offsets, kept_labels, n_iter = yield from _awasthi_sheffet(
                 rows, w_kept, n_local_clusters, **options
@@ -507,7 +512,9 @@ def _induce_labels_step(client, state, message):
     return state, None
 
 
-def _awasthi_sheffet(X, weights, n_clusters, *, n_init, max_iter, tol, client):
+def _awasthi_sheffet(
+    X, weights, n_clusters, *, n_init, max_iter, tol, client, prepared=None
+):
     """Algorithm 1 (Awasthi & Sheffet, 2012) on one client's (weighted) rows.
 
     A weight acts as a multiplicity: the SVD is that of the rows scaled by
@@ -518,7 +525,8 @@ def _awasthi_sheffet(X, weights, n_clusters, *, n_init, max_iter, tol, client):
 
     A generator (its k-means runs are handed over, see :func:`_kmeans`)
     returning the local centers Θ(z), the local labels U(z) and the number
-    of full-space Lloyd iterations.
+    of full-space Lloyd iterations. ``prepared`` is X as :func:`_prepare`
+    returns it, if the caller has it.
     """
     n_features = X.shape[1]
     rank = min(n_clusters, n_features)
@@ -555,7 +563,7 @@ def _awasthi_sheffet(X, weights, n_clusters, *, n_init, max_iter, tol, client):
     # Lloyd on the k(z)-dimensional projection, which is cheap next to the
     # SVD and avoids most bad local seedings. Projections with too few
     # distinct rows only get k-means++ (KMeans would warn about them).
-    if n_init and len(np.unique(row_hashes(projected))) > n_clusters:
+    if n_init and _distinct_above(np.sort(row_hashes(projected)), n_clusters):
         nu, _, _ = yield from _kmeans(
             projected,
             weights,
@@ -576,7 +584,7 @@ def _awasthi_sheffet(X, weights, n_clusters, *, n_init, max_iter, tol, client):
     # Pruning: keep the points at least three times closer to their nearest
     # seed than to any other, so that the first means are not pulled by
     # points between clusters.
-    sq_dist = _sq_dist(projected, row_norms(projected, squared=True), nu)
+    sq_dist = _sq_dist(projected, _sq_norms(projected), nu)
     nearest = np.argmin(sq_dist, axis=1)
     if n_clusters > 1:
         d1 = sq_dist[np.arange(len(nearest)), nearest]
@@ -597,6 +605,8 @@ def _awasthi_sheffet(X, weights, n_clusters, *, n_init, max_iter, tol, client):
     theta = projected_theta @ basis.T if basis is not None else projected_theta
     theta = theta.astype(X.dtype, copy=False)
 
+    # Lloyd from an init draws nothing, so any fixed seed will do (a
+    # client stream costs 20 us to derive).
     lloyd_centers, labels, lloyd_iter = yield from _kmeans(
         X,
         weights,
@@ -605,13 +615,16 @@ def _awasthi_sheffet(X, weights, n_clusters, *, n_init, max_iter, tol, client):
         n_init=1,
         max_iter=max_iter,
         tol=tol,
-        seed=client.seed(_LLOYD_STREAM),
+        seed=0,
+        prepared=prepared,
     )
     # Algorithm 1 returns the means of the final clusters U_r.
     return _means_of(X, weights, labels, lloyd_centers), labels, int(lloyd_iter)
 
 
-def _plain_kmeans(X, weights, n_clusters, *, n_init, max_iter, tol, client):
+def _plain_kmeans(
+    X, weights, n_clusters, *, n_init, max_iter, tol, client, prepared=None
+):
     """k-means++ and Lloyd on the client's rows (no projection, no pruning).
 
     A generator returning the same triple as :func:`_awasthi_sheffet`.
@@ -624,6 +637,7 @@ def _plain_kmeans(X, weights, n_clusters, *, n_init, max_iter, tol, client):
         max_iter=max_iter,
         tol=tol,
         seed=client.seed(_PLAIN_STREAM),
+        prepared=prepared,
     )
     return _means_of(X, weights, labels, centers), labels, n_iter
 
@@ -643,7 +657,9 @@ def _means_of(X, weights, labels, centers):
     return means
 
 
-def _kmeans(X, weights, n_clusters, *, n_init, max_iter, tol, seed, init=None):
+def _kmeans(
+    X, weights, n_clusters, *, n_init, max_iter, tol, seed, init=None, prepared=None
+):
     """Weighted k-means (k-means++ and Lloyd, or Lloyd from ``init``) on one
     client's rows: a generator returning (centers, labels, n_iter).
 
@@ -656,8 +672,11 @@ def _kmeans(X, weights, n_clusters, *, n_init, max_iter, tol, seed, init=None):
     clients 15 times one over 10 clients of the same N. Larger or sparse
     clients keep ``KMeans``, whose compiled Lloyd is faster there. Both are
     greedy k-means++ followed by Lloyd with scikit-learn's tolerance.
+    ``seed`` (an int) draws the k-means++ starts; with ``init`` it is
+    unused. ``prepared`` is ``_prepare(X, weights, tol)``, if the caller
+    has it.
     """
-    if sp.issparse(X) or X.shape[0] > SMALL_ROWS:
+    if not _batched(X):
         km = KMeans(
             n_clusters,
             init="k-means++" if init is None else init,
@@ -667,24 +686,55 @@ def _kmeans(X, weights, n_clusters, *, n_init, max_iter, tol, seed, init=None):
             random_state=seed,
         ).fit(X, sample_weight=weights)
         return km.cluster_centers_, km.labels_, int(km.n_iter_)
-    w = np.asarray(weights, dtype=np.float64)
-    Xc, shift = _centered(np.asarray(X, dtype=np.float64), w)
+    if prepared is None:
+        prepared = _prepare(X, weights, tol)
     centers, labels, _, n_iter = yield KMeansProblem(
-        Xc,
-        w,
+        prepared.X,
+        prepared.w,
         n_clusters,
         n_init=n_init,
         max_iter=max_iter,
-        tol_abs=_tolerance(Xc, w, tol),
+        tol_abs=prepared.tol_abs,
         # PCG64 behind the legacy interface: seeding an MT19937 costs 57 us
-        # (a tenth of a small client's step), a PCG64 5 us. Lloyd from an
-        # init draws nothing.
+        # (a tenth of a small client's step), a PCG64 5 us.
         random_state=None if init is not None else _pcg_random_state(seed),
-        tie=_rounding_noise(X),
+        tie=prepared.tie,
         same_cost=_SAME_COST,
-        init=None if init is None else np.asarray(init, dtype=np.float64) - shift,
+        init=None
+        if init is None
+        else np.asarray(init, dtype=np.float64) - prepared.shift,
     )
-    return centers + shift, labels, n_iter
+    return centers + prepared.shift, labels, n_iter
+
+
+class _PreparedRows(NamedTuple):
+    """A small dense client's rows as its batched k-means takes them."""
+
+    X: np.ndarray  # float64, minus ``shift``
+    w: np.ndarray  # float64
+    shift: np.ndarray
+    tol_abs: float
+    tie: float
+
+
+def _batched(X):
+    """Whether k-means on X is handed over to be solved with other
+    clients' (small dense rows) rather than run by ``KMeans``."""
+    return not sp.issparse(X) and X.shape[0] <= SMALL_ROWS
+
+
+def _prepare(X, weights, tol):
+    """X centered in float64, its absolute tolerance and rounding noise, as
+    :func:`_kmeans` hands them over (None where ``KMeans`` runs instead).
+
+    Computed once for rows clustered twice (Lloyd from θ and plain
+    k-means): 75 us a client otherwise spent again.
+    """
+    if not _batched(X):
+        return None
+    w = np.asarray(weights, dtype=np.float64)
+    Xc, shift = _centered(np.asarray(X, dtype=np.float64), w)
+    return _PreparedRows(Xc, w, shift, _tolerance(Xc, w, tol), _rounding_noise(X))
 
 
 def _pcg_random_state(seed):
@@ -723,6 +773,10 @@ def _few_distinct_rows(X, hashes, n_clusters):
         each row's distinct row.
     """
     if X.shape[0] > n_clusters:
+        # The common answer (more distinct hashes than k) from the sorted
+        # hashes alone, without np.unique's index arrays.
+        if _distinct_above(hashes, n_clusters):
+            return None
         _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
         if len(first) > n_clusters:
             return None
@@ -735,6 +789,11 @@ def _few_distinct_rows(X, hashes, n_clusters):
     if len(first) > n_clusters:
         return None
     return first, inverse.ravel()
+
+
+def _distinct_above(sorted_hashes, n):
+    """Whether more than ``n`` distinct values are in ``sorted_hashes``."""
+    return np.count_nonzero(sorted_hashes[1:] != sorted_hashes[:-1]) >= n
 
 
 def _rows_equal(A, B):

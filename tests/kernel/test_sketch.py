@@ -194,3 +194,19 @@ def test_canonical_row_order_depends_on_values_only():
     # The same data as float32 is put in the same order (no two rows of X
     # are equal in float32 without being equal).
     assert_array_equal(dense[canonical_row_order(dense.astype(np.float32))], canonical)
+
+
+@pytest.mark.parametrize("float32_ties", [False, True])
+def test_canonical_row_order_sorts_by_rounded_then_exact_hashes(float32_ties):
+    # Rows equal in float32 but not in float64 tie on the rounded hashes;
+    # the exact hashes order them, whatever order they come in.
+    from skfed._rows import rounded_row_hashes, row_hashes
+
+    rng = np.random.RandomState(1)
+    X = rng.randn(30, 4)
+    if float32_ties:
+        X[10:20] = X[0] + rng.randint(1, 50, size=(10, 1)) * 1e-12
+    expected = np.lexsort((row_hashes(X), rounded_row_hashes(X)))
+    assert_array_equal(canonical_row_order(X), expected)
+    perm = rng.permutation(len(X))
+    assert_array_equal(X[perm][canonical_row_order(X[perm])], X[expected])
