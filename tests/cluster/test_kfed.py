@@ -995,6 +995,29 @@ def test_robust_merge_never_worse_than_farthest_point(seed):
     assert robust.communication_.upload_floats == paper.communication_.upload_floats
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_server_merge_restarts_side_by_side_or_in_turn_are_alike(seed, monkeypatch):
+    # The server runs its restarts side by side up to a size
+    # (_BATCHED_MERGE_FLOATS), one after another above it: the same
+    # algorithm with its draws in another order, so alike quality.
+    from sklearn.datasets import load_digits
+
+    from skfed.partition import label_dirichlet
+
+    X, y = load_digits(return_X_y=True)
+    ids = label_dirichlet(y, 10, alpha=0.3, min_size=5, random_state=seed)
+    batched = KFed(10, random_state=seed).fit(X, partitions=ids)
+    monkeypatch.setattr(kfed_module, "_BATCHED_MERGE_FLOATS", 0)
+    in_turn = KFed(10, random_state=seed).fit(X, partitions=ids)
+    # The same uploads; the centers differ only by the server's draws.
+    assert batched.local_centers_.keys() == in_turn.local_centers_.keys()
+    for cid, centers in batched.local_centers_.items():
+        assert_array_equal(centers, in_turn.local_centers_[cid])
+    assert -batched.score(X) == pytest.approx(-in_turn.score(X), rel=0.03)
+    km = KMeans(10, n_init=10, random_state=seed).fit(X)
+    assert -batched.score(X) <= 1.07 * km.inertia_
+
+
 def test_better_of_keeps_the_cheaper_local_solution():
     # The default local step keeps the lower weighted local cost of the
     # Awasthi–Sheffet result and plain k-means++/Lloyd (local work only).
