@@ -90,6 +90,7 @@ def kmeans_restarts(
     tie=0.0,
     same_cost=0.0,
     init=None,
+    return_runs=False,
 ):
     """Best of ``n_init`` weighted k-means runs on dense rows.
 
@@ -118,6 +119,8 @@ def kmeans_restarts(
         memory: a tolerance keeps that from choosing the model.
     init : ndarray of shape (n_clusters, d), default=None
         Start Lloyd from these centers instead of k-means++.
+    return_runs : bool, default=False
+        Also return every run's weighted cost and Lloyd iterations.
 
     Returns
     -------
@@ -127,11 +130,18 @@ def kmeans_restarts(
         Squared distance of each row to its center, computed exactly.
     n_iter : int
         Lloyd iterations of the returned run.
+    runs : tuple of ndarray
+        With ``return_runs``: each run's weighted cost (from exact squared
+        distances) and Lloyd iterations, in the order of the runs.
     """
     problem = KMeansProblem(
         X, w, n_clusters, n_init, max_iter, tol_abs, random_state, tie, same_cost, init
     )
-    return solve_kmeans_problems([problem])[0]
+    group = _group_key(problem)
+    [(answer, runs)] = _solve_batch(
+        [problem], group.n_runs, group.n_rows, with_runs=True
+    )
+    return (*answer, runs) if return_runs else answer
 
 
 def solve_kmeans_problems(problems):
@@ -145,16 +155,7 @@ def solve_kmeans_problems(problems):
     """
     groups = {}
     for i, p in enumerate(problems):
-        n_runs = 1 if p.init is not None else int(p.n_init)
-        key = (
-            int(p.n_clusters),
-            p.X.shape[1],
-            n_runs,
-            p.init is None,
-            int(p.max_iter),
-            _padded_rows(p.X.shape[0]),
-        )
-        groups.setdefault(key, []).append(i)
+        groups.setdefault(_group_key(p), []).append(i)
     results = [None] * len(problems)
     for (k, d, n_runs, _, _, n_rows), members in groups.items():
         widest = n_runs * n_rows * max(k, d, _n_trials(k))
@@ -165,6 +166,28 @@ def solve_kmeans_problems(problems):
             for i, answer in zip(batch, answers):
                 results[i] = answer
     return results
+
+
+class _Group(NamedTuple):
+    """What problems that share arrays have in common."""
+
+    n_clusters: int
+    n_features: int
+    n_runs: int
+    seeded: bool  # k-means++ starts (else a given init)
+    max_iter: int
+    n_rows: int  # padded
+
+
+def _group_key(problem):
+    return _Group(
+        int(problem.n_clusters),
+        problem.X.shape[1],
+        1 if problem.init is not None else int(problem.n_init),
+        problem.init is None,
+        int(problem.max_iter),
+        _padded_rows(problem.X.shape[0]),
+    )
 
 
 def _padded_rows(n):
@@ -179,8 +202,11 @@ def _n_trials(n_clusters):
     return 2 + int(np.log(n_clusters))
 
 
-def _solve_batch(problems, n_runs, n_rows):
-    """Problems of one group: arrays of shape (problems, runs, rows, ...)."""
+def _solve_batch(problems, n_runs, n_rows, with_runs=False):
+    """Problems of one group: arrays of shape (problems, runs, rows, ...).
+
+    With ``with_runs`` each answer is paired with its runs' costs and
+    iterations (see :func:`kmeans_restarts`)."""
     n_problems = len(problems)
     n_clusters, d = int(problems[0].n_clusters), problems[0].X.shape[1]
     X = np.zeros((n_problems, n_rows, d))
@@ -215,14 +241,13 @@ def _solve_batch(problems, n_runs, n_rows):
         best = int(np.argmax(cost[j] <= lowest + p.same_cost * abs(lowest)))
         n = sizes[j]
         # Copies: a client keeps its labels, not the batch's arrays.
-        answers.append(
-            (
-                centers[j, best].copy(),
-                labels[j, best, :n].copy(),
-                d2[j, best, :n].copy(),
-                int(n_iter[j, best]),
-            )
+        answer = (
+            centers[j, best].copy(),
+            labels[j, best, :n].copy(),
+            d2[j, best, :n].copy(),
+            int(n_iter[j, best]),
         )
+        answers.append((answer, (cost[j], n_iter[j])) if with_runs else answer)
     return answers
 
 

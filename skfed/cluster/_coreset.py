@@ -43,7 +43,12 @@ from .._protocol import client_step
 from .._remote import distinct_values, is_remote
 from .._rows import canonical_row_order, row_hashes
 from .._validation import StrictInterval, as_id_array, clip_to_data
-from ._batched_kmeans import SMALL_ROWS, WEIGHT_EPS, KMeansProblem
+from ._batched_kmeans import (
+    SMALL_ROWS,
+    WEIGHT_EPS,
+    KMeansProblem,
+    kmeans_restarts,
+)
 from ._centers import KMeansCentersMixin
 
 __all__ = [
@@ -60,6 +65,14 @@ _CHUNK = 4096
 
 # Relative cost difference below which two restarts count as equally good.
 _SAME_COST = 1e-12
+# The server's k-means runs its restarts side by side (batched k-means)
+# on points of at most this many features, if restarts times points times
+# max(k, features) is at most _BATCHED_RESTARTS_FLOATS (arrays of about
+# that many floats, 32 MB); otherwise one after another. With more features
+# the arithmetic outweighs the per-restart overhead that batching saves, and
+# CSR points would be densified.
+_BATCHED_RESTARTS_FEATURES = 128
+_BATCHED_RESTARTS_FLOATS = 2**22
 
 
 class DistributedKMeans(
@@ -915,6 +928,32 @@ def weighted_kmeans(
     # Around the points' mean (their order is fixed by their content, so
     # the mean does not depend on the clients' names): see _centered.
     noise = _rounding_noise(X)
+    n_points, n_features = X.shape
+    if (
+        n_features <= _BATCHED_RESTARTS_FEATURES
+        and n_init * n_points * max(n_clusters, n_features) <= _BATCHED_RESTARTS_FLOATS
+    ):
+        # The restarts side by side, the same algorithm: half the time of
+        # one after another on the 10,000 points of 1,000 clients. The
+        # choice depends on the shape alone, so CSR points (densified,
+        # small by these bounds) get the dense points' model.
+        dense = X.toarray() if sp.issparse(X) else X
+        X, shift = _centered(np.asarray(dense, dtype=np.float64))
+        centers, _, d2, n_iter, (costs, iters) = kmeans_restarts(
+            X,
+            sample_weight,
+            n_clusters,
+            n_init=n_init,
+            max_iter=max_iter,
+            tol_abs=_tolerance(X, sample_weight, tol),
+            random_state=rng,
+            tie=noise,
+            same_cost=_SAME_COST,
+            return_runs=True,
+        )
+        for cost, iterations in zip(costs, iters) if verbose else ():
+            _report_restart(iterations, cost)
+        return centers + shift, float(sample_weight @ d2), n_iter
     X, shift = _centered(X)
     x_sq = _sq_norms(X)
     tol_abs = _tolerance(X, sample_weight, tol)
@@ -928,11 +967,7 @@ def weighted_kmeans(
         )
         inertia = float(sample_weight @ d2)
         if verbose:
-            print(
-                f"[skfed] coreset k-means restart: {n_iter} iterations, "
-                f"weighted cost {inertia:.6g}",
-                file=sys.stderr,
-            )
+            _report_restart(n_iter, inertia)
         # Restarts that reach one solution (its centers in another order)
         # differ in cost by rounding only, which depends on how the arrays
         # lie in memory (a client's rows after transport, say): the first
@@ -940,6 +975,14 @@ def weighted_kmeans(
         if best is None or inertia < best[1] - _SAME_COST * abs(best[1]):
             best = (centers + shift, inertia, n_iter)
     return best
+
+
+def _report_restart(n_iter, cost):
+    print(
+        f"[skfed] coreset k-means restart: {n_iter} iterations, "
+        f"weighted cost {cost:.6g}",
+        file=sys.stderr,
+    )
 
 
 # --------------------------------------------------------------------------

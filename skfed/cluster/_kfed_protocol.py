@@ -33,7 +33,7 @@ from threadpoolctl import ThreadpoolController
 from .._federation import ClientStepError, ClientValueError
 from .._protocol import client_step
 from .._rows import row_hashes
-from ._batched_kmeans import SMALL_ROWS, KMeansProblem, kmeans_restarts
+from ._batched_kmeans import SMALL_ROWS, KMeansProblem
 from ._coreset import (
     _SAME_COST,
     _centered,
@@ -52,13 +52,6 @@ _SVD_STREAM = "kfed.svd"
 _SEEDING_STREAM = "kfed.seeding"
 _DROPOUT_STREAM = "kfed.dropout"
 _PLAIN_STREAM = "kfed.plain"
-# Pooled centers times restarts times max(k, d) up to which the server's
-# restarts run side by side (batched k-means, arrays of about that many
-# floats: 32 MB), rather than one after another.
-_BATCHED_MERGE_FLOATS = 2**22
-# The server's Lloyd iterations (weighted_kmeans's defaults, as KMeans').
-_MERGE_MAX_ITER = 300
-_MERGE_TOL = 1e-4
 # Features up to which a dense client's projection comes from its d x d
 # Gram matrix (exact, n·d² flops) rather than randomized_svd.
 _GRAM_SVD_FEATURES = 256
@@ -913,34 +906,13 @@ def _kmeans_merge(pooled, pooled_weights, n_clusters, random_state, n_init):
         As :func:`_one_lloyd_round`.
     """
     canonical = np.lexsort((pooled_weights, *pooled.T[::-1]))
-    points = pooled[canonical]
-    weights = pooled_weights[canonical].astype(np.float64)
-    if n_init * len(points) * max(n_clusters, points.shape[1]) <= _BATCHED_MERGE_FLOATS:
-        # The restarts side by side: half the time of one after another on
-        # the 10,000 centers of 1,000 clients, the same algorithm.
-        offsets, shift = _centered(points)
-        centers, _, _, _ = kmeans_restarts(
-            offsets,
-            weights,
-            n_clusters,
-            n_init=n_init,
-            max_iter=_MERGE_MAX_ITER,
-            tol_abs=_tolerance(offsets, weights, _MERGE_TOL),
-            random_state=random_state,
-            tie=_rounding_noise(points),
-            same_cost=_SAME_COST,
-        )
-        centers = centers + shift
-    else:
-        centers, _, _ = weighted_kmeans(
-            points,
-            weights,
-            n_clusters,
-            random_state=random_state,
-            n_init=n_init,
-            max_iter=_MERGE_MAX_ITER,
-            tol=_MERGE_TOL,
-        )
+    centers, _, _ = weighted_kmeans(
+        pooled[canonical],
+        pooled_weights[canonical].astype(np.float64),
+        n_clusters,
+        random_state=random_state,
+        n_init=n_init,
+    )
     assignment = _nearest(pooled, centers)
     return _weighted_means(pooled, pooled_weights, assignment, centers)
 

@@ -399,6 +399,33 @@ def test_lloyd_with_negative_weights_never_goes_uphill_or_cycles():
         assert n_iter < 300
 
 
+@pytest.mark.parametrize("negative", [False, True])
+def test_weighted_kmeans_restarts_side_by_side_or_in_turn_are_alike(
+    negative, monkeypatch, capsys
+):
+    # Up to a size the server's restarts run side by side (batched), above
+    # it one after another: the same algorithm, draws in another order.
+    import skfed.cluster._coreset as coreset_module
+
+    rng = np.random.RandomState(0)
+    X, _ = make_blobs(3000, n_features=5, centers=6, random_state=0)
+    w = rng.uniform(0.5, 2.0, size=len(X))
+    if negative:
+        w[:200] = -rng.uniform(0.1, 1.0, size=200)
+    batched = weighted_kmeans(X, w, 6, random_state=0, n_init=4, verbose=1)
+    # CSR points of few features are densified: the same model.
+    from_csr = weighted_kmeans(sp.csr_matrix(X), w, 6, random_state=0, n_init=4)
+    np.testing.assert_allclose(from_csr[0], batched[0])
+    monkeypatch.setattr(coreset_module, "_BATCHED_RESTARTS_FLOATS", 0)
+    in_turn = weighted_kmeans(X, w, 6, random_state=0, n_init=4, verbose=1)
+    assert batched[1] == pytest.approx(in_turn[1], rel=0.02)
+    # The reported inertia is the weighted cost of the returned centers.
+    d2 = ((X[:, None] - batched[0][None]) ** 2).sum(axis=2).min(axis=1)
+    assert batched[1] == pytest.approx(w @ d2, rel=1e-9)
+    # Both report every restart.
+    assert capsys.readouterr().err.count("coreset k-means restart") == 8
+
+
 def test_weighted_kmeans_rejects_no_positive_weight():
     with pytest.raises(ValueError, match="positive"):
         weighted_kmeans(

@@ -22,6 +22,7 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils._param_validation import InvalidParameterError
 from threadpoolctl import threadpool_info
 
+import skfed.cluster._coreset as coreset_module
 import skfed.cluster._kfed_protocol as kfed_module
 from skfed import ClientStepError, ClientValueError, KFed
 from skfed._protocol import run_alone
@@ -998,8 +999,8 @@ def test_robust_merge_never_worse_than_farthest_point(seed):
 @pytest.mark.parametrize("seed", range(3))
 def test_server_merge_restarts_side_by_side_or_in_turn_are_alike(seed, monkeypatch):
     # The server runs its restarts side by side up to a size
-    # (_BATCHED_MERGE_FLOATS), one after another above it: the same
-    # algorithm with its draws in another order, so alike quality.
+    # (weighted_kmeans), one after another above it: the same algorithm
+    # with its draws in another order, so alike quality.
     from sklearn.datasets import load_digits
 
     from skfed.partition import label_dirichlet
@@ -1007,7 +1008,7 @@ def test_server_merge_restarts_side_by_side_or_in_turn_are_alike(seed, monkeypat
     X, y = load_digits(return_X_y=True)
     ids = label_dirichlet(y, 10, alpha=0.3, min_size=5, random_state=seed)
     batched = KFed(10, random_state=seed).fit(X, partitions=ids)
-    monkeypatch.setattr(kfed_module, "_BATCHED_MERGE_FLOATS", 0)
+    monkeypatch.setattr(coreset_module, "_BATCHED_RESTARTS_FLOATS", 0)
     in_turn = KFed(10, random_state=seed).fit(X, partitions=ids)
     # The same uploads; the centers differ only by the server's draws.
     assert batched.local_centers_.keys() == in_turn.local_centers_.keys()
