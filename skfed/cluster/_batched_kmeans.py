@@ -287,23 +287,22 @@ def _seed(X, w, n_clusters, n_runs, rngs, noise):
     """
     n_problems, n_rows, d = X.shape
     n_trials = _n_trials(n_clusters)
-    Xp = np.zeros_like(X)
-    wp = np.zeros_like(w)
-    n_pos = np.empty(n_problems, dtype=np.intp)
-    first = np.empty((n_problems, n_runs), dtype=np.intp)
-    draws = np.empty((n_problems, n_clusters - 1, n_runs, n_trials))
-    for j, rng in enumerate(rngs):
-        idx = np.flatnonzero(w[j] > 0)
-        m = n_pos[j] = len(idx)
-        Xp[j, :m] = X[j, idx]
-        wp[j, :m] = w[j, idx]
-        uniform = rng.random_sample(n_runs * (1 + draws[j].size // n_runs))
-        # The first center ∝ w, with the cumulative distribution that
-        # RandomState.choice(m, p=w / w.sum()) would use.
-        cdf = np.cumsum(wp[j, :m] / wp[j, :m].sum())
-        cdf /= cdf[-1]
-        first[j] = cdf.searchsorted(uniform[:n_runs], side="right")
-        draws[j] = uniform[n_runs:].reshape(draws[j].shape)
+    positive = w > 0
+    n_pos = positive.sum(axis=1)
+    # Rows of positive weight first, in their order; the others weigh 0.
+    front = np.argsort(~positive, axis=1, kind="stable")
+    drawable = np.take_along_axis(positive, front, axis=1)
+    wp = np.where(drawable, np.take_along_axis(w, front, axis=1), 0.0)
+    Xp = np.take_along_axis(X, front[..., None], axis=1)
+    Xp[~drawable] = 0.0
+    n_draws = n_runs * (1 + (n_clusters - 1) * n_trials)
+    uniform = np.stack([rng.random_sample(n_draws) for rng in rngs])
+    # The first centers ∝ w, by the cumulative distribution that
+    # RandomState.choice(m, p=w / w.sum()) uses (searchsorted, side right).
+    cdf = np.cumsum(wp / wp.sum(axis=1, keepdims=True), axis=1)
+    cdf /= cdf[:, -1:]
+    first = np.count_nonzero(cdf[:, None, :] <= uniform[:, :n_runs, None], axis=2)
+    draws = uniform[:, n_runs:].reshape(n_problems, n_clusters - 1, n_runs, n_trials)
     xp_sq = np.einsum("pij,pij->pi", Xp, Xp)
     problems = np.arange(n_problems)[:, None]
     runs = np.arange(n_runs)[None, :]
