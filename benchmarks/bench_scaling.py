@@ -15,7 +15,8 @@ the fewest at each N (issue 14: at most 3 at N = 100,000), the growth
 exponent of time in N at fixed M (slope of log time on log N) and of
 uploads in M at fixed N (how communication scales with clients), and the
 speed-up of ``n_jobs=2`` over ``n_jobs=1`` (issue 14: at least 1.6) on a fit
-with few large clients and on one with many small clients. BLAS is pinned
+with few large clients and on one with many small clients, beside the
+bound that the share of the fit spent in the federation's rounds sets. BLAS is pinned
 to one thread in every process, so that the clients' parallelism is the
 only one; each ``n_jobs`` measurement follows a warm-up fit in the same
 process (joblib's worker processes start once per session, about a
@@ -122,10 +123,31 @@ def _rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3
 
 
+def _time_rounds():
+    """Make ``Federation.run_round`` add its wall time to the list returned
+    (the clients' steps, their dispatch and the ledger: all that the
+    federation's workers could share; the rest of a fit is the server's)."""
+    from skfed._federation import Federation
+
+    spent = [0.0]
+    run_round = Federation.run_round
+
+    def timed(self, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return run_round(self, *args, **kwargs)
+        finally:
+            spent[0] += time.perf_counter() - start
+
+    Federation.run_round = timed
+    return spent
+
+
 def cell(name, n, m, n_jobs, baseline, warm):
     """One fit in this process; its measurements as a dict."""
     from threadpoolctl import threadpool_limits
 
+    rounds = _time_rounds()
     X, y = data(n)
     target = y % 2 if name == "FederatedRKHSClassifier" else None
     with warnings.catch_warnings(), threadpool_limits(1):
@@ -150,6 +172,7 @@ def cell(name, n, m, n_jobs, baseline, warm):
         else:
             parts = np.random.RandomState(0).randint(m, size=n)
             model = make_estimator(name, n_jobs)
+            rounds[0] = 0.0
             start = time.perf_counter()
             model.fit(X, target, partitions=parts)
             elapsed = time.perf_counter() - start
@@ -160,6 +183,7 @@ def cell(name, n, m, n_jobs, baseline, warm):
                 "floats up": log.upload_floats,
                 "floats down": log.download_floats,
                 "up / raw": round(log.upload_floats / X.size, 4),
+                "rounds s": round(rounds[0], 3),
             }
     out.update(
         {
@@ -221,6 +245,9 @@ def parallel(names, cases):
             t1 = run_cell(name, n, m, n_jobs=1, warm=True)
             t2 = run_cell(name, n, m, n_jobs=2, warm=True)
             if "fit s" in t1 and "fit s" in t2:
+                # Amdahl: only the share f of the n_jobs=1 fit spent in the
+                # federation's rounds can run on two workers.
+                share = t1["rounds s"] / t1["fit s"]
                 out.append(
                     {
                         "estimator": name,
@@ -229,6 +256,8 @@ def parallel(names, cases):
                         "n_jobs=1 s": t1["fit s"],
                         "n_jobs=2 s": t2["fit s"],
                         "speed-up": round(t1["fit s"] / t2["fit s"], 2),
+                        "rounds share f": round(share, 2),
+                        "bound 1/(1-f/2)": round(1 / (1 - share / 2), 2),
                         "first fit's pool start s": t2["warm-up s"],
                     }
                 )
@@ -384,6 +413,11 @@ def main():
             "log M at fixed N (1: linear in the number of clients).",
             table(exponents(rows, args.only, sizes, clients)),
             "## n_jobs=2 over n_jobs=1 (target: at least 1.6)",
+            "Rounds share f: the part of the n_jobs=1 fit spent in the "
+            "federation's rounds (client steps, their dispatch, the ledger); "
+            "the rest is the server's and the set-up's, which one thread "
+            "runs. Two workers can speed the fit up by at most "
+            "1 / (1 - f/2) (Amdahl).",
             table(speedups),
             "## The federation's own cost per round",
             "A step that does nothing, N = 100,000 rows, n_jobs=1, mean of "
