@@ -20,8 +20,10 @@ that depends on its own row count only (:func:`_padded_rows`), so its
 arithmetic is the same alone as beside any other problems: a client's
 answer does not depend on which clients share its batch, its worker, or
 its transport. Memory is O(n_init · n · max(k, d)) per problem and about
-``_BATCH_ELEMENTS`` floats per batch: meant for arrays of at most a few
-thousand rows (see ``SMALL_ROWS``).
+``_BATCH_ELEMENTS`` floats per batch: meant for clients' arrays of at most
+a few thousand rows (see ``SMALL_ROWS``), and for the server's restarts on
+points whose arrays stay within a bound (see
+:func:`~skfed.cluster._coreset.weighted_kmeans`).
 """
 
 from typing import NamedTuple
@@ -280,10 +282,11 @@ def _seed(X, w, n_clusters, n_runs, rngs, noise):
 
     A problem's uniform draws are taken from its generator in one call
     before the seeding starts (the first centers', then each later
-    center's candidates); the same numbers, in the same order, as drawing
-    them center by center, without a generator call per problem and
-    center (18,000 calls over 1,000 clients, a sixth of the seeding).
-    Repeats of spent runs are drawn after them.
+    center's candidates): the numbers that drawing them center by center
+    would give, without a generator call per problem and center (18,000
+    calls over 1,000 clients, a sixth of the seeding). Repeats of spent
+    runs are drawn after them. The first centers are drawn by inverting
+    the cumulative distribution of w, as ``RandomState.choice`` does.
     """
     n_problems, n_rows, d = X.shape
     n_trials = _n_trials(n_clusters)

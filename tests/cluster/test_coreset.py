@@ -426,6 +426,21 @@ def test_weighted_kmeans_restarts_side_by_side_or_in_turn_are_alike(
     assert capsys.readouterr().err.count("coreset k-means restart") == 8
 
 
+def test_draw_is_randomstate_choice():
+    # The coreset's D² sampling draws what RandomState.choice would.
+    from skfed.cluster._coreset import _draw
+
+    for seed in range(20):
+        rng = np.random.RandomState(seed)
+        p = rng.uniform(size=rng.randint(1, 300)) ** 3
+        p[rng.uniform(size=len(p)) < 0.3] = 0.0
+        p[rng.randint(len(p))] = 1.0
+        expected = np.random.RandomState(seed).choice(len(p), 17, p=p / p.sum())
+        np.testing.assert_array_equal(
+            _draw(np.random.RandomState(seed), p, 17), expected
+        )
+
+
 def test_weighted_kmeans_rejects_no_positive_weight():
     with pytest.raises(ValueError, match="positive"):
         weighted_kmeans(
