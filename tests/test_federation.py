@@ -409,6 +409,30 @@ def test_client_entropy_is_the_fingerprint_of_its_rows(sparse):
             assert entropy[1:] == (fp & 0xFFFFFFFF, fp >> 32)
 
 
+@pytest.mark.parametrize("sparse", [False, True])
+def test_set_up_in_threads_builds_the_same_clients(sparse, monkeypatch):
+    # With n_jobs > 1 the set-up hashes rows and cuts clients in threads:
+    # every client gets the same rows and entropy as with one thread.
+    import skfed._federation as federation_module
+
+    monkeypatch.setattr(federation_module._SetUpThreads, "MIN_ROWS", 0)
+    rng = np.random.RandomState(0)
+    X = rng.standard_normal((500, 4))
+    X[rng.rand(500, 4) < 0.3] = 0.0
+    X = sp.csr_matrix(X) if sparse else X
+    p = check_partitions(rng.randint(0, 7, 500), 500)
+    built = {}
+    for n_jobs in (1, 2, 3):
+        with Federation.from_arrays(X, None, p, random_state=0, n_jobs=n_jobs) as fed:
+            built[n_jobs] = [fed.transport.client(c) for c in fed.client_ids]
+    for clients in (built[2], built[3]):
+        for ours, alone in zip(clients, built[1]):
+            assert ours.client_id == alone.client_id
+            assert ours.entropy == alone.entropy
+            as_dense = (lambda A: A.toarray()) if sparse else np.asarray
+            np.testing.assert_array_equal(as_dense(ours.X), as_dense(alone.X))
+
+
 def test_shared_work_advances_in_waves_of_rows(data, monkeypatch):
     # Suspended steps hold their arrays: the clients advance together in
     # waves of about _WAVE_ROWS rows, each wave solved as one batch, and
