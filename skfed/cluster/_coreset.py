@@ -41,7 +41,7 @@ from sklearn.utils.validation import (
 from .._federation import FederatedMixin
 from .._protocol import client_step
 from .._remote import distinct_values, is_remote
-from .._rows import canonical_row_order, row_hashes
+from .._rows import canonical_row_order, row_hashes, rows_equal
 from .._validation import StrictInterval, as_id_array, clip_to_data
 from ._batched_kmeans import (
     SMALL_ROWS,
@@ -571,8 +571,7 @@ def federated_coreset_kmeans(
     points, coreset_weights = merge_coresets(coresets)
     weight_sums = np.array([math.fsum(c[2]) for c in coresets])
     centers, coreset_inertia, n_iter = weighted_kmeans(
-        points,
-        coreset_weights,
+        *_distinct_points(points, coreset_weights),
         n_clusters,
         random_state=random_state,
         n_init=n_init,
@@ -856,6 +855,29 @@ def merge_coresets(coresets):
         [np.arange(stops[i] - len(weights[i]), stops[i]) for i in order]
     )
     return points[rows], np.concatenate([weights[i] for i in order])
+
+
+def _distinct_points(points, weights):
+    """Equal points as one point with their total weight, in an order set
+    by the points' values.
+
+    Weighted k-means is the same problem either way. The server's input,
+    and hence its draws, are then the same for a weighted sample as for
+    the sample repeated (a coreset that is the whole data), as scikit-learn
+    asks of ``sample_weight``. The order is that of the points rounded to
+    float32 (:func:`~skfed._rows.canonical_row_order`), so that points that
+    differ by rounding only (centers summed in another order, dense or CSR
+    rows) keep their places.
+    """
+    hashes = row_hashes(points)
+    _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
+    inverse = inverse.ravel()
+    # Equal hashes almost surely mean equal rows; if not, keep every point.
+    if rows_equal(points[first[inverse]], points):
+        points = points[first]
+        weights = np.bincount(inverse, weights=weights, minlength=len(first))
+    order = canonical_row_order(points)
+    return points[order], weights[order]
 
 
 def lloyd_update(centers, stats):

@@ -32,7 +32,7 @@ from threadpoolctl import ThreadpoolController
 
 from .._federation import ClientStepError, ClientValueError
 from .._protocol import client_step
-from .._rows import row_hashes
+from .._rows import row_hashes, rows_equal
 from ._batched_kmeans import SMALL_ROWS, KMeansProblem
 from ._coreset import (
     _SAME_COST,
@@ -781,7 +781,7 @@ def _few_distinct_rows(X, hashes, n_clusters):
         if len(first) > n_clusters:
             return None
         # Equal hashes almost surely mean equal rows; make sure.
-        if _rows_equal(X, X[first[inverse]]):
+        if rows_equal(X, X[first[inverse]]):
             return first, inverse
     # Few rows, or a hash collision: compare the rows themselves.
     dense = X.toarray() if sp.issparse(X) else X
@@ -794,12 +794,6 @@ def _few_distinct_rows(X, hashes, n_clusters):
 def _distinct_above(sorted_hashes, n):
     """Whether more than ``n`` distinct values are in ``sorted_hashes``."""
     return np.count_nonzero(sorted_hashes[1:] != sorted_hashes[:-1]) >= n
-
-
-def _rows_equal(A, B):
-    if sp.issparse(A):
-        return (A != B).nnz == 0
-    return np.array_equal(A, B)
 
 
 def _assigned_sq_distance(X, centers, labels, weights=None):

@@ -426,6 +426,58 @@ def test_weighted_kmeans_restarts_side_by_side_or_in_turn_are_alike(
     assert capsys.readouterr().err.count("coreset k-means restart") == 8
 
 
+@pytest.mark.parametrize("sparse", [False, True])
+def test_server_sees_each_distinct_point_once_in_value_order(sparse):
+    # A point sent several times (a repeated sample) is one point carrying
+    # the total weight; the order does not depend on the uploads' order.
+    from skfed.cluster._coreset import _distinct_points
+
+    rng = np.random.RandomState(0)
+    base = rng.standard_normal((6, 3))
+    counts = np.array([1, 3, 1, 2, 1, 4])
+    repeated = np.repeat(base, counts, axis=0)
+    weights = rng.uniform(0.5, 2.0, len(repeated))
+    weights[0] = -0.25
+    as_input = sp.csr_matrix if sparse else np.asarray
+    points, totals = _distinct_points(as_input(repeated), weights)
+    dense = points.toarray() if sparse else points
+    assert dense.shape == base.shape
+    for row, total in zip(dense, totals):
+        same = (repeated == row).all(axis=1)
+        assert total == pytest.approx(weights[same].sum(), rel=1e-12)
+    perm = rng.permutation(len(repeated))
+    again, again_totals = _distinct_points(as_input(repeated[perm]), weights[perm])
+    again = again.toarray() if sparse else again
+    np.testing.assert_array_equal(again, dense)
+    np.testing.assert_allclose(again_totals, totals, rtol=1e-12)
+    # Points that differ by rounding only keep their places.
+    nudged, _ = _distinct_points(as_input(repeated * (1 + 1e-15)), weights)
+    nudged = nudged.toarray() if sparse else nudged
+    np.testing.assert_allclose(nudged, dense, rtol=1e-14)
+
+
+def test_weighted_samples_give_the_repeated_samples_model(blobs):
+    # A coreset that is the whole data (one client, a budget above its
+    # rows): integer weights and repeated rows reach the server as the same
+    # points, hence the same model.
+    X, _ = blobs
+    X = X[:60]
+    counts = np.random.RandomState(1).randint(1, 4, len(X))
+    params = {"n_clusters": K, "coreset_size": 1000, "random_state": 0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # budget above the rows
+        weighted = DistributedKMeans(**params).fit(
+            X, sample_weight=counts, partitions=np.zeros(len(X))
+        )
+        repeated = DistributedKMeans(**params).fit(
+            np.repeat(X, counts, axis=0), partitions=np.zeros(counts.sum())
+        )
+    np.testing.assert_allclose(
+        weighted.cluster_centers_, repeated.cluster_centers_, rtol=1e-12, atol=1e-12
+    )
+    np.testing.assert_array_equal(weighted.predict(X), repeated.predict(X))
+
+
 def test_draw_is_randomstate_choice():
     # The coreset's D² sampling draws what RandomState.choice would.
     from skfed.cluster._coreset import _draw
