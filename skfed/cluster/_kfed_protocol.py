@@ -688,6 +688,8 @@ def _kmeans(
         return km.cluster_centers_, km.labels_, int(km.n_iter_)
     if prepared is None:
         prepared = _prepare(X, weights, tol)
+    if init is not None:
+        init = np.asarray(init, dtype=np.float64) - prepared.shift
     centers, labels, _, n_iter = yield KMeansProblem(
         prepared.X,
         prepared.w,
@@ -700,9 +702,7 @@ def _kmeans(
         random_state=None if init is not None else _pcg_random_state(seed),
         tie=prepared.tie,
         same_cost=_SAME_COST,
-        init=None
-        if init is None
-        else np.asarray(init, dtype=np.float64) - prepared.shift,
+        init=init,
     )
     return centers + prepared.shift, labels, n_iter
 
@@ -778,8 +778,6 @@ def _few_distinct_rows(X, hashes, n_clusters):
         if _distinct_above(hashes, n_clusters):
             return None
         _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
-        if len(first) > n_clusters:
-            return None
         # Equal hashes almost surely mean equal rows; make sure.
         if rows_equal(X, X[first[inverse]]):
             return first, inverse
