@@ -1030,7 +1030,7 @@ def _weighted_kmeans_plusplus(X, w, n_clusters, x_sq, rng, *, noise=0.0):
     Xp, wp, xp_sq = X[idx], w[idx], x_sq[idx]
     n_local_trials = 2 + int(np.log(n_clusters))
     centers = np.empty((n_clusters, X.shape[1]))
-    first = rng.choice(len(idx), p=wp / wp.sum())
+    first = _draw(rng, wp, None)
     centers[0] = _dense_rows(Xp, [first])[0]
     d2 = _sq_dist(Xp, xp_sq, centers[:1])[:, 0]
     for c in range(1, n_clusters):

@@ -572,6 +572,8 @@ def _awasthi_sheffet(
             max_iter=max_iter,
             tol=tol,
             seed=client.seed(_SEEDING_STREAM),
+            # With k(z) >= d the projection is the rows themselves.
+            prepared=prepared if projected is X else None,
         )
     else:
         nu, _ = kmeans_plusplus(
