@@ -440,9 +440,10 @@ def _random_features_step(
     # recomputes W block by block (see _eigenpairs_step): kept, W is n_m ·
     # (D + r) floats per client, 2.7 GB over a million rows.
     G = np.zeros((dim, dim))
+    buffer = np.empty((min(_CHUNK, X.shape[0]), dim))
     for block in gen_batches(X.shape[0], _CHUNK):
         rows = None if B is None else B[block]
-        W = iteration_features(X[block], omega, offset, eta, rows)
+        W = iteration_features(X[block], omega, offset, eta, rows, buffer=buffer)
         # numpy computes Wᵀ W with BLAS syrk (half the flops of a product)
         # and releases the GIL, so clients in threads run it in parallel;
         # scipy's dsyrk wrapper holds the GIL (two threads: no speed-up).
@@ -502,9 +503,11 @@ def projected_features(X, seed, eta, B, basis, gamma, n_random_features):
     replay of :meth:`skfed.FederatedKernelKMeans.transform` share it."""
     omega, offset = iteration_weights(seed, X.shape[1], n_random_features, gamma)
     U = np.empty((X.shape[0], basis.shape[1]))
+    buffer = np.empty((min(_CHUNK, X.shape[0]), basis.shape[0]))
     for block in gen_batches(X.shape[0], _CHUNK):
         rows = None if B is None else B[block]
-        U[block] = iteration_features(X[block], omega, offset, eta, rows) @ basis
+        W = iteration_features(X[block], omega, offset, eta, rows, buffer=buffer)
+        np.matmul(W, basis, out=U[block])
     return U
 
 
@@ -525,13 +528,20 @@ def iteration_weights(seed, n_features, n_random_features, gamma):
     return omega, offset
 
 
-def iteration_features(X, omega, offset, eta, B):
+def iteration_features(X, omega, offset, eta, B, *, buffer=None):
     """W = [√(η / D) A, √(1 − η) B] for rows X: the clients' step and the
     replay of :meth:`skfed.FederatedKernelKMeans.transform` share it, so that new
-    points follow the training rows' arithmetic exactly."""
+    points follow the training rows' arithmetic exactly.
+
+    ``buffer`` (at least as many rows as X, D + r columns) is written instead
+    of a new array: callers that map block after block reuse one, since a
+    fresh 10 MB array per block cost its first writes again every time."""
     n_features = omega.shape[1]
     rank = 0 if B is None else B.shape[1]
-    W = np.empty((X.shape[0], n_features + rank))
+    if buffer is None:
+        W = np.empty((X.shape[0], n_features + rank))
+    else:
+        W = buffer[: X.shape[0]]
     # A = √2 cos(XΩ + b), the unnormalised map, written straight into W with
     # its √(η / D).
     random_fourier_features(

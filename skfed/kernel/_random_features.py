@@ -73,9 +73,24 @@ def random_fourier_features(X, omega, offset, *, scale=None, out=None):
     """
     if scale is None:
         scale = np.sqrt(2.0 / omega.shape[1])
-    Z = X @ omega
-    Z += offset
-    return scaled_cosines(Z, scale, out=Z if out is None else out)
+    n_samples, n_components = X.shape[0], omega.shape[1]
+    if out is None:
+        out = np.empty((n_samples, n_components))
+    if sp.issparse(X) or omega.dtype != np.float64:
+        Z = X @ omega
+        Z += offset
+        return scaled_cosines(Z, scale, out=out)
+    # Phases a block of rows at a time, into scratch reused for every block:
+    # X Ω for all rows at once was a fresh n x D array (10 MB for 4,096
+    # rows), whose first writes and later reads out of cache took as long
+    # as the cosines themselves.
+    scratch = _CosineScratch(min(_COS_ROWS, n_samples), n_components)
+    for block in gen_batches(n_samples, _COS_ROWS):
+        phase = scratch.phase[: block.stop - block.start]
+        np.matmul(X[block], omega, out=phase)
+        phase += offset
+        scratch.cosines(phase, scale, out[block])
+    return out
 
 
 # Rows of phases whose cosines are taken at once: the scratch (a few MB)
@@ -101,19 +116,33 @@ def scaled_cosines(phase, scale, *, out):
     if phase.dtype != np.float64 or phase.ndim != 2:
         out[...] = scale * np.cos(phase)
         return out
-    size = (min(_COS_ROWS, phase.shape[0]), phase.shape[1])
-    low_buffer, turns_buffer = np.empty(size, np.float32), np.empty(size)
+    scratch = _CosineScratch(min(_COS_ROWS, phase.shape[0]), phase.shape[1])
     for block in gen_batches(phase.shape[0], _COS_ROWS):
-        rows = phase[block]
-        turns = np.multiply(rows, 1.0 / _TWO_PI, out=turns_buffer[: rows.shape[0]])
+        scratch.cosines(phase[block], scale, out[block])
+    return out
+
+
+class _CosineScratch:
+    """Buffers for the cosines of up to ``rows`` x ``columns`` phases at a
+    time (see :func:`scaled_cosines`)."""
+
+    def __init__(self, rows, columns):
+        self.phase = np.empty((rows, columns))
+        self.turns = np.empty((rows, columns))
+        self.low = np.empty((rows, columns), np.float32)
+
+    def cosines(self, phase, scale, out):
+        """``out[:] = scale * cos(phase)`` for at most ``rows`` rows;
+        ``phase`` (float64) is overwritten."""
+        n_rows = phase.shape[0]
+        turns = np.multiply(phase, 1.0 / _TWO_PI, out=self.turns[:n_rows])
         np.rint(turns, out=turns)
         turns *= _TWO_PI
-        rows -= turns
-        low = low_buffer[: rows.shape[0]]
-        low[...] = rows
+        phase -= turns
+        low = self.low[:n_rows]
+        low[...] = phase
         np.cos(low, out=low)
-        np.multiply(low, scale, out=out[block])
-    return out
+        np.multiply(low, scale, out=out)
 
 
 @client_step("kernel.moments")
