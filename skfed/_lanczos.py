@@ -1,9 +1,12 @@
-"""Lanczos eigen-solver over a matrix-vector product callback.
+"""Lanczos eigen-solvers over a matrix-product callback.
 
 The matrix is never seen: :func:`lanczos` only calls ``matvec(c)``, so the
 product can be a federated round (the server sends ``c``, clients return
 their share of ``G c``, the server sums). Everything else -- the Krylov basis,
 the tridiagonal matrix, its eigen-decomposition -- is server-side work.
+:func:`block_lanczos` asks for the products with b vectors at once
+(``matmat(C)``, C of shape (n, b)): about b times fewer rounds for more
+products in all (see its docstring).
 
 Floating point destroys the orthogonality of the plain three-term
 recurrence; as in DSPGD (seed 000, Appendix B) every new vector is
@@ -14,10 +17,10 @@ twice, "CGS2"), which costs server flops only, never communication.
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.linalg import eigh_tridiagonal
+from scipy.linalg import eigh, eigh_tridiagonal, qr
 from sklearn.utils import check_random_state
 
-__all__ = ["LanczosResult", "lanczos"]
+__all__ = ["LanczosResult", "block_lanczos", "lanczos"]
 
 # A Krylov vector whose norm falls below this fraction of the largest Ritz
 # value spans (numerically) an invariant subspace: restart from a fresh
@@ -41,15 +44,20 @@ class LanczosResult:
     eigenvectors : ndarray of shape (n, n_found)
         Ritz vectors (orthonormal columns), aligned with ``eigenvalues``.
     n_iter : int
-        Number of products with the matrix (calls to ``matvec``).
+        Number of products with the matrix (matrix-vector products: the
+        columns of all the blocks :func:`block_lanczos` asked for).
     converged : bool
         Whether the stopping criterion was met before ``max_iter``.
+    n_calls : int
+        Calls of ``matvec`` or ``matmat`` (the rounds of a federated
+        solve); ``n_iter`` for :func:`lanczos`.
     """
 
     eigenvalues: np.ndarray
     eigenvectors: np.ndarray
     n_iter: int
     converged: bool
+    n_calls: int
 
 
 def lanczos(
@@ -130,12 +138,7 @@ def lanczos(
     array([5., 4.])
     """
     n = int(n)
-    if n_components is None and threshold is None:
-        raise ValueError("Pass n_components, threshold or both.")
-    if tol_scale not in ("largest", "each"):
-        raise ValueError(f"tol_scale={tol_scale!r} must be 'largest' or 'each'.")
-    if n_components is not None and not 1 <= n_components <= n:
-        raise ValueError(f"n_components={n_components} must be in [1, n={n}].")
+    _check_arguments(n, n_components, threshold, tol_scale)
     max_iter = n if max_iter is None else min(int(max_iter), n)
     rng = check_random_state(random_state)
 
@@ -168,16 +171,16 @@ def lanczos(
         theta, P = _ritz(alphas[: q + 1], betas[:q])
         scale = max(float(np.abs(theta).max()), np.finfo(float).tiny)
         residual = beta * np.abs(P[-1])
-        floor = None if threshold is None else max(threshold, _ROUNDOFF * scale)
-        if tol_scale == "each":
-            atol = tol * np.maximum(np.abs(theta), _ROUNDOFF * scale)
-        else:
-            atol = scale * tol
-        wanted, done = _wanted(theta, residual, atol, n_components, floor)
-        n_above = np.inf if threshold is None else int(np.sum(theta > floor))
-        if threshold is not None:
-            done = done and n_above == n_above_prev and n_above <= q
-        n_above_prev = n_above
+        wanted, done, n_above_prev = _stopping(
+            theta,
+            residual,
+            scale,
+            n_above_prev,
+            n_components,
+            threshold,
+            tol,
+            tol_scale,
+        )
         if done or q + 1 == n:
             converged = True
             break
@@ -197,7 +200,192 @@ def lanczos(
 
     n_iter = q + 1
     vectors = basis[:n_iter].T @ P[:, wanted]
-    return LanczosResult(theta[wanted], vectors, n_iter, converged)
+    return LanczosResult(theta[wanted], vectors, n_iter, converged, n_iter)
+
+
+def block_lanczos(
+    matmat,
+    n,
+    *,
+    block_size,
+    n_components=None,
+    threshold=None,
+    tol=1e-8,
+    tol_scale="largest",
+    max_iter=None,
+    random_state=None,
+):
+    """Top eigenpairs of a symmetric ``n x n`` matrix known only by products
+    with blocks of ``block_size`` vectors.
+
+    The block Krylov space span{V, G V, G² V, ...} of a random orthonormal
+    start block V (n x b) is grown one block per call of ``matmat``; every
+    new block is re-orthogonalised against the whole basis twice (CGS2), and
+    the Ritz pairs come from the Rayleigh-Ritz projection ``Qᵀ G Q`` of the
+    whole basis, formed from the kept products (no recurrence to trust).
+    Stopping is as in :func:`lanczos`, with the residuals ``‖G y − θ y‖``
+    computed from the kept products: the wanted Ritz pairs have converged
+    and, for ``threshold``, the count above it is unchanged since the
+    previous block and some Ritz value lies at or below it.
+
+    A federated solve asks all b products in one round, so it takes about b
+    times fewer rounds than :func:`lanczos`; a block Krylov space of the same
+    size is a polynomial of lower degree, so it needs more products in all
+    (on federated kernel k-means' operators: 1.4 times as many with b = 4,
+    1.8 times with b = 8). Unlike a single vector, a block also finds
+    repeated eigenvalues, up to b copies.
+
+    Parameters
+    ----------
+    matmat : callable
+        ``matmat(C) -> G C`` for a float array ``C`` of shape ``(n, b')``,
+        ``b' <= block_size`` (the last blocks may be narrower); may run a
+        federated round. ``G`` must be symmetric.
+    n : int
+        Dimension of ``G``.
+    block_size : int
+        b, the vectors per product.
+    n_components, threshold, tol, tol_scale
+        As in :func:`lanczos`.
+    max_iter : int, default=None
+        Most matrix-vector products (columns over all blocks); ``n`` when
+        omitted.
+    random_state : int, RandomState instance or None, default=None
+        Draws the start block (and fresh directions after a breakdown).
+
+    Returns
+    -------
+    result : LanczosResult
+        ``n_iter`` counts the products, ``n_calls`` the blocks.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skfed._lanczos import block_lanczos
+    >>> G = np.diag([5.0, 4.0, 1.0, 0.5])
+    >>> res = block_lanczos(
+    ...     G.__matmul__, 4, block_size=2, threshold=2.0, random_state=0
+    ... )
+    >>> np.round(res.eigenvalues, 6), res.n_calls
+    (array([5., 4.]), 2)
+    """
+    n = int(n)
+    _check_arguments(n, n_components, threshold, tol_scale)
+    if block_size < 1:
+        raise ValueError(f"block_size={block_size} must be at least 1.")
+    max_iter = n if max_iter is None else min(int(max_iter), n)
+    rng = check_random_state(random_state)
+
+    Q = np.empty((n, 0))
+    GQ = np.empty((n, 0))
+    V = _extend(np.empty((n, 0)), Q, min(block_size, max_iter), 0.0, rng)
+    n_above_prev = -1
+    converged = False
+    n_calls = 0
+    while True:
+        Z = np.array(matmat(V), dtype=np.float64).reshape(n, V.shape[1])
+        n_calls += 1
+        Q = np.hstack([Q, V])
+        GQ = np.hstack([GQ, Z])
+        T = Q.T @ GQ
+        theta, Y = eigh((T + T.T) / 2)
+        theta, Y = theta[::-1], Y[:, ::-1]
+        scale = max(float(np.abs(theta).max()), np.finfo(float).tiny)
+        # Residuals of the pairs the criterion reads (the wanted ones, at
+        # least the largest): what is computed beyond them goes unused.
+        n_read = _n_read(theta, scale, n_components, threshold)
+        Yr = Y[:, :n_read]
+        residual = np.full(theta.shape[0], np.inf)
+        residual[:n_read] = np.linalg.norm(GQ @ Yr - (Q @ Yr) * theta[:n_read], axis=0)
+        wanted, done, n_above_prev = _stopping(
+            theta,
+            residual,
+            scale,
+            n_above_prev,
+            n_components,
+            threshold,
+            tol,
+            tol_scale,
+        )
+        if done or Q.shape[1] == n:
+            converged = True
+            break
+        if Q.shape[1] >= max_iter:
+            break
+        width = min(block_size, max_iter - Q.shape[1])
+        V = _extend(Z, Q, width, _BREAKDOWN * scale, rng)
+
+    vectors = Q @ Y[:, wanted]
+    return LanczosResult(theta[wanted], vectors, Q.shape[1], converged, n_calls)
+
+
+def _extend(Z, Q, width, floor, rng):
+    """The next block: Z orthonormalised against Q (CGS2) and itself, its
+    numerically dependent directions (norm at most ``floor``) dropped and the
+    block filled up to ``width`` with fresh random directions orthogonal to
+    everything -- an invariant subspace found, as a breakdown of
+    :func:`lanczos`; ``width`` is cut to the directions left."""
+    n = Q.shape[0]
+    width = min(width, n - Q.shape[1])
+    for _ in range(2):
+        Z = Z - Q @ (Q.T @ Z)
+    V = np.empty((n, 0))
+    if Z.shape[1]:
+        # Pivoted QR ranks the directions: those past the numerical rank of
+        # Z have |R_ii| below the floor.
+        V, R, _ = qr(Z, mode="economic", pivoting=True)
+        rank = int(np.sum(np.abs(np.diag(R)) > floor))
+        V = V[:, : min(rank, width)]
+        V = V - Q @ (Q.T @ V)
+        V, _ = np.linalg.qr(V)
+    while V.shape[1] < width:
+        known = np.hstack([Q, V])
+        fresh = rng.standard_normal((n, width - V.shape[1]))
+        for _ in range(2):
+            fresh -= known @ (known.T @ fresh)
+        fresh, R = np.linalg.qr(fresh)
+        # A random direction is dependent on the basis only by accident.
+        fresh = fresh[:, np.abs(np.diag(R)) > _BREAKDOWN]
+        V = np.hstack([V, fresh])
+    return V
+
+
+def _check_arguments(n, n_components, threshold, tol_scale):
+    if n_components is None and threshold is None:
+        raise ValueError("Pass n_components, threshold or both.")
+    if tol_scale not in ("largest", "each"):
+        raise ValueError(f"tol_scale={tol_scale!r} must be 'largest' or 'each'.")
+    if n_components is not None and not 1 <= n_components <= n:
+        raise ValueError(f"n_components={n_components} must be in [1, n={n}].")
+
+
+def _n_read(theta, scale, n_components, threshold):
+    """How many of the leading Ritz pairs the stopping criterion reads."""
+    count = 1
+    if n_components is not None:
+        count = max(count, n_components)
+    if threshold is not None:
+        floor = max(threshold, _ROUNDOFF * scale)
+        count = max(count, int(np.sum(theta > floor)))
+    return min(count, theta.shape[0])
+
+
+def _stopping(
+    theta, residual, scale, n_above_prev, n_components, threshold, tol, tol_scale
+):
+    """The wanted Ritz pairs, whether the solve may stop, and the count of
+    Ritz values above the threshold (for the next step's comparison)."""
+    floor = None if threshold is None else max(threshold, _ROUNDOFF * scale)
+    if tol_scale == "each":
+        atol = tol * np.maximum(np.abs(theta), _ROUNDOFF * scale)
+    else:
+        atol = scale * tol
+    wanted, done = _wanted(theta, residual, atol, n_components, floor)
+    if threshold is None:
+        return wanted, done, np.inf
+    n_above = int(np.sum(theta > floor))
+    done = done and n_above == n_above_prev and n_above < theta.shape[0]
+    return wanted, done, n_above
 
 
 def _ritz(alphas, betas):

@@ -225,6 +225,21 @@ def iteration_uploads(log, names):
     return per_iter
 
 
+def iteration_round_uploads(log, name):
+    """Per DSPGD iteration of a federated kernel k-means fit, the floats
+    uploaded by each round called ``name`` (e.g. one entry per Lanczos
+    round), summed over the clients."""
+    per_iter = []
+    for rec in log.records:
+        if rec.direction != "upload":
+            continue
+        if rec.name == "random features":
+            per_iter.append([])
+        if per_iter and rec.name == name:
+            per_iter[-1].append(rec.total_floats)
+    return per_iter
+
+
 def rkhs_paper_data(n, *, noise=0.05, n_clients=4, seed=0):
     """The RKHS paper's synthetic set: uniform 2-D signal, a sine boundary,
     clients on overlapping vertical strips, Gaussian noise after labelling.

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from skfed._lanczos import lanczos
+from skfed._lanczos import block_lanczos, lanczos
 
 
 def _psd(n, rank, seed, decay=0.7):
@@ -195,3 +195,163 @@ def test_tol_relative_to_each_ritz_value(seed):
     np.testing.assert_allclose(res.eigenvalues, w[:6], rtol=1e-4)
     with pytest.raises(ValueError, match="tol_scale"):
         lanczos(G.__matmul__, n, n_components=2, tol_scale="smallest")
+
+
+# --------------------------------------------------------------------------
+# Block Lanczos
+
+
+class _CountingBlocks:
+    """A matmat that counts its calls (rounds) and the vectors it multiplied
+    (products), and checks that no block is wider than asked."""
+
+    def __init__(self, G, block_size):
+        self.G = G
+        self.block_size = block_size
+        self.calls = self.products = 0
+
+    def __call__(self, C):
+        assert C.ndim == 2 and C.shape[1] <= self.block_size
+        self.calls += 1
+        self.products += C.shape[1]
+        return self.G @ C
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    n=st.integers(8, 60),
+    n_above=st.integers(1, 6),
+    block_size=st.integers(1, 7),
+    seed=st.integers(0, 2**16),
+)
+def test_block_threshold_mode_matches_eigh(n, n_above, block_size, seed):
+    G, w = _psd(n, n, seed)
+    threshold = 0.5 * (w[n_above - 1] + w[n_above])
+    matmat = _CountingBlocks(G, block_size)
+    res = block_lanczos(
+        matmat, n, block_size=block_size, threshold=threshold, tol=1e-10,
+        random_state=seed,
+    )  # fmt: skip
+    assert res.converged
+    assert res.n_calls == matmat.calls
+    assert res.n_iter == matmat.products
+    np.testing.assert_allclose(res.eigenvalues, w[:n_above], rtol=1e-8, atol=1e-9)
+    V = res.eigenvectors
+    np.testing.assert_allclose(V.T @ V, np.eye(n_above), atol=1e-8)
+    np.testing.assert_allclose(G @ V, V * res.eigenvalues, atol=1e-7)
+
+
+@pytest.mark.parametrize("block_size", [2, 4, 8])
+def test_block_n_components_and_union_of_criteria(block_size):
+    G, w = _psd(40, 40, 0, decay=0.8)
+    res = block_lanczos(
+        G.__matmul__, 40, block_size=block_size, n_components=7, random_state=0
+    )
+    assert res.converged
+    np.testing.assert_allclose(res.eigenvalues, w[:7], rtol=1e-7)
+    threshold = 0.5 * (w[4] + w[5])
+    res = block_lanczos(
+        G.__matmul__, 40, block_size=block_size, n_components=2,
+        threshold=threshold, random_state=0,
+    )  # fmt: skip
+    np.testing.assert_allclose(res.eigenvalues, w[:5], rtol=1e-7)
+
+
+def test_block_takes_fewer_rounds_and_more_products():
+    # What the federated solver trades: b vectors a round cut the rounds,
+    # the lower-degree Krylov space costs products.
+    G, _ = _psd(200, 200, 9, decay=0.97)
+    single = lanczos(G.__matmul__, 200, n_components=20, tol=1e-8, random_state=0)
+    block = block_lanczos(
+        G.__matmul__, 200, block_size=8, n_components=20, tol=1e-8, random_state=0
+    )
+    np.testing.assert_allclose(block.eigenvalues, single.eigenvalues, rtol=1e-7)
+    assert block.n_calls * 2 < single.n_calls
+    assert block.n_iter >= single.n_iter
+
+
+def test_block_finds_repeated_eigenvalues():
+    # A single Krylov vector sees one copy of an exactly repeated
+    # eigenvalue; a block of b sees up to b.
+    rng = np.random.RandomState(3)
+    Q, _ = np.linalg.qr(rng.standard_normal((30, 30)))
+    w = np.concatenate([[5.0, 5.0, 5.0, 2.0], np.linspace(0.1, 0.5, 26)[::-1]])
+    G = (Q * w) @ Q.T
+    threshold = 1.0
+    single = lanczos(G.__matmul__, 30, threshold=threshold, tol=1e-10, random_state=0)
+    assert single.eigenvalues.shape == (2,)  # one copy of 5, then 2
+    res = block_lanczos(
+        G.__matmul__, 30, block_size=4, threshold=threshold, tol=1e-10,
+        random_state=0,
+    )  # fmt: skip
+    np.testing.assert_allclose(res.eigenvalues, w[:4], rtol=1e-9)
+
+
+def test_block_rank_deficient_matrix_fills_the_block():
+    # Rank 3 in dimension 25: the first product already spans the range;
+    # the next block's dependent directions are replaced by fresh ones.
+    G, w = _psd(25, 3, 3)
+    res = block_lanczos(G.__matmul__, 25, block_size=4, n_components=5, random_state=0)
+    assert res.converged
+    np.testing.assert_allclose(res.eigenvalues[:3], w[:3], rtol=1e-9)
+    np.testing.assert_allclose(res.eigenvalues[3:], 0.0, atol=1e-9)
+    V = res.eigenvectors
+    np.testing.assert_allclose(V.T @ V, np.eye(5), atol=1e-9)
+    res = block_lanczos(G.__matmul__, 25, block_size=4, threshold=0.0, random_state=0)
+    np.testing.assert_allclose(res.eigenvalues, w[:3], rtol=1e-9)
+    a = np.arange(1.0, 11.0)
+    res = block_lanczos(
+        np.outer(a, a).__matmul__, 10, block_size=3, n_components=1, random_state=0
+    )
+    np.testing.assert_allclose(res.eigenvalues, [a @ a])
+
+
+def test_block_spans_the_whole_space_when_asked():
+    n = 30
+    G, w = _psd(n, n, 4, decay=0.95)
+    matmat = _CountingBlocks(G, 7)
+    res = block_lanczos(matmat, n, block_size=7, n_components=n, random_state=0)
+    assert res.converged and res.n_iter == n
+    # 7 + 7 + 7 + 7 + 2: the last block is cut to the directions left.
+    assert matmat.calls == 5
+    np.testing.assert_allclose(res.eigenvalues, w, rtol=1e-8, atol=1e-10)
+    small = np.diag([3.0, 2.0, 1.0])
+    res = block_lanczos(small.__matmul__, 3, block_size=9, n_components=2)
+    np.testing.assert_allclose(res.eigenvalues, [3.0, 2.0])
+    assert res.n_calls == 1
+
+
+def test_block_max_iter_counts_products():
+    G, _ = _psd(60, 60, 5, decay=0.99)
+    matmat = _CountingBlocks(G, 4)
+    res = block_lanczos(
+        matmat, 60, block_size=4, n_components=10, tol=1e-12, max_iter=10
+    )
+    assert not res.converged
+    assert res.n_iter == matmat.products == 10  # 4 + 4 + 2
+    assert res.n_calls == 3
+
+
+def test_block_is_deterministic_and_distributed_products_agree():
+    rng = np.random.RandomState(8)
+    blocks = [rng.standard_normal((n_m, 12)) for n_m in (5, 30, 1, 14)]
+    G = sum(W.T @ W for W in blocks)
+    w = np.linalg.eigvalsh(G)[::-1]
+
+    def matmat(C):
+        return np.sum([W.T @ (W @ C) for W in blocks], axis=0)
+
+    threshold = 0.5 * (w[3] + w[4])
+    a = block_lanczos(matmat, 12, block_size=3, threshold=threshold, random_state=0)
+    b = block_lanczos(matmat, 12, block_size=3, threshold=threshold, random_state=0)
+    np.testing.assert_allclose(a.eigenvalues, w[:4], rtol=1e-8)
+    np.testing.assert_array_equal(a.eigenvalues, b.eigenvalues)
+    np.testing.assert_array_equal(a.eigenvectors, b.eigenvectors)
+
+
+def test_block_bad_arguments():
+    G = np.eye(4)
+    with pytest.raises(ValueError, match="block_size=0 must be at least 1"):
+        block_lanczos(G.__matmul__, 4, block_size=0, n_components=1)
+    with pytest.raises(ValueError, match="n_components, threshold or both"):
+        block_lanczos(G.__matmul__, 4, block_size=2)

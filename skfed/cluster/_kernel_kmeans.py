@@ -60,14 +60,17 @@ class FederatedKernelKMeans(
     * ``"random features"``: down 2 (the seed of the shared features and
       η_t). With ``eigen_solver="gram"`` the client answers with the upper
       triangle of W[m]ᵀW[m]: (D + r_t)(D + r_t + 1)/2 up.
-    * ``"lanczos"`` (``eigen_solver="lanczos"``), Q_t times: down D + r_t
-      (the Lanczos vector c), up D + r_t (W[m]ᵀW[m] c).
+    * ``"lanczos"`` (``eigen_solver="lanczos"``), Q_t times: down
+      b (D + r_t) (a block of b = ``lanczos_block_size`` Lanczos vectors
+      c), up b (D + r_t) (W[m]ᵀW[m] c for each); the last block of an
+      iteration may be narrower.
     * ``"eigenpairs"``: down s_t (D + r_t + 1), the kept eigenvectors of G
       and their shrunk scales.
 
     Without CEM (``use_cem=False``, the paper's baseline) each Lanczos step
     on the N x N matrix R_t is two rounds, ``"lanczos project"`` (down n_m,
-    up D) and ``"lanczos expand"`` (down D, up n_m), and the server sends
+    up D, per vector of the block) and ``"lanczos expand"`` (down D, up
+    n_m, per vector), and the server sends
     each client its rows of the embedding at the end (n_m · s down).
 
     Before the iterations, one ``"kernel width"`` round (d + 2 up, only when
@@ -128,16 +131,27 @@ class FederatedKernelKMeans(
         runs the paper's baseline, Lanczos on the N x N matrix R_t, whose
         upload grows with N: for comparison only.
     eigen_solver : {"lanczos", "gram"}, default="lanczos"
-        ``"lanczos"``: distributed Lanczos with full reorthogonalisation,
-        one round per step. ``"gram"``: every client uploads W[m]ᵀW[m] once
-        per iteration (one round; often fewer floats when Lanczos needs many
-        steps). Requires ``use_cem=True``.
+        ``"lanczos"``: distributed (block) Lanczos with full
+        reorthogonalisation, one round per block of
+        ``lanczos_block_size`` products. ``"gram"``: every client uploads
+        W[m]ᵀW[m] once per iteration (one round, the most floats).
+        Requires ``use_cem=True``.
     eigen_tol : float, default=1e-4
         Relative residual tolerance of a converged Lanczos Ritz pair, relative
         to that pair's own Ritz value: the s-th eigenvalue converges to the
         same relative accuracy as the first (measured against the largest,
         as before, the s-th of digits' kernel matrix, 50-90 times smaller,
         could stop unconverged and lose its direction).
+    lanczos_block_size : int, default=8
+        b, the Lanczos vectors sent in one round (block Lanczos; ours, the
+        paper sends one). A block of b cuts the rounds about b/2 to b/4
+        times and costs more products in all, each uploaded: on the
+        benchmark blobs b = 8 made 4.0 times fewer rounds than b = 1 and
+        uploaded 1.8 times the floats (1.4 times with b = 4), with the same
+        labels; over 1,000 small clients the simulated fit ran 2.4 times
+        faster (each round reads every client's features once for b
+        products). 1 is the paper's single-vector Lanczos. See the user
+        guide for choosing it.
     coreset_size : int, default=1000
         Points drawn over all clients by the final coreset k-means.
     n_init : int, default=10
@@ -176,7 +190,8 @@ class FederatedKernelKMeans(
     ranks_ : ndarray of shape (`n_iter_`,)
         r_t, the rank of Z_t at the start of each iteration (r_1 = 0).
     lanczos_steps_ : ndarray of shape (`n_iter_`,)
-        Q_t, Lanczos steps (rounds) per iteration; 0 with ``"gram"``.
+        Q_t, Lanczos rounds per iteration (each a block of up to
+        ``lanczos_block_size`` products); 0 with ``"gram"``.
     gamma_ : float
         The kernel width used.
     threshold_ : float
@@ -246,6 +261,9 @@ class FederatedKernelKMeans(
         "use_cem": ["boolean"],
         "eigen_solver": [StrOptions({"lanczos", "gram"})],
         "eigen_tol": [StrictInterval(numbers.Real, 0, 1, closed="neither")],
+        "lanczos_block_size": [
+            StrictInterval(numbers.Integral, 1, None, closed="left")
+        ],
         "coreset_size": [StrictInterval(numbers.Integral, 1, None, closed="left")],
         "n_init": [StrictInterval(numbers.Integral, 1, None, closed="left")],
         "refine_iter": [StrictInterval(numbers.Integral, 0, None, closed="left")],
@@ -268,6 +286,7 @@ class FederatedKernelKMeans(
         use_cem=True,
         eigen_solver="lanczos",
         eigen_tol=1e-4,
+        lanczos_block_size=8,
         coreset_size=1000,
         n_init=10,
         refine_iter=20,
@@ -286,6 +305,7 @@ class FederatedKernelKMeans(
         self.use_cem = use_cem
         self.eigen_solver = eigen_solver
         self.eigen_tol = eigen_tol
+        self.lanczos_block_size = lanczos_block_size
         self.coreset_size = coreset_size
         self.n_init = n_init
         self.refine_iter = refine_iter
@@ -340,6 +360,7 @@ class FederatedKernelKMeans(
                 tol=self.tol,
                 eigen_solver=self.eigen_solver,
                 eigen_tol=self.eigen_tol,
+                lanczos_block_size=self.lanczos_block_size,
                 use_cem=self.use_cem,
                 refine_iter=self.refine_iter,
                 verbose=self.verbose,

@@ -26,7 +26,7 @@ from scipy.linalg.blas import dspmv
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import gen_batches
 
-from .._lanczos import lanczos
+from .._lanczos import block_lanczos, lanczos
 from .._protocol import client_step
 from ..kernel import (
     gamma_from_moments,
@@ -104,6 +104,7 @@ class _DSPGDOptions(NamedTuple):
     tol: float
     eigen_solver: str
     eigen_tol: float
+    block_size: int
     verbose: int
 
 
@@ -133,6 +134,7 @@ def run_kernel_kmeans(
     tol,
     eigen_solver,
     eigen_tol,
+    lanczos_block_size,
     use_cem,
     refine_iter,
     verbose,
@@ -159,7 +161,8 @@ def run_kernel_kmeans(
     coreset_size, n_init : int
         Of the coreset k-means, already clipped to the data.
     n_random_features, gamma, threshold, step_size, max_iter, tol, \
-eigen_solver, eigen_tol, use_cem, refine_iter, verbose
+eigen_solver, eigen_tol, lanczos_block_size, use_cem, refine_iter, \
+verbose
         As in :class:`~skfed.FederatedKernelKMeans`.
 
     Returns
@@ -175,6 +178,7 @@ eigen_solver, eigen_tol, use_cem, refine_iter, verbose
         tol,
         eigen_solver,
         eigen_tol,
+        lanczos_block_size,
         verbose,
     )
     n_samples = fed.n_samples
@@ -260,6 +264,23 @@ def _eta(step_size, t):
     return 1.0 / t if step_size == "1/t" else 2.0 / (t + 1)
 
 
+def _eigen_solve(product, n, opts, **criteria):
+    """Server: the wanted eigenpairs of the n x n matrix behind ``product``
+    (one federated product per call), by Lanczos or, with
+    ``lanczos_block_size`` b > 1, block Lanczos: b vectors per round, sent
+    as the rows of a b x n array (each client's products then stay rows of
+    contiguous memory)."""
+    common = dict(tol=opts.eigen_tol, tol_scale="each", **criteria)
+    if opts.block_size == 1:
+        return lanczos(product, n, **common)
+    return block_lanczos(
+        lambda C: product(np.ascontiguousarray(C.T)).T,
+        n,
+        block_size=min(opts.block_size, n),
+        **common,
+    )
+
+
 def _dspgd_cem(fed, opts, n_samples, feature_seeds, lanczos_rng):
     """DSPGD with CEM (the server never holds U).
 
@@ -286,16 +307,15 @@ def _dspgd_cem(fed, opts, n_samples, feature_seeds, lanczos_rng):
             step = partial(fed.run_round, "lanczos", _gram_matvec_step)
             # No max_iter: at worst Lanczos spans all dim directions,
             # where its Ritz pairs are exact, so it always converges.
-            res = lanczos(
+            res = _eigen_solve(
                 lambda c, step=step: _sum_uploads(step(c)),
                 dim,
+                opts,
                 n_components=s + 2 if lam is None else None,
                 threshold=None if lam is None else eta * lam,
-                tol=opts.eigen_tol,
-                tol_scale="each",
                 random_state=lanczos_rng,
             )
-            mu, V, n_steps = res.eigenvalues, res.eigenvectors, res.n_iter
+            mu, V, n_steps = res.eigenvalues, res.eigenvectors, res.n_calls
         if lam is None:
             lam = default_threshold(mu, s)
         basis, shrink, kept = soft_threshold(mu, V, eta * lam)
@@ -309,7 +329,7 @@ def _dspgd_cem(fed, opts, n_samples, feature_seeds, lanczos_rng):
         if opts.verbose:
             print(
                 f"[FederatedKernelKMeans] iteration {t}: η={eta:.3g}, "
-                f"rank {ranks[-1]} -> {r}, {n_steps} Lanczos steps, "
+                f"rank {ranks[-1]} -> {r}, {n_steps} Lanczos rounds, "
                 f"upload so far {fed.log.upload_floats:,} floats"
             )
         if _converged(history, s, opts.tol):
@@ -341,30 +361,30 @@ def _dspgd_no_cem(fed, opts, n_samples, feature_seeds, lanczos_rng):
 
         # The Lanczos vectors c_j (orthonormal) and the features' part
         # of each product, Σ_m W[m]ᵀ c_j[m]: the Ritz vectors lie in
-        # span{c_j}, so Wᵀ U follows without another round.
+        # span{c_j}, so Wᵀ U follows without another round. A block of
+        # vectors travels as rows (see _eigen_solve), split by columns.
         vectors, projections = [], []
 
         def matvec(c, B=B, eta=eta, vectors=vectors, projections=projections):
             parts = fed.run_round(
                 "lanczos project",
                 _project_step,
-                messages=np.split(c, splits),
+                messages=np.split(c, splits, axis=-1),
             )
             projected = _sum_uploads(parts)
             vectors.append(c.copy())
             projections.append(projected)
             expanded = fed.run_round("lanczos expand", _expand_step, projected)
-            return np.concatenate(expanded) + (1.0 - eta) * (B @ (B.T @ c))
+            memory = (1.0 - eta) * ((c @ B) @ B.T if c.ndim == 2 else B @ (B.T @ c))
+            return np.concatenate(expanded, axis=-1) + memory
 
-        res = lanczos(
+        res = _eigen_solve(
             matvec,
             n_samples,
+            opts,
             # R_t is N x N: with N < s + 2 all its eigenvalues are wanted.
             n_components=min(s + 2, n_samples) if lam is None else None,
             threshold=None if lam is None else eta * lam,
-            tol=opts.eigen_tol,
-            tol_scale="each",
-            max_iter=n_samples,
             random_state=lanczos_rng,
         )
         mu, U = res.eigenvalues, res.eigenvectors
@@ -372,11 +392,14 @@ def _dspgd_no_cem(fed, opts, n_samples, feature_seeds, lanczos_rng):
             lam = default_threshold(mu, s)
         keep = _above(mu, eta * lam)
         ranks.append(B.shape[1])
-        steps.append(res.n_iter)
+        steps.append(res.n_calls)
         U, mu_kept = U[:, keep], mu[keep]
         # The recursion in CEM form: U = [W, √(1 − η) B] basis with
         # basis = [W, √(1 − η) B]ᵀ U / μ.
-        WtU = np.column_stack(projections) @ (np.vstack(vectors) @ U)
+        if vectors[0].ndim == 1:
+            WtU = np.column_stack(projections) @ (np.vstack(vectors) @ U)
+        else:
+            WtU = np.vstack(projections).T @ (np.vstack(vectors) @ U)
         BtU = np.sqrt(1.0 - eta) * (B.T @ U)
         basis = np.vstack([WtU, BtU]) / mu_kept
         # The sign convention of soft_threshold, on v = basis √μ.
@@ -390,8 +413,8 @@ def _dspgd_no_cem(fed, opts, n_samples, feature_seeds, lanczos_rng):
         if opts.verbose:
             print(
                 f"[FederatedKernelKMeans] iteration {t} (no CEM): "
-                f"rank {ranks[-1]} -> {B.shape[1]}, {res.n_iter} Lanczos "
-                f"steps, upload so far {fed.log.upload_floats:,} floats"
+                f"rank {ranks[-1]} -> {B.shape[1]}, {res.n_calls} Lanczos "
+                f"rounds, upload so far {fed.log.upload_floats:,} floats"
             )
         if _converged(history, s, opts.tol):
             break
@@ -554,11 +577,20 @@ def iteration_features(X, omega, offset, eta, B, *, buffer=None):
 
 @client_step("kernel_kmeans.gram_matvec")
 def _gram_matvec_step(client, state, c):
-    """Client step: one Lanczos product, W[m]ᵀ(W[m] c) (D + r_t floats up)."""
-    if state["G"] is not None:
-        return state, dspmv(c.shape[0], 1.0, state["G"], c)
+    """Client step: one Lanczos product, W[m]ᵀ(W[m] c) (D + r_t floats up),
+    or, for a block of Lanczos vectors (the rows of ``c``), one per row."""
+    G = state["G"]
+    if c.ndim == 1:
+        if G is not None:
+            return state, dspmv(c.shape[0], 1.0, G, c)
+        W = state["W"]
+        return state, W.T @ (W @ c)
+    if G is not None:
+        # BLAS has no packed product with several vectors; the packed G
+        # read for the first row stays in cache for the others.
+        return state, np.array([dspmv(row.shape[0], 1.0, G, row) for row in c])
     W = state["W"]
-    return state, W.T @ (W @ c)
+    return state, (c @ W.T) @ W
 
 
 @client_step("kernel_kmeans.eigenpairs")
@@ -599,14 +631,18 @@ def _embedding_step(client, state, scales):
 
 @client_step("kernel_kmeans.project")
 def _project_step(client, state, c_part):
-    """Client step (no CEM): √(η/D) A[m]ᵀ c[m], D floats up."""
-    return state, state["W"].T @ c_part
+    """Client step (no CEM): √(η/D) A[m]ᵀ c[m], D floats up (per row of a
+    block of vectors)."""
+    W = state["W"]
+    return state, W.T @ c_part if c_part.ndim == 1 else c_part @ W
 
 
 @client_step("kernel_kmeans.expand")
 def _expand_step(client, state, y):
-    """Client step (no CEM): √(η/D) A[m] y, n_m floats up."""
-    return state, state["W"] @ y
+    """Client step (no CEM): √(η/D) A[m] y, n_m floats up (per row of a
+    block)."""
+    W = state["W"]
+    return state, W @ y if y.ndim == 1 else y @ W.T
 
 
 @client_step("kernel_kmeans.receive_embedding")

@@ -15,7 +15,7 @@ from sklearn.metrics.pairwise import euclidean_distances, rbf_kernel
 
 from skfed import FederatedKernelKMeans
 from skfed._federation import ClientData
-from skfed._testing import iteration_uploads
+from skfed._testing import iteration_round_uploads, iteration_uploads
 from skfed.cluster import _kernel_kmeans_protocol as kkm
 from skfed.cluster._kernel_kmeans_protocol import replay_eigenvectors
 from skfed.kernel import sample_fourier_weights
@@ -215,28 +215,41 @@ def test_clients_keep_a_packed_gram_matrix_and_no_eigenvector_copy():
     assert "B" not in state
 
 
-def test_cem_upload_per_iteration_is_independent_of_n():
+@pytest.mark.parametrize("block_size", [1, 3, 8])
+def test_cem_upload_per_iteration_is_independent_of_n(block_size):
     # Doubling N by giving every client each of its rows twice leaves G
     # doubled and every Lanczos decision unchanged: with CEM each client
-    # still uploads Q_t vectors of size D + r_t per iteration.
+    # still uploads, per Lanczos round, a block of b vectors of size
+    # D + r_t (the last block of an iteration may be narrower: it is cut to
+    # the directions left in the D + r_t space).
     X, _ = _rings(120)
     parts = np.arange(X.shape[0]) % 3
     D, M = 15, 3
     logs = []
     for rep in (1, 2):
         km = FederatedKernelKMeans(
-            2, gamma=3.0, n_random_features=D, max_iter=6, tol=0, random_state=0
+            2,
+            gamma=3.0,
+            n_random_features=D,
+            max_iter=6,
+            tol=0,
+            lanczos_block_size=block_size,
+            random_state=0,
         ).fit(np.tile(X, (rep, 1)), partitions=np.tile(parts, rep))
-        per_iter = iteration_uploads(
-            km.communication_, {"random features", "lanczos", "eigenpairs"}
-        )
-        expected = km.lanczos_steps_ * M * (D + km.ranks_)
-        np.testing.assert_array_equal(per_iter, expected)
+        per_iter = iteration_round_uploads(km.communication_, "lanczos")
+        assert [len(rounds) for rounds in per_iter] == list(km.lanczos_steps_)
+        for rounds, r in zip(per_iter, km.ranks_):
+            widths = np.asarray(rounds) / (M * (D + r))
+            np.testing.assert_array_equal(widths, np.round(widths))
+            assert np.all(widths[:-1] == block_size)
+            assert 1 <= widths[-1] <= block_size
+            assert widths.sum() <= D + r
         logs.append(per_iter)
     assert logs[0] == logs[1]
 
 
-def test_no_cem_upload_grows_with_n():
+@pytest.mark.parametrize("block_size", [1, 4])
+def test_no_cem_upload_grows_with_n(block_size):
     D, M = 15, 3
     totals = []
     for n in (100, 200):
@@ -248,18 +261,29 @@ def test_no_cem_upload_grows_with_n():
             max_iter=4,
             tol=0,
             use_cem=False,
+            lanczos_block_size=block_size,
             random_state=0,
         ).fit(X, partitions=np.arange(n) % M)
         per_iter = iteration_uploads(
             km.communication_, {"random features", "lanczos project", "lanczos expand"}
         )
-        # Per Lanczos step: A[m]ᵀc[m] (D floats) and A[m](Aᵀc) (n_m floats).
-        np.testing.assert_array_equal(per_iter, km.lanczos_steps_ * (M * D + n))
+        # Per Lanczos round and vector of its block: A[m]ᵀc[m] (D floats)
+        # and A[m](Aᵀc) (n_m floats); the N-sized space is never exhausted
+        # here, so every block is full.
+        np.testing.assert_array_equal(
+            per_iter, km.lanczos_steps_ * block_size * (M * D + n)
+        )
         totals.append(np.mean(np.asarray(per_iter) / km.lanczos_steps_))
     assert totals[1] > totals[0]
-    # And CEM is far cheaper per Lanczos step at the same size.
+    # And CEM is far cheaper per Lanczos round at the same size.
     km = FederatedKernelKMeans(
-        2, gamma=3.0, n_random_features=D, max_iter=4, tol=0, random_state=0
+        2,
+        gamma=3.0,
+        n_random_features=D,
+        max_iter=4,
+        tol=0,
+        lanczos_block_size=block_size,
+        random_state=0,
     ).fit(X, partitions=np.arange(200) % M)
     cem = iteration_uploads(km.communication_, {"lanczos"})
     assert np.mean(np.asarray(cem) / km.lanczos_steps_) < totals[1] / 3
