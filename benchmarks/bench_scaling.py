@@ -124,23 +124,30 @@ def _rss_mb():
 
 
 def _time_rounds():
-    """Make ``Federation.run_round`` add its wall time to the list returned
-    (the clients' steps, their dispatch and the ledger: all that the
-    federation's workers could share; the rest of a fit is the server's)."""
+    """Make ``Federation.run_round`` add its wall time, under the round's
+    name, to the dict returned (the clients' steps, their dispatch and the
+    ledger: all that the federation's workers could share; the rest of a fit
+    is the server's)."""
     from skfed._federation import Federation
 
-    spent = [0.0]
+    spent = {}
     run_round = Federation.run_round
 
-    def timed(self, *args, **kwargs):
+    def timed(self, name, *args, **kwargs):
         start = time.perf_counter()
         try:
-            return run_round(self, *args, **kwargs)
+            return run_round(self, name, *args, **kwargs)
         finally:
-            spent[0] += time.perf_counter() - start
+            spent[name] = spent.get(name, 0.0) + time.perf_counter() - start
 
     Federation.run_round = timed
     return spent
+
+
+def _heaviest_rounds(spent, top=3):
+    """The ``top`` round names that took longest, with their seconds."""
+    ranked = sorted(spent.items(), key=lambda item: -item[1])[:top]
+    return "; ".join(f"{name} {seconds:.1f}" for name, seconds in ranked)
 
 
 def cell(name, n, m, n_jobs, baseline, warm):
@@ -172,7 +179,7 @@ def cell(name, n, m, n_jobs, baseline, warm):
         else:
             parts = np.random.RandomState(0).randint(m, size=n)
             model = make_estimator(name, n_jobs)
-            rounds[0] = 0.0
+            rounds.clear()
             start = time.perf_counter()
             model.fit(X, target, partitions=parts)
             elapsed = time.perf_counter() - start
@@ -183,7 +190,8 @@ def cell(name, n, m, n_jobs, baseline, warm):
                 "floats up": log.upload_floats,
                 "floats down": log.download_floats,
                 "up / raw": round(log.upload_floats / X.size, 4),
-                "rounds s": round(rounds[0], 3),
+                "rounds s": round(sum(rounds.values()), 3),
+                "heaviest rounds s": _heaviest_rounds(rounds),
             }
     out.update(
         {
