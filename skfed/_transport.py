@@ -248,7 +248,9 @@ class JoblibTransport:
         self._thread_limits = threadpool_limits(limits=None)
         self._n_workers = effective_n_jobs(self.n_jobs)
         self._sequential = self._n_workers == 1
-        self._cheap = {}
+        # Step name -> seconds per client of its first round in the pool and
+        # of its second in this thread.
+        self._timings = {}
         # Under joblib's dask backend Federation.from_arrays uses the dask
         # transport instead; a pool built here serves threads or processes.
         self._parallel = Parallel(n_jobs=self.n_jobs, prefer="threads")
@@ -287,33 +289,57 @@ class JoblibTransport:
         ]
         if self._parallel is None:
             results = _run_steps(calls)
-        elif self._sequential or self._cheap.get(call.name):
-            # The server's thread, configured sequential while the transport
-            # is open (see __enter__).
+        elif self._sequential:
             results = _run_sequential_steps(calls)
         else:
-            # One task per worker and round, each running a contiguous share
-            # of the clients: a task per client costs more to dispatch than
-            # a small client's step.
+            place = self._place(call.name)
             start = time.perf_counter()
-            shares = np.array_split(np.arange(len(calls)), self._n_workers)
-            batches = self._pool(call, client_ids)(
-                delayed(_run_steps)([calls[i] for i in share])
-                for share in shares
-                if len(share)
-            )
-            results = [r for batch in batches for r in batch]
-            # Iterative protocols (Lanczos) run thousands of rounds so short
-            # that dispatching them to the pool costs more than it saves: a
-            # step whose round took less than _CHEAP_ROUND runs here from
-            # then on. Each client's step is deterministic, so the model is
-            # the same either way.
-            self._cheap[call.name] = time.perf_counter() - start < _CHEAP_ROUND
+            if place == "here":
+                # The server's thread, configured sequential while the
+                # transport is open (see __enter__).
+                results = _run_sequential_steps(calls)
+            else:
+                # One task per worker and round, each running a contiguous
+                # share of the clients: a task per client costs more to
+                # dispatch than a small client's step.
+                shares = np.array_split(np.arange(len(calls)), self._n_workers)
+                batches = self._pool(call, client_ids)(
+                    delayed(_run_steps)([calls[i] for i in share])
+                    for share in shares
+                    if len(share)
+                )
+                results = [r for batch in batches for r in batch]
+            timings = self._timings.setdefault(call.name, {})
+            if place not in timings:
+                timings[place] = (time.perf_counter() - start) / max(len(calls), 1)
+                timings.setdefault("clients", len(calls))
         out = []
         for cid, result in zip(client_ids, results):
             self._storage[cid], answer = kept_after(call, self._storage[cid], result)
             out.append(answer)
         return out
+
+    def _place(self, name):
+        """Where a round of step ``name`` runs: in the pool (``"pool"``) or
+        in the server's thread (``"here"``).
+
+        Iterative protocols (Lanczos, Lloyd) repeat a step many times, and
+        for small clients a round in the pool can cost more than it saves:
+        the dispatch, and threads queueing on the GIL in Python-level work.
+        A step's first round runs in the pool; one that took less than
+        ``_CHEAP_ROUND`` runs here from then on; otherwise its second round
+        runs here, and its later rounds run where the round per client took
+        less time. Each client's step is deterministic, so the model is the
+        same wherever it runs; only the time changes.
+        """
+        timings = self._timings.get(name, {})
+        if "pool" not in timings:
+            return "pool"
+        if timings["pool"] * timings["clients"] < _CHEAP_ROUND:
+            return "here"
+        if "here" not in timings:
+            return "here"
+        return "pool" if timings["pool"] <= timings["here"] else "here"
 
     def _pool(self, call, client_ids):
         """The pool for a round: processes for a Python-bound step over

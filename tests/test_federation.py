@@ -1,6 +1,7 @@
 import functools
 import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ from threadpoolctl import threadpool_info
 from skfed import ClientStepError, ClientValueError
 from skfed import _transport as transport_module
 from skfed._federation import Federation, _fingerprint
-from skfed._protocol import run_alone
+from skfed._protocol import client_step, run_alone
 from skfed._testing import (
     SharedSum,
     fail_on,
@@ -324,6 +325,43 @@ def test_python_bound_steps_on_large_clients_run_in_threads(monkeypatch):
     X = np.random.RandomState(0).standard_normal((60, 2))
     _, pids, threads = _where(X, np.arange(60) % 5)
     assert pids == {os.getpid()} and threading.get_ident() not in threads
+
+
+@client_step("test_federation.sleep_by_place")
+def _sleep_by_place(client, state, seconds):
+    """Sleep ``seconds["pool"]`` in a pool thread, ``seconds["here"]`` in
+    the main thread; upload the thread's id."""
+    here = threading.current_thread() is threading.main_thread()
+    time.sleep(seconds["here" if here else "pool"])
+    return state, threading.get_ident()
+
+
+@pytest.mark.parametrize(
+    "seconds, places",
+    [
+        # Pool rounds cost more than the server's thread: trial, then here.
+        ({"pool": 0.02, "here": 0.0}, ["pool", "here", "here", "here"]),
+        # The pool is faster: one trial here, then the pool.
+        ({"pool": 0.01, "here": 0.03}, ["pool", "here", "pool", "pool"]),
+        # A round so short that dispatching it costs more: here at once.
+        ({"pool": 0.0, "here": 0.0}, ["pool", "here", "here", "here"]),
+    ],
+)
+def test_repeated_rounds_run_where_they_took_less_time(data, seconds, places):
+    # Iterative protocols repeat a step many times; after timing a round in
+    # the pool and one in the server's thread, the rest run in the faster.
+    X, ids = data
+    p = check_partitions(ids, X.shape[0])
+    with parallel_config(backend="threading"):
+        with Federation.from_arrays(X, None, p, random_state=0, n_jobs=2) as fed:
+            seen = []
+            for _ in places:
+                threads = set(fed.run_round("sleep", _sleep_by_place, seconds))
+                seen.append("here" if threads == {threading.get_ident()} else "pool")
+            # Another step starts its own trials, in the pool.
+            other = {thread for _, thread in fed.run_round("where", where)}
+    assert seen == places
+    assert threading.get_ident() not in other
 
 
 @pytest.mark.parametrize("backend", ["sequential", "threading", "loky"])
