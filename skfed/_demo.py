@@ -373,9 +373,9 @@ CASES = {
 # Why an estimator can upload more than the raw data, for the table's notes.
 WHY_MORE = {
     "FederatedKernelKMeans": (
-        "its eigen-solver runs one round per Lanczos step, and in each every "
-        "client uploads D + r floats whatever its size; with few features per "
-        "row and many rounds the raw rows are cheaper"
+        "its eigen-solver runs one round per block of Lanczos steps, and for "
+        "each step every client uploads D + r floats whatever its size; with "
+        "few features per row and many steps the raw rows are cheaper"
     ),
     "DistributedKernelPCA": (
         "each client's messages have a fixed size (its sketch in the "
