@@ -221,7 +221,9 @@ class FederatedKernelKMeans(
     -----
     What crosses the wire: the server learns W[m]ᵀW[m] c for every Lanczos
     vector c, which is W[m]ᵀW[m] itself once D + r_t independent vectors
-    were sent in one iteration (the ``"gram"`` solver sends it outright);
+    were sent in one iteration (blocks send more vectors per iteration, so
+    the server learns it on a larger subspace; the ``"gram"`` solver sends
+    it outright);
     for a client with a single sample that reveals its random features at
     that iteration, and the server knows the map (it sent the seed).
     The coreset step uploads rows of H and the Lloyd rounds per-cluster sums
