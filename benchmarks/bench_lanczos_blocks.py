@@ -29,6 +29,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from bench_scaling import table
 
 RESULTS = Path(__file__).parent / "results"
 SOLVERS = {
@@ -46,6 +47,7 @@ def fit(n, m, solver):
     from threadpoolctl import threadpool_limits
 
     from skfed import FederatedKernelKMeans
+    from skfed._testing import iteration_uploads
 
     X, y = make_blobs(n, n_features=20, centers=10, random_state=0)
     parts = np.random.RandomState(0).randint(m, size=n)
@@ -57,7 +59,7 @@ def fit(n, m, solver):
         elapsed = time.perf_counter() - start
     log = model.communication_
     dims = model.n_random_features + model.ranks_
-    lanczos_up = _lanczos_uploads_per_iteration(log)
+    lanczos_up = iteration_uploads(log, {"lanczos"})
     products = int(sum(up / (m * dim) for up, dim in zip(lanczos_up, dims)))
     return {
         "N": n,
@@ -72,18 +74,6 @@ def fit(n, m, solver):
         "NMI": round(float(normalized_mutual_info_score(y, model.labels_)), 4),
         "labels": model.labels_.tolist(),
     }
-
-
-def _lanczos_uploads_per_iteration(log):
-    per_iter = []
-    for rec in log.records:
-        if rec.direction != "upload":
-            continue
-        if rec.name == "random features":
-            per_iter.append(0)
-        if per_iter and rec.name == "lanczos":
-            per_iter[-1] += rec.total_floats
-    return per_iter
 
 
 def run_fit(n, m, solver):
@@ -102,12 +92,6 @@ def same_partition(a, b):
     a, b = np.asarray(a), np.asarray(b)
     pairs = np.unique(np.column_stack([a, b]), axis=0)
     return len(pairs) == len(np.unique(a)) == len(np.unique(b))
-
-
-def table(rows, keys):
-    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-    lines += ["| " + " | ".join(str(r.get(k, "")) for k in keys) + " |" for r in rows]
-    return "\n".join(lines)
 
 
 def main():
@@ -143,14 +127,13 @@ def main():
         row["rounds / b = 1"] = round(row["rounds"] / base["rounds"], 3)
         row["up / b = 1"] = round(row["floats up"] / base["floats up"], 3)
         row["time / b = 1"] = round(row["fit s"] / base["fit s"], 3)
-    keys = list(rows[0])
     text = "\n\n".join(
         [
             "# bench_lanczos_blocks: FederatedKernelKMeans' eigen-solvers",
             f"{platform.machine()}, Python {platform.python_version()}, BLAS "
             "pinned to 1 thread, blobs d = 20, k = 10, defaults but the "
             f"solver, one process per fit. Total {time.perf_counter() - start:.0f} s.",
-            table(rows, keys),
+            table(rows),
         ]
     )
     RESULTS.mkdir(exist_ok=True)
