@@ -15,6 +15,7 @@ twice, "CGS2"), which costs server flops only, never communication.
 """
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from scipy.linalg import eigh, eigh_tridiagonal, qr
@@ -139,6 +140,7 @@ def lanczos(
     """
     n = int(n)
     _check_arguments(n, n_components, threshold, tol_scale)
+    criteria = _Criteria(n_components, threshold, tol, tol_scale)
     max_iter = n if max_iter is None else min(int(max_iter), n)
     rng = check_random_state(random_state)
 
@@ -172,14 +174,7 @@ def lanczos(
         scale = max(float(np.abs(theta).max()), np.finfo(float).tiny)
         residual = beta * np.abs(P[-1])
         wanted, done, n_above_prev = _stopping(
-            theta,
-            residual,
-            scale,
-            n_above_prev,
-            n_components,
-            threshold,
-            tol,
-            tol_scale,
+            theta, residual, scale, n_above_prev, criteria
         )
         if done or q + 1 == n:
             converged = True
@@ -273,6 +268,7 @@ def block_lanczos(
     _check_arguments(n, n_components, threshold, tol_scale)
     if block_size < 1:
         raise ValueError(f"block_size={block_size} must be at least 1.")
+    criteria = _Criteria(n_components, threshold, tol, tol_scale)
     max_iter = n if max_iter is None else min(int(max_iter), n)
     rng = check_random_state(random_state)
 
@@ -298,14 +294,7 @@ def block_lanczos(
         residual = np.full(theta.shape[0], np.inf)
         residual[:n_read] = np.linalg.norm(GQ @ Yr - (Q @ Yr) * theta[:n_read], axis=0)
         wanted, done, n_above_prev = _stopping(
-            theta,
-            residual,
-            scale,
-            n_above_prev,
-            n_components,
-            threshold,
-            tol,
-            tol_scale,
+            theta, residual, scale, n_above_prev, criteria
         )
         if done or Q.shape[1] == n:
             converged = True
@@ -370,11 +359,19 @@ def _n_read(theta, scale, n_components, threshold):
     return min(count, theta.shape[0])
 
 
-def _stopping(
-    theta, residual, scale, n_above_prev, n_components, threshold, tol, tol_scale
-):
+class _Criteria(NamedTuple):
+    """What a solve stops on (see :func:`lanczos`)."""
+
+    n_components: object
+    threshold: object
+    tol: float
+    tol_scale: str
+
+
+def _stopping(theta, residual, scale, n_above_prev, criteria):
     """The wanted Ritz pairs, whether the solve may stop, and the count of
     Ritz values above the threshold (for the next step's comparison)."""
+    n_components, threshold, tol, tol_scale = criteria
     floor = None if threshold is None else max(threshold, _ROUNDOFF * scale)
     if tol_scale == "each":
         atol = tol * np.maximum(np.abs(theta), _ROUNDOFF * scale)
