@@ -89,18 +89,21 @@ def test_random_fourier_features_approximate_the_rbf_kernel():
 
 
 @pytest.mark.parametrize("offset", [0.0, 1e6])
-def test_scaled_cosines_are_float32_accurate_far_from_the_origin(offset):
+@pytest.mark.parametrize("shape", [(3000, 7), (301, 500)])
+def test_scaled_cosines_are_float32_accurate_far_from_the_origin(offset, shape):
     # The phase is reduced modulo 2π in float64 before the float32 cosine:
     # phases of order 1e6 (data far from the origin) keep about 1e-10 of
     # their value, so the cosine stays within float32 rounding of the exact
-    # one instead of being noise.
+    # one instead of being noise. 500 columns: blocks of 80 rows, the last
+    # one partial.
     rng = np.random.RandomState(0)
-    phase = offset + 50 * rng.standard_normal((3000, 7))
-    out = np.full((3000, 10), -5.0)
-    scaled_cosines(phase.copy(), 0.5, out=out[:, 2:9])
-    np.testing.assert_allclose(out[:, 2:9], 0.5 * np.cos(phase), rtol=0, atol=2e-7)
+    n_rows, n_cols = shape
+    phase = offset + 50 * rng.standard_normal(shape)
+    out = np.full((n_rows, n_cols + 3), -5.0)
+    scaled_cosines(phase.copy(), 0.5, out=out[:, 2:-1])
+    np.testing.assert_allclose(out[:, 2:-1], 0.5 * np.cos(phase), rtol=0, atol=2e-7)
     # Only the column block asked for is written.
-    assert np.all(out[:, :2] == -5.0) and np.all(out[:, 9:] == -5.0)
+    assert np.all(out[:, :2] == -5.0) and np.all(out[:, -1] == -5.0)
     # float32 phases are taken as they are (no reduction to gain).
     low = phase.astype(np.float32) - np.float32(offset)
     got = scaled_cosines(low.copy(), 2.0, out=np.empty_like(low))
