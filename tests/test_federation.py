@@ -336,27 +336,42 @@ def _sleep_by_place(client, state, seconds):
     return state, threading.get_ident()
 
 
+_SLOW_POOL = {"pool": 0.02, "here": 0.0}
+_FAST_POOL = {"pool": 0.01, "here": 0.03}
+_HICCUP = {"pool": 0.01, "here": 0.05}
+_FAST_HERE = {"pool": 0.01, "here": 0.0}
+
+
 @pytest.mark.parametrize(
     "seconds, places",
     [
-        # Pool rounds cost more than the server's thread: trial, then here.
-        ({"pool": 0.02, "here": 0.0}, ["pool", "here", "here", "here"]),
-        # The pool is faster: one trial here, then the pool.
-        ({"pool": 0.01, "here": 0.03}, ["pool", "here", "pool", "pool"]),
+        # Pool rounds cost more than the server's thread: trial, then here,
+        # the pool timed again in round 4 (and 8, 16, ...).
+        ([_SLOW_POOL] * 6, ["pool", "here", "here", "pool", "here", "here"]),
+        # The pool is faster: one trial here, then the pool, here again in
+        # round 4.
+        ([_FAST_POOL] * 6, ["pool", "here", "pool", "here", "pool", "pool"]),
         # A round so short that dispatching it costs more: here at once.
-        ({"pool": 0.0, "here": 0.0}, ["pool", "here", "here", "here"]),
+        ([{"pool": 0.0, "here": 0.0}] * 6, ["pool"] + ["here"] * 5),
+        # The trial here was slow once (a pause): the pool until round 4
+        # times here again, then here, where the rounds are faster.
+        (
+            [_FAST_HERE, _HICCUP] + [_FAST_HERE] * 5,
+            ["pool", "here", "pool", "here", "here", "here", "here"],
+        ),
     ],
 )
 def test_repeated_rounds_run_where_they_took_less_time(data, seconds, places):
     # Iterative protocols repeat a step many times; after timing a round in
-    # the pool and one in the server's thread, the rest run in the faster.
+    # the pool and one in the server's thread, the rest run where the latest
+    # round was faster, and the other place is timed again now and then.
     X, ids = data
     p = check_partitions(ids, X.shape[0])
     with parallel_config(backend="threading"):
         with Federation.from_arrays(X, None, p, random_state=0, n_jobs=2) as fed:
             seen = []
-            for _ in places:
-                threads = set(fed.run_round("sleep", _sleep_by_place, seconds))
+            for round_seconds in seconds:
+                threads = set(fed.run_round("sleep", _sleep_by_place, round_seconds))
                 seen.append("here" if threads == {threading.get_ident()} else "pool")
             # Another step starts its own trials, in the pool.
             other = {thread for _, thread in fed.run_round("where", where)}
