@@ -84,9 +84,8 @@ def random_fourier_features(X, omega, offset, *, scale=None, out=None):
     # X Ω for all rows at once was a fresh n x D array (10 MB for 4,096
     # rows), whose first writes and later reads out of cache took as long
     # as the cosines themselves.
-    rows = _cosine_rows(n_components)
-    scratch = _CosineScratch(min(rows, n_samples), n_components)
-    for block in gen_batches(n_samples, rows):
+    scratch = _CosineScratch(n_samples, n_components)
+    for block in scratch.blocks():
         phase = scratch.phase[: block.stop - block.start]
         np.matmul(X[block], omega, out=phase)
         phase += offset
@@ -102,11 +101,6 @@ def random_fourier_features(X, omega, offset, *, scale=None, out=None):
 # session 11); on session 10's, 1,024 rows had been faster than 4,096.
 _COS_VALUES = 40_000
 _TWO_PI = 2.0 * np.pi
-
-
-def _cosine_rows(n_columns):
-    """Rows per block of :func:`scaled_cosines` for ``n_columns`` phases a row."""
-    return max(16, _COS_VALUES // max(n_columns, 1))
 
 
 def scaled_cosines(phase, scale, *, out):
@@ -125,24 +119,30 @@ def scaled_cosines(phase, scale, *, out):
     if phase.dtype != np.float64 or phase.ndim != 2:
         out[...] = scale * np.cos(phase)
         return out
-    rows = _cosine_rows(phase.shape[1])
-    scratch = _CosineScratch(min(rows, phase.shape[0]), phase.shape[1])
-    for block in gen_batches(phase.shape[0], rows):
+    scratch = _CosineScratch(*phase.shape)
+    for block in scratch.blocks():
         scratch.cosines(phase[block], scale, out[block])
     return out
 
 
 class _CosineScratch:
-    """Buffers for the cosines of up to ``rows`` x ``columns`` phases at a
-    time (see :func:`scaled_cosines`)."""
+    """Buffers for the cosines of ``n_rows`` x ``columns`` phases, taken a
+    block of about ``_COS_VALUES`` at a time (see :func:`scaled_cosines`)."""
 
-    def __init__(self, rows, columns):
+    def __init__(self, n_rows, columns):
+        self.n_rows = n_rows
+        self.rows = max(16, _COS_VALUES // max(columns, 1))
+        rows = min(self.rows, n_rows)
         self.phase = np.empty((rows, columns))
         self.turns = np.empty((rows, columns))
         self.low = np.empty((rows, columns), np.float32)
 
+    def blocks(self):
+        """Slices of the ``n_rows`` rows, one block at a time."""
+        return gen_batches(self.n_rows, self.rows)
+
     def cosines(self, phase, scale, out):
-        """``out[:] = scale * cos(phase)`` for at most ``rows`` rows;
+        """``out[:] = scale * cos(phase)`` for one block of rows;
         ``phase`` (float64) is overwritten."""
         n_rows = phase.shape[0]
         turns = np.multiply(phase, 1.0 / _TWO_PI, out=self.turns[:n_rows])
