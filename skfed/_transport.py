@@ -314,7 +314,10 @@ class JoblibTransport:
             # thrown off (a collection pause, another process) is corrected
             # by the next round there or by a probe (see _place).
             timings[place] = (time.perf_counter() - start) / max(len(calls), 1)
-            timings.setdefault("clients", len(calls))
+            if place == "pool":
+                # With the time per client, the pool round's total (the
+                # cheap-round rule in _place).
+                timings["clients"] = len(calls)
             timings["rounds"] += 1
         out = []
         for cid, result in zip(client_ids, results):
