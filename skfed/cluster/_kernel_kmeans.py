@@ -57,9 +57,10 @@ class FederatedKernelKMeans(
 
     Per iteration t (all counts per client, in floats):
 
-    * ``"random features"``: down 2 (the seed of the shared features and
-      η_t). With ``eigen_solver="gram"`` the client answers with the upper
-      triangle of W[m]ᵀW[m]: (D + r_t)(D + r_t + 1)/2 up.
+    * ``"random features"``: down 3 (the seed of the shared features, η_t
+      and whether the Gram matrix may be summed in float32). With
+      ``eigen_solver="gram"`` the client answers with the upper triangle of
+      W[m]ᵀW[m]: (D + r_t)(D + r_t + 1)/2 up.
     * ``"lanczos"`` (``eigen_solver="lanczos"``), Q_t times: down
       b (D + r_t) (a block of b = ``lanczos_block_size`` Lanczos vectors
       c), up b (D + r_t) (W[m]ᵀW[m] c for each); the last block of an

@@ -63,7 +63,8 @@ def random_fourier_features(X, omega, offset, *, scale=None, out=None):
         ``sqrt(2)`` for the unnormalised map with ``E[A Aᵀ / D] = K``.
     out : ndarray of shape (n_samples, n_components), default=None
         Where to write Z (a column block of a wider matrix, say); a new
-        array when omitted.
+        float64 array when omitted. A float32 ``out`` receives the float32
+        cosines themselves (times ``scale``, exactly so when it is 1).
 
     Returns
     -------
@@ -149,10 +150,15 @@ class _CosineScratch:
         np.rint(turns, out=turns)
         turns *= _TWO_PI
         phase -= turns
-        low = self.low[:n_rows]
+        # A float32 ``out`` takes the cosines itself: no copy through the
+        # scratch (the float32 Gram matrix of federated kernel k-means).
+        low = out if out.dtype == np.float32 else self.low[:n_rows]
         low[...] = phase
         np.cos(low, out=low)
-        np.multiply(low, scale, out=out)
+        if low is not out:
+            np.multiply(low, scale, out=out)
+        elif scale != 1.0:
+            out *= np.float32(scale)
 
 
 @client_step("kernel.moments")

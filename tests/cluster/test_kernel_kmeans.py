@@ -18,7 +18,7 @@ from skfed._federation import ClientData
 from skfed._testing import iteration_round_uploads, iteration_uploads
 from skfed.cluster import _kernel_kmeans_protocol as kkm
 from skfed.cluster._kernel_kmeans_protocol import replay_eigenvectors
-from skfed.kernel import sample_fourier_weights
+from skfed.kernel import random_fourier_features, sample_fourier_weights
 
 
 def _rings(n=300):
@@ -186,6 +186,77 @@ def test_no_cem_with_fewer_samples_than_k_plus_2():
     assert ari(km.labels_, ref.labels_) == 1.0
 
 
+def test_feature_gram_sums_float32_products_of_the_exact_features():
+    # The features' cosines are float32 numbers: a float32 block holds them
+    # exactly, and only the sums (and B) are rounded, to about 1e-7 of G.
+    rng = np.random.RandomState(0)
+    n, d, D, r, eta = 2 * kkm._CHUNK + 17, 5, 40, 3, 0.4
+    X = rng.standard_normal((n, d)) * 2 + 1e4
+    B = rng.standard_normal((n, r))
+    omega, offset = sample_fourier_weights(3, d, D, 0.2)
+    low = np.empty((n, D), np.float32)
+    random_fourier_features(X, omega, offset, scale=1.0, out=low)
+    exact = random_fourier_features(X, omega, offset, scale=1.0)
+    np.testing.assert_array_equal(low, exact)
+    W = kkm.iteration_features(X, omega, offset, eta, B)
+    expected = W.T @ W
+    norm = np.linalg.norm(expected, 2)
+    G = kkm._feature_gram(X, omega, offset, eta, B)
+    assert np.abs(G - expected).max() <= 1e-13 * norm
+    G = kkm._feature_gram(X, omega, offset, eta, B, float32=True)
+    assert 1e-13 * norm < np.abs(G - expected).max() <= 1e-6 * norm
+
+
+def _float32_iterations(monkeypatch):
+    """Record, per call of the clients' Gram product, whether it was float32."""
+    calls = []
+    feature_gram = kkm._feature_gram
+
+    def spy(*args, float32=False, **kwargs):
+        calls.append(float32)
+        return feature_gram(*args, float32=float32, **kwargs)
+
+    monkeypatch.setattr(kkm, "_feature_gram", spy)
+    return calls
+
+
+def test_gram_is_summed_in_float32_only_above_its_rounding(monkeypatch):
+    # From the second iteration on, float32 sums whenever the threshold η_t λ
+    # is far above their rounding (a fraction of the largest eigenvalue).
+    calls = _float32_iterations(monkeypatch)
+    X, _ = make_blobs(600, centers=3, random_state=0)
+    params = {"n_random_features": 50, "random_state": 0}
+    km = FederatedKernelKMeans(3, max_iter=4, tol=0, **params)
+    km.fit(X, partitions=2)
+    assert calls == [False, False] + [True] * 6
+    last = km.eigenvalue_history_[-1]
+    assert km.threshold_ / km.n_iter_ >= kkm._FLOAT32_THRESHOLD * last[0]
+
+    # With λ = 0 no threshold is above the rounding: float64 throughout.
+    calls.clear()
+    km = FederatedKernelKMeans(3, max_iter=3, threshold=0.0, **params)
+    km.fit(X, partitions=2)
+    assert calls and not any(calls)
+
+
+@pytest.mark.parametrize("eigen_solver", ["lanczos", "gram"])
+def test_data_of_few_distinct_rows_keep_only_their_rank(eigen_solver):
+    # Three distinct points, each repeated: the kernel matrix has rank 3.
+    # Its (s+2)-th eigenvalue, λ, is round-off, so G must be summed in
+    # float64: float32 sums would add eigenvalues of up to about 1e-6 of the
+    # largest, which would pass as further eigenpairs (they did: ranks 7
+    # and 8 instead of 3 on four rows of blobs).
+    points = np.array([[0.0, 0.0], [3.0, 1.0], [-1.0, 4.0]])
+    X = np.repeat(points, 1500, axis=0) + 100.0
+    km = FederatedKernelKMeans(
+        3, n_components=6, max_iter=5, eigen_solver=eigen_solver, random_state=0
+    )
+    with pytest.warns(ConvergenceWarning, match="Only 3 eigenvalue"):
+        km.fit(X, partitions=np.arange(X.shape[0]) % 2)
+    assert km.eigenvalues_.shape == (3,) and km.ranks_.max() <= 3
+    assert ari(km.labels_, np.repeat([0, 1, 2], 1500)) == 1.0
+
+
 def test_clients_keep_a_packed_gram_matrix_and_no_eigenvector_copy():
     # Between rounds a client holds B[m] and, until the eigenpairs round, the
     # packed upper triangle of W[m]ᵀW[m] (a Lanczos round streams it from
@@ -203,6 +274,14 @@ def test_clients_keep_a_packed_gram_matrix_and_no_eigenvector_copy():
     c = np.random.RandomState(1).standard_normal(dim)
     _, g = kkm._gram_matvec_step(client, state, c)
     np.testing.assert_allclose(g, W.T @ (W @ c), rtol=1e-10)
+    # Summed in float32 when the server says so (see _feature_gram).
+    _, g32 = kkm._gram_matvec_step(
+        client,
+        kkm._random_features_step(client, state, (7, eta, True), n_features=D)[0],
+        c,
+    )
+    expected = W.T @ (W @ c)
+    np.testing.assert_allclose(g32, expected, atol=1e-6 * np.linalg.norm(expected))
 
     basis = np.random.RandomState(2).standard_normal((dim, 3))
     shrink = np.array([2.0, 1.0, 0.5])
@@ -308,7 +387,8 @@ def test_ledger_matches_protocol_formulas():
     kept = np.array([h.shape[0] for h in km.eigenvalue_history_])
     assert up["kernel width"] == M * (d + 2)
     assert down["kernel width broadcast"] == M
-    assert down["random features"] == 2 * M * T  # seed and η_t
+    # The seed, η_t and whether G may be summed in float32.
+    assert down["random features"] == 3 * M * T
     assert up["random features"] == M * np.sum((D + r) * (D + r + 1) // 2)
     assert down["eigenpairs"] == M * np.sum(kept * (D + r + 1))
     assert "lanczos" not in up
@@ -399,7 +479,9 @@ def test_invariant_to_client_names_and_sample_order(seed, ids):
     km = FederatedKernelKMeans(2, random_state=0, **params).fit(
         X[order], partitions=parts[order]
     )
-    np.testing.assert_allclose(km.eigenvalues_, ref.eigenvalues_, rtol=1e-8)
+    # Reordered rows change the order of G's float32 sums (about 1e-7 of
+    # an eigenvalue; see _feature_gram).
+    np.testing.assert_allclose(km.eigenvalues_, ref.eigenvalues_, rtol=1e-6)
     assert ari(km.labels_, ref.labels_[order]) >= 0.95
 
 
