@@ -15,11 +15,12 @@ import warnings
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils import check_random_state, gen_batches
+from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from .._blocks import row_blocks
 from .._federation import FederatedMixin
 from .._remote import code_labels, distinct_values, is_remote
 from .._validation import StrictInterval, check_magnitude
@@ -449,7 +450,7 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         scores = np.empty((X.shape[0], len(self.intercept_)), dtype=X.dtype)
         coef = self.kernel_coef_.T.astype(X.dtype)
         # Rows in batches keep the (batch × n_kernels) block small.
-        for rows in gen_batches(X.shape[0], 4096):
+        for rows in row_blocks(X.shape[0], 4096):
             Phi = gaussian_atoms(
                 X[rows], self.kernel_centers_, self.kernel_widths_, dtype=X.dtype
             )

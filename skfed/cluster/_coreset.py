@@ -31,13 +31,14 @@ from sklearn.base import (
     _fit_context,
 )
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils import check_random_state, gen_batches
+from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.extmath import row_norms, safe_sparse_dot
 from sklearn.utils.validation import (
     _check_sample_weight,
 )
 
+from .._blocks import row_blocks
 from .._federation import FederatedMixin
 from .._protocol import client_step
 from .._remote import distinct_values, is_remote
@@ -1129,7 +1130,7 @@ def _assign(X, x_sq, centers, *, d2="exact", tie=0.0):
     sparse_exact = d2 == "exact" and sp.issparse(X)
     out = np.empty(n, dtype=np.float64) if d2 == "expanded" or sparse_exact else None
     c_sq = _sq_norms(centers)
-    for batch in gen_batches(n, _CHUNK):
+    for batch in row_blocks(n, _CHUNK):
         cross = _dot(X[batch], centers.T)
         # ‖x‖² is the same for every center: not needed for the argmin.
         dist = c_sq - 2.0 * cross
@@ -1156,7 +1157,7 @@ def _assign(X, x_sq, centers, *, d2="exact", tie=0.0):
     # Subtracting directly makes a point that sits on its center cost exactly
     # 0 (the expanded form leaves rounding noise, which would make D²
     # sampling draw duplicates of centers).
-    for batch in gen_batches(n, _CHUNK):
+    for batch in row_blocks(n, _CHUNK):
         diff = X[batch] - centers[labels[batch]]
         d2[batch] = np.einsum("ij,ij->i", diff, diff)
     return labels, d2

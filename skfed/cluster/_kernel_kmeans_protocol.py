@@ -24,8 +24,8 @@ import numpy as np
 from scipy.linalg import eigh
 from scipy.linalg.blas import dspmv
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils import gen_batches
 
+from .._blocks import row_blocks
 from .._lanczos import block_lanczos, lanczos
 from .._protocol import client_step
 from ..kernel import (
@@ -322,6 +322,10 @@ def _dspgd_cem(fed, opts, n_samples, feature_seeds, lanczos_rng):
         )
         if gram:
             mu, V = _eigh_descending(_sum_triangles(uploads, dim))
+            # Not held through the next two rounds: 1,000 clients'
+            # triangles are 450 MB, and the next iteration's arrive before
+            # the name is rebound (peak 1.92 GB at N = 1M over 1,000 clients).
+            del uploads
             n_steps = 0
         else:
             step = partial(fed.run_round, "lanczos", _gram_matvec_step)
@@ -523,12 +527,12 @@ def _feature_gram(X, omega, offset, eta, B, *, float32=False):
     n_features = omega.shape[1]
     rank = 0 if B is None else B.shape[1]
     scale = np.sqrt(2.0 * eta / n_features)
-    G = np.zeros((n_features + rank, n_features + rank))
+    G = None
     W = np.empty(
         (min(_CHUNK, X.shape[0]), n_features + rank),
         np.float32 if float32 else np.float64,
     )
-    for block in gen_batches(X.shape[0], _CHUNK):
+    for block in row_blocks(X.shape[0], _CHUNK):
         rows = W[: block.stop - block.start]
         random_fourier_features(
             X[block], omega, offset, scale=1.0, out=rows[:, :n_features]
@@ -538,7 +542,14 @@ def _feature_gram(X, omega, offset, eta, B, *, float32=False):
         # numpy computes Wᵀ W with BLAS syrk (half the flops of a product)
         # and releases the GIL, so clients in threads run it in parallel;
         # scipy's syrk wrappers hold the GIL (two threads: no speed-up).
-        G += rows.T @ rows
+        part = rows.T @ rows
+        if G is None:
+            # The first block's product is the total so far: no zeroed
+            # matrix to add it to (a client of a few rows spent most of
+            # its step on (D + r)² passes).
+            G = part.astype(np.float64, copy=False)
+        else:
+            G += part
     G *= scale**2
     return G
 
@@ -584,7 +595,7 @@ def projected_features(X, seed, eta, B, basis, gamma, n_random_features):
     omega, offset = iteration_weights(seed, X.shape[1], n_random_features, gamma)
     U = np.empty((X.shape[0], basis.shape[1]))
     buffer = np.empty((min(_PROJECT_CHUNK, X.shape[0]), basis.shape[0]))
-    for block in gen_batches(X.shape[0], _PROJECT_CHUNK):
+    for block in row_blocks(X.shape[0], _PROJECT_CHUNK):
         rows = None if B is None else B[block]
         W = iteration_features(X[block], omega, offset, eta, rows, buffer=buffer)
         np.matmul(W, basis, out=U[block])

@@ -18,8 +18,9 @@ import scipy.linalg
 import scipy.linalg.blas
 import scipy.sparse as sp
 from sklearn.metrics.pairwise import pairwise_kernels
-from sklearn.utils import check_random_state, gen_batches
+from sklearn.utils import check_random_state
 
+from .._blocks import row_blocks
 from .._protocol import client_step
 from ..kernel._median import (
     allocate_quota,
@@ -778,7 +779,7 @@ def _sketched_factor(client, state, sketch_width):
         cs = count_sketch_matrix(buckets[rank], signs[rank], n_mid).T.tocsc()
         sketch = np.zeros((n_mid, r))
         for block, Pt in zip(
-            gen_batches(n, _BLOCK), _centred_projections(client, state)
+            row_blocks(n, _BLOCK), _centred_projections(client, state)
         ):
             sketch += cs[:, block] @ Pt
     else:
@@ -812,7 +813,7 @@ def _error_step(client, state, W):
 
 def _projections(X, Y, R, spec):
     """Blocks of Π[m]ᵀ = K_{X[m], Y} R, recomputed on every pass."""
-    for block in gen_batches(X.shape[0], _BLOCK):
+    for block in row_blocks(X.shape[0], _BLOCK):
         yield _kernel(X[block], Y, spec) @ R
 
 

@@ -5,8 +5,9 @@ import math
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.utils import check_random_state, gen_batches
+from sklearn.utils import check_random_state
 
+from .._blocks import row_blocks
 from .._protocol import client_step
 
 
@@ -140,7 +141,7 @@ class _CosineScratch:
 
     def blocks(self):
         """Slices of the ``n_rows`` rows, one block at a time."""
-        return gen_batches(self.n_rows, self.rows)
+        return row_blocks(self.n_rows, self.rows)
 
     def cosines(self, phase, scale, out):
         """``out[:] = scale * cos(phase)`` for one block of rows;
