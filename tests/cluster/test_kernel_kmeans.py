@@ -244,8 +244,8 @@ def test_data_of_few_distinct_rows_keep_only_their_rank(eigen_solver):
     # Three distinct points, each repeated: the kernel matrix has rank 3.
     # Its (s+2)-th eigenvalue, λ, is round-off, so G must be summed in
     # float64: float32 sums would add eigenvalues of up to about 1e-6 of the
-    # largest, which would pass as further eigenpairs (they did: ranks 7
-    # and 8 instead of 3 on four rows of blobs).
+    # largest, which would pass as further eigenpairs (with float32 sums in
+    # every iteration, both cases here failed).
     points = np.array([[0.0, 0.0], [3.0, 1.0], [-1.0, 4.0]])
     X = np.repeat(points, 1500, axis=0) + 100.0
     km = FederatedKernelKMeans(
