@@ -310,11 +310,8 @@ def _dspgd_cem(fed, opts, n_samples, feature_seeds, lanczos_rng):
     for t in range(1, opts.max_iter + 1):
         eta = _eta(opts.step_size, t)
         dim = D + r
-        float32 = bool(
-            lam is not None
-            and largest is not None
-            and eta * lam >= _FLOAT32_THRESHOLD * largest
-        )
+        # Not before λ and a largest eigenvalue are known, nor with λ = 0.
+        float32 = bool(lam and largest and eta * lam >= _FLOAT32_THRESHOLD * largest)
         uploads = fed.run_round(
             "random features",
             partial(_random_features_step, n_features=D, upload_gram=gram),
