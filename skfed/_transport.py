@@ -44,6 +44,12 @@ __all__ = ["JoblibTransport", "StepFailure"]
 
 # Seconds: a parallel round this short is mostly the pool's dispatch.
 _CHEAP_ROUND = 0.02
+# Seconds: a round this long in the pool is compiled work on large clients,
+# which threads share; timing it again in the server's thread costs a whole
+# sequential round each time (kernel k-means over 10 clients of 10,000
+# rows, 30 iterations: 9.23 s with those trials against 7.89 s without,
+# 12.7 s with one worker).
+_LONG_ROUND = 0.1
 # Mean rows per client up to which a Python-bound step runs in processes
 # (about where skfed's steps leave per-call-bound array code for compiled
 # scikit-learn routines).
@@ -333,20 +339,25 @@ class JoblibTransport:
         for small clients a round in the pool can cost more than it saves:
         the dispatch, and threads queueing on the GIL in Python-level work.
         A step's first round runs in the pool; one that took less than
-        ``_CHEAP_ROUND`` runs here from then on; otherwise its second round
-        runs here, and its later rounds run where the latest round per
-        client took less time, except rounds 4, 8, 16, ..., which run in
-        the other place to time it again: one timing each decided for the
-        whole fit before, and a slow second round (kernel k-means' Lanczos
-        over 1,000 clients of 10 rows) sent 800 rounds to a pool that took
-        twice as long. Each client's step is deterministic, so the model is
-        the same wherever it runs; only the time changes.
+        ``_CHEAP_ROUND`` runs here from then on, one that took at least
+        ``_LONG_ROUND`` stays in the pool while its rounds take that long;
+        otherwise its second round runs here, and its later rounds run
+        where the latest round per client took less time, except rounds 4,
+        8, 16, ..., which run in the other place to time it again: one
+        timing each decided for the whole fit before, and a slow second
+        round (kernel k-means' Lanczos over 1,000 clients of 10 rows) sent
+        800 rounds to a pool that took twice as long. Each client's step is
+        deterministic, so the model is the same wherever it runs; only the
+        time changes.
         """
         timings = self._timings.get(name, {})
         if "pool" not in timings:
             return "pool"
-        if timings["pool"] * timings["clients"] < _CHEAP_ROUND:
+        pool_round = timings["pool"] * timings["clients"]
+        if pool_round < _CHEAP_ROUND:
             return "here"
+        if pool_round >= _LONG_ROUND:
+            return "pool"
         if "here" not in timings:
             return "here"
         faster = "pool" if timings["pool"] <= timings["here"] else "here"

@@ -340,6 +340,8 @@ _SLOW_POOL = {"pool": 0.02, "here": 0.0}
 _FAST_POOL = {"pool": 0.01, "here": 0.03}
 _HICCUP = {"pool": 0.01, "here": 0.05}
 _FAST_HERE = {"pool": 0.01, "here": 0.0}
+# 5 clients over two workers: 0.15 s a round in the pool.
+_LONG_POOL = {"pool": 0.05, "here": 0.0}
 
 
 @pytest.mark.parametrize(
@@ -358,6 +360,14 @@ _FAST_HERE = {"pool": 0.01, "here": 0.0}
         (
             [_FAST_HERE, _HICCUP] + [_FAST_HERE] * 5,
             ["pool", "here", "pool", "here", "here", "here", "here"],
+        ),
+        # Rounds of at least _LONG_ROUND in the pool stay there, untimed in
+        # the server's thread (long compiled work, which threads share);
+        # once they are shorter the trials resume.
+        ([_LONG_POOL] * 4, ["pool"] * 4),
+        (
+            [_LONG_POOL] * 2 + [_SLOW_POOL] * 3,
+            ["pool", "pool", "pool", "here", "here"],
         ),
     ],
 )
