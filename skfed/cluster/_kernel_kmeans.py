@@ -354,6 +354,7 @@ class FederatedKernelKMeans(
         n_samples = X.shape[0]
         self._check_sizes(n_samples)
         coreset_size, n_init = self._coreset_sizes(n_samples)
+        eigen_solver = self._eigen_solver()
         rng = check_random_state(self.random_state)
         fed = self._federation(X, None, partitions, random_state=rng)
         # Per-round printing only at verbose >= 2: Lanczos makes many rounds.
@@ -372,7 +373,7 @@ class FederatedKernelKMeans(
                 step_size=self.step_size,
                 max_iter=self.max_iter,
                 tol=self.tol,
-                eigen_solver=self._eigen_solver(),
+                eigen_solver=eigen_solver,
                 eigen_tol=self.eigen_tol,
                 lanczos_block_size=self.lanczos_block_size,
                 use_cem=self.use_cem,
@@ -392,7 +393,7 @@ class FederatedKernelKMeans(
         self.n_refine_iter_ = int(result.coreset.n_refine_iter)
         self.n_iter_ = len(result.eigenvalue_history)
         self.ranks_ = result.ranks
-        self.eigen_solver_ = self._eigen_solver()
+        self.eigen_solver_ = eigen_solver
         self.lanczos_steps_ = result.lanczos_steps
         self.eigenvalue_history_ = result.eigenvalue_history
         # What the server sent the clients, kept to replay the recursion for
