@@ -15,7 +15,6 @@ from typing import NamedTuple
 
 import numpy as np
 import scipy.linalg
-import scipy.linalg.blas
 import scipy.sparse as sp
 from sklearn.metrics.pairwise import pairwise_kernels
 from sklearn.utils import check_random_state
@@ -56,6 +55,8 @@ _RESIDUAL_RTOL = 1e-9
 # Median heuristic: size of the pooled sample and projection dimension.
 _MEDIAN_SAMPLES = 256
 _MEDIAN_PROJECTIONS = 64
+# Float32 random features a client holds at once in the embedding round.
+_FEATURE_VALUES = 2**19
 
 
 class KernelPCAResult(NamedTuple):
@@ -517,17 +518,17 @@ def _shared_embedding(
             shared, n_features, n_random_features, gamma, kernel=kernel
         )
 
-        def features(B):
+        def features(B, out):
             # Phases in the data's precision (float32 would overflow on data
             # of magnitude 1e38 and lose the spread far from the origin);
-            # only the cosines are kept in float32.
-            return random_fourier_features(B, omega, offset).astype(f32)
+            # only the cosines are kept, written in float32 into ``out``.
+            return random_fourier_features(B, omega, offset, out=out)
 
         dim = n_random_features
     elif kernel == "poly":
         hashes = sample_tensor_sketch(shared, n_features, n_random_features, degree)
 
-        def features(B):
+        def features(B, out):
             return tensor_sketch(
                 B, hashes, n_random_features, gamma=gamma, coef0=coef0, dtype=f32
             )
@@ -535,7 +536,7 @@ def _shared_embedding(
         dim = n_random_features
     else:
 
-        def features(B):
+        def features(B, out):
             return B.astype(f32)
 
         dim = n_features
@@ -577,10 +578,19 @@ def _embedding_step(
         n_random_features,
         embedding_dim,
     )
-    Et = np.empty((X.shape[0], embedding_dim))
-    for start in range(0, X.shape[0], _BLOCK):
-        block = slice(start, start + _BLOCK)
-        Et[block] = np.asarray(features(X[block]) @ S)
+    n_rows = X.shape[0]
+    Et = np.empty((n_rows, embedding_dim))
+    # One float32 buffer of about 2 MB for every block's features, which
+    # stays in cache for the product with S: a fresh float64 block of
+    # 2,048 x D features and its float32 copy (48 MB at D = 2,000) for
+    # every block made this round 1.5 times slower and, faulting in new
+    # pages all the time, kept two client threads from running faster
+    # than one.
+    rows = min(n_rows, max(16, _FEATURE_VALUES // S.shape[0]))
+    buffer = np.empty((rows, S.shape[0]), np.float32)
+    for block in row_blocks(n_rows, rows):
+        Z = features(X[block], buffer[: block.stop - block.start])
+        Et[block] = np.asarray(Z @ S)
     state = dict(state or {})
     Et = Et[_row_order(client, state)]
     state["kpca_embedding"] = Et
@@ -750,11 +760,12 @@ def _lowrank_step(client, state, mean):
         centred = np.vstack(list(_centred_projections(client, state)))
         _, V = np.linalg.eigh(centred @ centred.T)
         return state, centred.T @ V[:, ::-1][:, :q]
-    gram = np.zeros((r, r), order="F")
+    gram = np.zeros((r, r))
     for Pt in _centred_projections(client, state):
-        # Upper triangle only (BLAS syrk): half the flops of Ptᵀ Pt.
-        gram = scipy.linalg.blas.dsyrk(1.0, Pt.T, beta=1.0, c=gram, overwrite_c=True)
-    gram = np.triu(gram) + np.triu(gram, 1).T
+        # numpy computes Ptᵀ Pt with BLAS syrk (half the flops of a product)
+        # and releases the GIL; scipy's syrk wrapper held it, and two client
+        # threads ran this round no faster than one.
+        gram += Pt.T @ Pt
     # Only the top q eigenpairs are needed (q ≈ 2k ≪ r).
     lam, U = scipy.linalg.eigh(gram, subset_by_index=[r - q, r - 1])
     lam, U = lam[::-1], U[:, ::-1]
