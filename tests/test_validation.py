@@ -77,6 +77,37 @@ def test_every_sample_in_exactly_one_client(ids):
     assert list(p.client_ids) == sorted(set(ids))
 
 
+_INT_DTYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint64]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.sampled_from(_INT_DTYPES),
+    st.sampled_from(["low", "high", "middle"]),
+    st.lists(st.integers(0, 250), min_size=64, max_size=120),
+    st.booleans(),
+)
+def test_integer_ids_match_sorting_them(dtype, where, offsets, spread):
+    # Integer ids are counted instead of sorted when they span few values:
+    # the clients, their order and their samples must be those of np.unique,
+    # at the ends of every integer type (an int8 difference would wrap) and
+    # for ids spread too far apart to count (at least 64 samples: ids within
+    # 4 x n_samples of each other are counted).
+    info = np.iinfo(dtype)
+    middle = max(int(info.min), -125)
+    base = {"low": int(info.min), "high": int(info.max) - 250, "middle": middle}
+    values = [base[where] + o for o in offsets]
+    if spread and info.max >= 10**6:
+        values[0] = 10**6  # more than 4 x n_samples apart: sorted
+    ids = np.array(values, dtype=dtype)
+    p = check_partitions(ids, len(ids))
+    unique, inverse = np.unique(ids, return_inverse=True)
+    assert p.client_ids == tuple(unique.tolist())
+    assert all(type(c) is int for c in p.client_ids)
+    for code, idx in enumerate(p.indices):
+        np.testing.assert_array_equal(idx, np.flatnonzero(inverse == code))
+
+
 def test_strict_interval_refuses_booleans():
     from numbers import Integral, Real
 
