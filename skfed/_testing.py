@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 import numpy as np
 from joblib.parallel import get_active_backend
+from sklearn import get_config
 
 from ._protocol import client_step
 
@@ -111,6 +112,14 @@ def joblib_backend(client, state, message):
     number of jobs it would get (a step must see a sequential one)."""
     backend, n_jobs = get_active_backend()
     return state, (type(backend).__name__, n_jobs)
+
+
+@client_step("testing.sklearn_config")
+def sklearn_config(client, state, message):
+    """Upload scikit-learn's ``assume_finite`` as the client step sees it
+    (the server's configuration must reach the client threads), and the
+    thread's id."""
+    return state, (get_config()["assume_finite"], threading.get_ident())
 
 
 # How many times a ClientData was unpickled in this process, per fit (keyed

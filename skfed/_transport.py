@@ -32,9 +32,12 @@ collections and under joblib's dask backend);
 
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from joblib import effective_n_jobs, parallel_config
+from joblib.parallel import ThreadingBackend, get_active_backend
+from sklearn import config_context, get_config
 from sklearn.utils.parallel import Parallel, delayed
 from threadpoolctl import threadpool_limits
 
@@ -54,10 +57,34 @@ _LONG_ROUND = 0.1
 # (about where skfed's steps leave per-call-bound array code for compiled
 # scikit-learn routines).
 _SMALL_CLIENT = 2048
+# The first round of a step over at least this many small clients per
+# worker times this share of them in the server's thread and as much per
+# worker in the pool (see JoblibTransport._pilot).
+_PILOT_SHARE = 16
 # Rows of the clients whose steps advance together in one thread (see
 # _run_sequential_steps): 650 clients of 100 rows, whose k-means problems
 # already fill the batched solver's arrays.
 _WAVE_ROWS = 2**16
+# Rows of a pool task, when the round's clients hold more than a task per
+# worker (see _task_shares): a wave's worth.
+_TASK_ROWS = _WAVE_ROWS
+
+
+def _task_shares(sizes, n_workers):
+    """The clients of a pool round cut into tasks: runs of consecutive
+    clients (positions into ``sizes``, their rows).
+
+    At least one task per worker, and tasks of about ``_TASK_ROWS`` rows
+    when the clients hold more: a task per small client costs more to
+    dispatch than its step, and a worker that finishes early takes the next
+    task instead of waiting for the other's fixed share (ten clients of
+    100,000 rows in two shares of five: one worker's local k-means ran
+    0.59 s, the other's 0.73 s).
+    """
+    if not len(sizes):
+        return []
+    n_tasks = min(len(sizes), max(n_workers, int(np.sum(sizes)) // _TASK_ROWS))
+    return np.array_split(np.arange(len(sizes)), n_tasks)
 
 
 class StepFailure:
@@ -201,25 +228,40 @@ def _run_steps(calls):
         return _run_sequential_steps(calls)
 
 
+def _run_configured(config, calls):
+    """:func:`_run_steps` in a thread of the transport's own executor,
+    under the server's scikit-learn configuration."""
+    with config_context(**config):
+        return _run_steps(calls)
+
+
 class JoblibTransport:
     """Clients held in this process; steps run in one joblib pool per fit.
 
     With several workers, rounds run in threads: a client's work on many
-    rows is in compiled code that releases the GIL. A step registered as
-    ``python_bound`` runs over clients of at most 2,048 rows on
-    average in worker processes instead (joblib's loky backend), where
-    threads would queue on the GIL: KFed over 1,000 clients of 100 rows
-    took 2.1 s with one worker, 3.0 s with two threads and 1.3 s with two
-    processes. An enclosing ``joblib.parallel_config(backend=...)`` still
-    decides for both kinds of round.
+    rows is in compiled code that releases the GIL. When joblib's backend
+    is threads (the default), the threads are an executor of the
+    transport's own, which returns a round as soon as its last task ends
+    (see __enter__). A step registered as ``python_bound`` runs over
+    clients of at most 2,048 rows on average in worker processes instead
+    (joblib's loky backend), where threads would queue on the GIL: KFed
+    over 1,000 clients of 100 rows took 2.1 s with one worker, 3.0 s with
+    two threads and 1.3 s with two processes. An enclosing
+    ``joblib.parallel_config(backend=...)`` still decides for both kinds of
+    round.
+
+    Clients are handed to the workers in tasks of consecutive clients
+    (:func:`_task_shares`); where a round runs, in the pool or in the
+    server's thread, is decided per step from how long its rounds took
+    (:meth:`_place`). Neither changes a client's result.
 
     Parameters
     ----------
     clients : list of ClientData
         In canonical order.
     n_jobs : int, default=None
-        Passed to ``sklearn.utils.parallel.Parallel``; ``None`` lets an
-        enclosing ``joblib.parallel_config`` decide.
+        The number of workers (``joblib.effective_n_jobs``); ``None`` lets
+        an enclosing ``joblib.parallel_config`` decide.
     """
 
     def __init__(self, clients, *, n_jobs=None):
@@ -227,7 +269,7 @@ class JoblibTransport:
         self._storage = {c.client_id: {} for c in clients}
         self.client_ids = [c.client_id for c in clients]
         self.n_jobs = n_jobs
-        self._parallel = None
+        self._open = False
         self._sequential = True
 
     @property
@@ -259,8 +301,23 @@ class JoblibTransport:
         self._timings = {}
         # Under joblib's dask backend Federation.from_arrays uses the dask
         # transport instead; a pool built here serves threads or processes.
-        self._parallel = Parallel(n_jobs=self.n_jobs, prefer="threads")
-        self._parallel.__enter__()
+        backend, _ = get_active_backend(prefer="threads")
+        self._threads = self._parallel = None
+        if isinstance(backend, ThreadingBackend) and not self._sequential:
+            # joblib's own choice, threads, in an executor of our own:
+            # joblib's Parallel looks for finished tasks every 10 ms, so a
+            # round in its thread pool took at least 10 ms and ended on a
+            # multiple of 10 ms (tasks of 20 ms: 31 ms), which an iterative
+            # protocol paid on each of hundreds of rounds.
+            self._threads = ThreadPoolExecutor(self._n_workers)
+        else:
+            # batch_size=1: the tasks are already batches of clients (see
+            # _task_shares), which joblib's automatic batching would pair.
+            self._parallel = Parallel(
+                n_jobs=self.n_jobs, prefer="threads", batch_size=1
+            )
+            self._parallel.__enter__()
+        self._open = True
         # Opened on the first round that needs it (see the class docstring).
         self._processes = None
         # The pool above has taken the enclosing joblib configuration; the
@@ -272,12 +329,17 @@ class JoblibTransport:
 
     def __exit__(self, *exc_info):
         self._server_config.__exit__(*exc_info)
+        self._open = False
         parallel, self._parallel = self._parallel, None
         processes, self._processes = self._processes, None
+        threads, self._threads = self._threads, None
         try:
+            if threads is not None:
+                threads.shutdown()
             if processes is not None:
                 processes.__exit__(*exc_info)
-            return parallel.__exit__(*exc_info)
+            if parallel is not None:
+                return parallel.__exit__(*exc_info)
         finally:
             self._thread_limits.restore_original_limits()
 
@@ -293,37 +355,26 @@ class JoblibTransport:
             (call, self._clients[c], self._storage[c], m)
             for c, m in zip(client_ids, messages)
         ]
-        if self._parallel is None:
+        if not self._open:
             results = _run_steps(calls)
         elif self._sequential:
             results = _run_sequential_steps(calls)
         else:
-            place = self._place(call.name)
+            place = self._place(call, calls)
+            results = []
+            if place == "pilot":
+                place, results = self._pilot(call, calls)
+                calls = calls[len(results) :]
             start = time.perf_counter()
-            if place == "here":
-                # The server's thread, configured sequential while the
-                # transport is open (see __enter__).
-                results = _run_sequential_steps(calls)
-            else:
-                # One task per worker and round, each running a contiguous
-                # share of the clients: a task per client costs more to
-                # dispatch than a small client's step.
-                shares = np.array_split(np.arange(len(calls)), self._n_workers)
-                batches = self._pool(call, client_ids)(
-                    delayed(_run_steps)([calls[i] for i in share])
-                    for share in shares
-                    if len(share)
-                )
-                results = [r for batch in batches for r in batch]
+            results += self._run_at(place, call, calls)
             timings = self._timings.setdefault(call.name, {"rounds": 0})
             # Every round refreshes its place's time, so that a first timing
             # thrown off (a collection pause, another process) is corrected
-            # by the next round there or by a probe (see _place).
-            timings[place] = (time.perf_counter() - start) / max(len(calls), 1)
-            if place == "pool":
-                # With the time per client, the pool round's total (the
-                # cheap-round rule in _place).
-                timings["clients"] = len(calls)
+            # by the next round there or by a probe (see _place). With the
+            # time per client, the round's total (the cheap-round rule).
+            if calls:
+                timings[place] = (time.perf_counter() - start) / len(calls)
+            timings["clients"] = len(results)
             timings["rounds"] += 1
         out = []
         for cid, result in zip(client_ids, results):
@@ -331,54 +382,126 @@ class JoblibTransport:
             out.append(answer)
         return out
 
-    def _place(self, name):
-        """Where a round of step ``name`` runs: in the pool (``"pool"``) or
-        in the server's thread (``"here"``).
+    def _run_at(self, place, call, calls):
+        """Run ``calls`` in the server's thread or in the pool."""
+        if not calls:
+            return []
+        if place == "here":
+            # The server's thread, configured sequential while the transport
+            # is open (see __enter__).
+            return _run_sequential_steps(calls)
+        shares = _task_shares([args[1].n_samples for args in calls], self._n_workers)
+        tasks = [[calls[i] for i in share] for share in shares]
+        pool = self._pool(call, calls)
+        if pool is self._threads:
+            # What sklearn.utils.parallel.delayed does for joblib's workers:
+            # scikit-learn's configuration is per thread.
+            config = get_config()
+            batches = [
+                future.result()
+                for future in [pool.submit(_run_configured, config, t) for t in tasks]
+            ]
+        else:
+            batches = pool(delayed(_run_steps)(t) for t in tasks)
+        return [r for batch in batches for r in batch]
 
-        Iterative protocols (Lanczos, Lloyd) repeat a step many times, and
-        for small clients a round in the pool can cost more than it saves:
-        the dispatch, and threads queueing on the GIL in Python-level work.
-        A step's first round runs in the pool; one that took less than
-        ``_CHEAP_ROUND`` runs here from then on, one that took at least
-        ``_LONG_ROUND`` stays in the pool while its rounds take that long;
-        otherwise its second round runs here, and its later rounds run
-        where the latest round per client took less time, except rounds 4,
-        8, 16, ..., which run in the other place to time it again: one
-        timing each decided for the whole fit before, and a slow second
-        round (kernel k-means' Lanczos over 1,000 clients of 10 rows) sent
-        800 rounds to a pool that took twice as long. Each client's step is
-        deterministic, so the model is the same wherever it runs; only the
-        time changes.
+    def _pilot(self, call, calls):
+        """The first round of a step over many small clients in threads:
+        1/16 of them run in the server's thread, as many per worker in the
+        pool, and the rest go where a client took less time.
+
+        A small client's step is partly interpreter work, which threads
+        cannot share, and partly numpy work on arrays large enough to
+        release the GIL; which part dominates is not known before it runs.
+        Over 1,000 clients of 100 rows the coreset k-means' label step took
+        57 us a client alone and 148 us over two threads, disKPCA's
+        low-rank step 1.9 ms alone and 1.0 ms over two threads. A round
+        that the clients timed here would finish in under ``_LONG_ROUND``
+        runs here without timing the pool: it has little to gain, and a
+        pool timing on a few milliseconds of work is noise.
+
+        Returns the place for the rest and the results of the pilot
+        clients (the first ones, in order).
         """
-        timings = self._timings.get(name, {})
-        if "pool" not in timings:
+        share = max(1, len(calls) // _PILOT_SHARE)
+        here, pool = calls[:share], calls[share : share * (1 + self._n_workers)]
+        timings = self._timings.setdefault(call.name, {"rounds": 0})
+        results = []
+        for place, pilot in (("here", here), ("pool", pool)):
+            start = time.perf_counter()
+            results += self._run_at(place, call, pilot)
+            timings[place] = (time.perf_counter() - start) / len(pilot)
+            if timings["here"] * len(calls) < _LONG_ROUND:
+                # A round this short has little to gain from the pool, and
+                # the pool's timing on a few milliseconds of work is noise.
+                break
+        faster = timings["here"] <= timings.get("pool", np.inf)
+        return ("here" if faster else "pool"), results
+
+    def _place(self, call, calls):
+        """Where a round of ``call``'s step runs: in the pool (``"pool"``),
+        in the server's thread (``"here"``), or split by a pilot
+        (``"pilot"``, see :meth:`_pilot`).
+
+        For small clients a round in the pool can cost more than it saves:
+        the dispatch, and threads queueing on the GIL in Python-level work.
+        A step's first round runs in the pool, except over at least
+        ``_PILOT_SHARE`` clients per worker, of at most ``_SMALL_CLIENT``
+        rows on average, bound for threads: that round starts with a
+        pilot. Iterative protocols (Lanczos, Lloyd) repeat a step many
+        times: a step whose pool round took less than ``_CHEAP_ROUND`` runs
+        here from then on, one whose pool round took at least
+        ``_LONG_ROUND`` stays in the pool while its rounds take that long
+        (unless here was timed faster); otherwise the place not yet timed
+        is tried, and later rounds run where the latest round per client
+        took less time, except rounds 4, 8, 16, ..., which run in the other
+        place to time it again: one timing each decided for the whole fit
+        before, and a slow second round (kernel k-means' Lanczos over 1,000
+        clients of 10 rows) sent 800 rounds to a pool that took twice as
+        long. Each client's step is deterministic, so the model is the same
+        wherever it runs; only the time changes.
+        """
+        timings = self._timings.get(call.name)
+        if timings is None:
+            many = len(calls) >= _PILOT_SHARE * self._n_workers
+            if many and self._pool(call, calls) is self._threads:
+                small = np.mean([args[1].n_samples for args in calls]) <= _SMALL_CLIENT
+                return "pilot" if small else "pool"
             return "pool"
+        if "pool" not in timings:
+            # The pilot ran the first round here: the pool is tried next,
+            # unless the round was too short for it to gain anything.
+            here_round = timings["here"] * timings["clients"]
+            return "here" if here_round < _CHEAP_ROUND else "pool"
         pool_round = timings["pool"] * timings["clients"]
         if pool_round < _CHEAP_ROUND:
             return "here"
-        if pool_round >= _LONG_ROUND:
+        here = timings.get("here")
+        if here is None:
+            return "pool" if pool_round >= _LONG_ROUND else "here"
+        if pool_round >= _LONG_ROUND and timings["pool"] <= here:
             return "pool"
-        if "here" not in timings:
-            return "here"
         faster = "pool" if timings["pool"] <= timings["here"] else "here"
         upcoming = timings["rounds"] + 1
         if upcoming & (upcoming - 1) == 0:
             return "here" if faster == "pool" else "pool"
         return faster
 
-    def _pool(self, call, client_ids):
+    def _pool(self, call, calls):
         """The pool for a round: processes for a Python-bound step over
         small clients, threads otherwise."""
-        rows = np.mean([self._clients[c].n_samples for c in client_ids])
+        rows = np.mean([args[1].n_samples for args in calls])
         step = resolve_step(call.name, call.module)
         if not (getattr(step, "python_bound", False) and rows <= _SMALL_CLIENT):
-            return self._parallel
+            return self._parallel if self._threads is None else self._threads
         if self._processes is None:
             # Entered inside the server's sequential configuration: leave it
             # for the moment, so that the pool sees the user's.
             self._server_config.__exit__(None, None, None)
             try:
-                self._processes = Parallel(n_jobs=self.n_jobs, prefer="processes")
+                self._processes = Parallel(
+                    n_jobs=self.n_jobs, prefer="processes", batch_size=1
+                )
                 self._processes.__enter__()
             finally:
                 self._server_config = parallel_config(backend="sequential")

@@ -6,6 +6,7 @@ import time
 import numpy as np
 import pytest
 import scipy.sparse as sp
+import sklearn
 from joblib import parallel_config
 from threadpoolctl import threadpool_info
 
@@ -21,6 +22,7 @@ from skfed._testing import (
     leak_thread_limits,
     noisy_sum,
     shared_sum,
+    sklearn_config,
     where,
 )
 from skfed._validation import check_partitions
@@ -387,6 +389,103 @@ def test_repeated_rounds_run_where_they_took_less_time(data, seconds, places):
             other = {thread for _, thread in fed.run_round("where", where)}
     assert seen == places
     assert threading.get_ident() not in other
+
+
+@pytest.mark.parametrize(
+    "sizes, n_workers, n_tasks",
+    [
+        ([100] * 1000, 2, 2),  # small clients: one task per worker
+        ([100_000] * 10, 2, 10),  # large clients: one each, taken in turn
+        ([10_000] * 100, 2, 15),  # about 2**16 rows a task
+        ([70_000] * 3, 4, 3),  # never more tasks than clients
+        ([5], 2, 1),
+    ],
+)
+def test_pool_tasks_cover_the_clients_in_order(sizes, n_workers, n_tasks):
+    shares = transport_module._task_shares(sizes, n_workers)
+    assert len(shares) == n_tasks
+    np.testing.assert_array_equal(np.concatenate(shares), np.arange(len(sizes)))
+    assert max(map(len, shares)) - min(map(len, shares)) <= 1
+
+
+def test_clients_cut_into_more_tasks_than_workers_give_the_same_model(
+    data, monkeypatch
+):
+    # Large clients go to the pool in more tasks than workers (a worker that
+    # finishes early takes the next): the clients' results must not change.
+    X, ids = data
+    _, ref = _run(X, ids)
+    monkeypatch.setattr(transport_module, "_TASK_ROWS", 12)
+    tasks = []
+    original = transport_module._run_steps
+
+    def counted(calls):
+        tasks.append(len(calls))
+        return original(calls)
+
+    monkeypatch.setattr(transport_module, "_run_steps", counted)
+    with parallel_config(backend="threading"):
+        _, got = _run(X, ids, n_jobs=2)
+    assert tasks[:1] == [1] and len(tasks) >= 5
+    for c in ref:
+        np.testing.assert_array_equal(ref[c], got[c])
+
+
+# 64 clients of 2 rows: the first round of a step starts with a pilot of
+# 4 clients in the server's thread, then 4 per worker in the pool.
+_MANY = np.repeat(np.arange(64), 2)
+
+
+@pytest.mark.parametrize(
+    "seconds, rest",
+    [
+        # The pool took longer per client: the other 52 run here.
+        ({"pool": 0.01, "here": 0.004}, "here"),
+        # The pool took less: they go to the pool.
+        ({"pool": 0.001, "here": 0.004}, "pool"),
+    ],
+)
+def test_first_round_over_many_small_clients_runs_where_a_pilot_was_faster(
+    seconds, rest
+):
+    X = np.random.RandomState(0).standard_normal((128, 3))
+    p = check_partitions(_MANY, 128)
+    with parallel_config(backend="threading"):
+        with Federation.from_arrays(X, None, p, random_state=0, n_jobs=2) as fed:
+            threads = fed.run_round("sleep", _sleep_by_place, seconds)
+    places = ["here" if t == threading.get_ident() else "pool" for t in threads]
+    assert places == ["here"] * 4 + ["pool"] * 8 + [rest] * 52
+
+
+def test_a_short_first_round_over_many_small_clients_stays_here():
+    # Timed here, the whole round would take under _LONG_ROUND: too little
+    # to gain from the pool, whose timing on it would be noise.
+    X = np.random.RandomState(0).standard_normal((128, 3))
+    p = check_partitions(_MANY, 128)
+    with parallel_config(backend="threading"):
+        with Federation.from_arrays(X, None, p, random_state=0, n_jobs=2) as fed:
+            threads = fed.run_round("sleep", _sleep_by_place, _SLOW_POOL)
+            second = fed.run_round("sleep", _sleep_by_place, _SLOW_POOL)
+    assert set(threads) == set(second) == {threading.get_ident()}
+
+
+def test_pilot_rounds_give_the_same_model():
+    X = np.random.RandomState(0).standard_normal((128, 3))
+    _, ref = _run(X, _MANY, n_jobs=1)
+    with parallel_config(backend="threading"):
+        _, got = _run(X, _MANY, n_jobs=2)
+    for c in ref:
+        np.testing.assert_array_equal(ref[c], got[c])
+
+
+def test_client_threads_see_the_servers_scikit_learn_configuration(data):
+    X, ids = data
+    p = check_partitions(ids, X.shape[0])
+    with sklearn.config_context(assume_finite=True):
+        with Federation.from_arrays(X, None, p, random_state=0, n_jobs=2) as fed:
+            seen = fed.run_round("config", sklearn_config)
+    assert [finite for finite, _ in seen] == [True] * 5
+    assert threading.get_ident() not in {thread for _, thread in seen}
 
 
 @pytest.mark.parametrize("backend", ["sequential", "threading", "loky"])

@@ -630,7 +630,7 @@ def _client_weights(client, weighted, n_rows):
     return np.asarray(client.sample_weight, dtype=np.float64)
 
 
-@client_step("coreset.local_solution", python_bound=True)
+@client_step("coreset.local_solution")
 def _local_solution_step(
     client, state, message, *, rows, weighted, n_clusters, max_iter, tol
 ):
