@@ -61,6 +61,12 @@ _SMALL_CLIENT = 2048
 # worker times this share of them in the server's thread and as much per
 # worker in the pool (see JoblibTransport._pilot).
 _PILOT_SHARE = 16
+# How much faster a client must have been in the server's thread for the
+# pilot to keep the rest there: the threads' time per client over a pilot
+# was 10-80% above their time over the whole round (disKPCA's projections
+# over 1,000 clients of 100 rows: 550-870 us a client in pilots, 490 us
+# over the round; the server's thread 870-980 us).
+_PILOT_MARGIN = 1.25
 # Rows of the clients whose steps advance together in one thread (see
 # _run_sequential_steps): 650 clients of 100 rows, whose k-means problems
 # already fill the batched solver's arrays.
@@ -408,7 +414,8 @@ class JoblibTransport:
     def _pilot(self, call, calls):
         """The first round of a step over many small clients in threads:
         1/16 of them run in the server's thread, as many per worker in the
-        pool, and the rest go where a client took less time.
+        pool, and the rest go to the pool unless a client took clearly
+        less time in the server's thread (``_PILOT_MARGIN``).
 
         A small client's step is partly interpreter work, which threads
         cannot share, and partly numpy work on arrays large enough to
@@ -435,8 +442,8 @@ class JoblibTransport:
                 # A round this short has little to gain from the pool, and
                 # the pool's timing on a few milliseconds of work is noise.
                 break
-        faster = timings["here"] <= timings.get("pool", np.inf)
-        return ("here" if faster else "pool"), results
+        here_faster = timings["here"] * _PILOT_MARGIN < timings.get("pool", np.inf)
+        return ("here" if here_faster else "pool"), results
 
     def _place(self, call, calls):
         """Where a round of ``call``'s step runs: in the pool (``"pool"``),
