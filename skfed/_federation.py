@@ -109,6 +109,8 @@ class _SetUpThreads:
 
     # Rows from which threads are worth starting.
     MIN_ROWS = 2**16
+    # Rows per item from which items are shared out to the threads.
+    MIN_ROWS_EACH = 2048
 
     def __init__(self, n_jobs, n_rows):
         workers = effective_n_jobs(n_jobs) if n_rows >= self.MIN_ROWS else 1
@@ -124,11 +126,21 @@ class _SetUpThreads:
         if self._pool is not None:
             self._pool.shutdown()
 
-    def map(self, func, items):
-        """``[func(item) for item in items]``, in the threads."""
-        if self._pool is None:
+    def map(self, func, items, *, rows_each=None):
+        """``[func(item) for item in items]``, in the threads: one run of
+        consecutive items per thread. Items of fewer than ``MIN_ROWS_EACH``
+        rows on average (``rows_each``) are mapped in this thread: their
+        work is the interpreter's, on which threads queue (100,000 rows cut
+        into 1,000 clients: 28 ms in one thread, 35-42 ms in two)."""
+        small = rows_each is not None and rows_each < self.MIN_ROWS_EACH
+        if self._pool is None or small:
             return [func(item) for item in items]
-        return list(self._pool.map(func, items))
+
+        def run(share):
+            return [func(items[i]) for i in share]
+
+        shares = np.array_split(np.arange(len(items)), self._n_workers)
+        return [out for part in self._pool.map(run, shares) for out in part]
 
     def row_blocks(self, X):
         """X cut into one block of consecutive rows per thread."""
@@ -371,9 +383,12 @@ class Federation:
                 # Rows of zero weight are documented as if removed: they must
                 # not change the client's random streams either.
                 kept = hashes[idx] if weights is None else hashes[idx][weights != 0]
-                return X[idx], weights, _digest(kept, (len(kept), X.shape[1]))
+                # take: a third faster than X[idx] on dense rows, same rows.
+                rows = X[idx] if sp.issparse(X) else X.take(idx, axis=0)
+                return rows, weights, _digest(kept, (len(kept), X.shape[1]))
 
-            pieces = threads.map(cut, partitioning.indices)
+            indices = partitioning.indices
+            pieces = threads.map(cut, indices, rows_each=X.shape[0] / len(indices))
         for cid, idx, (Xm, weights, fp) in zip(
             partitioning.client_ids, partitioning.indices, pieces
         ):
