@@ -58,15 +58,9 @@ _LONG_ROUND = 0.1
 # scikit-learn routines).
 _SMALL_CLIENT = 2048
 # The first round of a step over at least this many small clients per
-# worker times this share of them in the server's thread and as much per
-# worker in the pool (see JoblibTransport._pilot).
+# worker times this share of them in the server's thread (see
+# JoblibTransport._pilot).
 _PILOT_SHARE = 16
-# How much faster a client must have been in the server's thread for the
-# pilot to keep the rest there: the threads' time per client over a pilot
-# was 10-80% above their time over the whole round (disKPCA's projections
-# over 1,000 clients of 100 rows: 550-870 us a client in pilots, 490 us
-# over the round; the server's thread 870-980 us).
-_PILOT_MARGIN = 1.25
 # Rows of the clients whose steps advance together in one thread (see
 # _run_sequential_steps): 650 clients of 100 rows, whose k-means problems
 # already fill the batched solver's arrays.
@@ -413,37 +407,32 @@ class JoblibTransport:
 
     def _pilot(self, call, calls):
         """The first round of a step over many small clients in threads:
-        1/16 of them run in the server's thread, as many per worker in the
-        pool, and the rest go to the pool unless a client took clearly
-        less time in the server's thread (``_PILOT_MARGIN``).
+        1/16 of them run in the server's thread first; if the whole round
+        would take under ``_LONG_ROUND`` there, the rest run there too,
+        otherwise in the pool.
 
         A small client's step is partly interpreter work, which threads
         cannot share, and partly numpy work on arrays large enough to
-        release the GIL; which part dominates is not known before it runs.
-        Over 1,000 clients of 100 rows the coreset k-means' label step took
-        57 us a client alone and 148 us over two threads, disKPCA's
-        low-rank step 1.9 ms alone and 1.0 ms over two threads. A round
-        that the clients timed here would finish in under ``_LONG_ROUND``
-        runs here without timing the pool: it has little to gain, and a
-        pool timing on a few milliseconds of work is noise.
+        release the GIL. Over 1,000 clients of 100 rows the coreset
+        k-means' label step took 57 us a client alone and 148 us over two
+        threads; disKPCA's low-rank step 1.9 ms alone and 1.0 ms over two
+        threads. A short round has little to gain from the pool whichever
+        it is; a long one goes to the pool, as before. (Timing a few
+        clients in the pool as well was tried: over a pilot the threads'
+        time per client was 10-80% above their time over the whole round,
+        and the comparison sent disKPCA's rounds to the server's thread.)
 
         Returns the place for the rest and the results of the pilot
         clients (the first ones, in order).
         """
-        share = max(1, len(calls) // _PILOT_SHARE)
-        here, pool = calls[:share], calls[share : share * (1 + self._n_workers)]
+        pilot = calls[: max(1, len(calls) // _PILOT_SHARE)]
+        start = time.perf_counter()
+        results = self._run_at("here", call, pilot)
+        per_client = (time.perf_counter() - start) / len(pilot)
         timings = self._timings.setdefault(call.name, {"rounds": 0})
-        results = []
-        for place, pilot in (("here", here), ("pool", pool)):
-            start = time.perf_counter()
-            results += self._run_at(place, call, pilot)
-            timings[place] = (time.perf_counter() - start) / len(pilot)
-            if timings["here"] * len(calls) < _LONG_ROUND:
-                # A round this short has little to gain from the pool, and
-                # the pool's timing on a few milliseconds of work is noise.
-                break
-        here_faster = timings["here"] * _PILOT_MARGIN < timings.get("pool", np.inf)
-        return ("here" if here_faster else "pool"), results
+        timings["here"] = per_client
+        short = per_client * len(calls) < _LONG_ROUND
+        return ("here" if short else "pool"), results
 
     def _place(self, call, calls):
         """Where a round of ``call``'s step runs: in the pool (``"pool"``),
