@@ -54,7 +54,7 @@ __all__ = [
 _REGISTRY = {}
 
 
-def client_step(name, *, python_bound=False):
+def client_step(name, *, python_bound=False, in_processes=True):
     """Register a module-level client step under ``name``.
 
     Parameters
@@ -70,6 +70,12 @@ def client_step(name, *, python_bound=False):
         this step over small clients in worker processes (see
         :class:`~skfed._transport.JoblibTransport`); the state the step
         returns travels back, so it should be O(n_m) at most.
+    in_processes : bool, default=True
+        Whether a ``python_bound`` step may run in worker processes. False
+        for a step whose result depends on BLAS's thread count, which is
+        one in a joblib worker process (the RKHS classifier's local duals:
+        libsvm turned the kernels' rounding into another model); its
+        rounds over small clients then run in the server's thread.
 
     Returns
     -------
@@ -93,6 +99,7 @@ def client_step(name, *, python_bound=False):
         _REGISTRY[name] = func
         func.step_name = name
         func.python_bound = python_bound
+        func.in_processes = in_processes
         return func
 
     return register

@@ -74,6 +74,13 @@ def where(client, state, message):
     return state, (os.getpid(), threading.get_ident())
 
 
+@client_step("testing.where_not_in_processes", python_bound=True, in_processes=False)
+def where_not_in_processes(client, state, message):
+    """:func:`where` for a Python-bound step that must not run in worker
+    processes."""
+    return state, (os.getpid(), threading.get_ident())
+
+
 class SharedSum(NamedTuple):
     """A toy shared work item: the sum of ``values``, solved for a whole
     batch at once; ``solve_all`` raises on a non-finite value, and records

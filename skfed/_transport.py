@@ -246,7 +246,9 @@ class JoblibTransport:
     clients of at most 2,048 rows on average in worker processes instead
     (joblib's loky backend), where threads would queue on the GIL: KFed
     over 1,000 clients of 100 rows took 2.1 s with one worker, 3.0 s with
-    two threads and 1.3 s with two processes. An enclosing
+    two threads and 1.3 s with two processes; one registered with
+    ``in_processes=False`` (its result depends on BLAS's thread count) runs
+    over such clients in the server's thread. An enclosing
     ``joblib.parallel_config(backend=...)`` still decides for both kinds of
     round.
 
@@ -457,12 +459,17 @@ class JoblibTransport:
         long. Each client's step is deterministic, so the model is the same
         wherever it runs; only the time changes.
         """
+        small = np.mean([args[1].n_samples for args in calls]) <= _SMALL_CLIENT
+        step = resolve_step(call.name, call.module)
+        if small and getattr(step, "python_bound", False):
+            if not getattr(step, "in_processes", True):
+                # Threads cannot help it and processes would change it.
+                return "here"
         timings = self._timings.get(call.name)
         if timings is None:
             many = len(calls) >= _PILOT_SHARE * self._n_workers
-            if many and self._pool(call, calls) is self._threads:
-                small = np.mean([args[1].n_samples for args in calls]) <= _SMALL_CLIENT
-                return "pilot" if small else "pool"
+            if many and small and self._pool(call, calls) is self._threads:
+                return "pilot"
             return "pool"
         if "pool" not in timings:
             # The pilot ran the first round here: the pool is tried next,

@@ -24,6 +24,7 @@ from skfed._testing import (
     shared_sum,
     sklearn_config,
     where,
+    where_not_in_processes,
 )
 from skfed._validation import check_partitions
 
@@ -460,6 +461,21 @@ def test_a_short_first_round_over_many_small_clients_stays_here():
             threads = fed.run_round("sleep", _sleep_by_place, _SLOW_POOL)
             second = fed.run_round("sleep", _sleep_by_place, _SLOW_POOL)
     assert set(threads) == set(second) == {threading.get_ident()}
+
+
+@pytest.mark.parametrize("rows, place", [(2, "here"), (3000, "pool")])
+def test_python_bound_steps_kept_out_of_processes_run_here_on_small_clients(
+    rows, place
+):
+    # Threads cannot help such a step on small clients and processes would
+    # change its result: the server's thread. Large clients: the threads.
+    X = np.random.RandomState(0).standard_normal((64 * rows, 2))
+    p = check_partitions(np.repeat(np.arange(64), rows), X.shape[0])
+    with Federation.from_arrays(X, None, p, random_state=0, n_jobs=2) as fed:
+        seen = fed.run_round("where", where_not_in_processes)
+    assert {pid for pid, _ in seen} == {os.getpid()}
+    here = {thread for _, thread in seen} == {threading.get_ident()}
+    assert here == (place == "here")
 
 
 def test_pilot_rounds_give_the_same_model():

@@ -226,7 +226,7 @@ def _send_all_step(client, state, message):
     return state, (client.X, client.y.astype(np.float64))
 
 
-@client_step("rkhs.critical_samples")
+@client_step("rkhs.critical_samples", python_bound=True, in_processes=False)
 def _local_dual_step(
     client,
     state,
