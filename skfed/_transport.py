@@ -253,9 +253,9 @@ class JoblibTransport:
     round.
 
     Clients are handed to the workers in tasks of consecutive clients
-    (:func:`_task_shares`); where a round runs, in the pool or in the
+    (``_task_shares``); where a round runs, in the pool or in the
     server's thread, is decided per step from how long its rounds took
-    (:meth:`_place`). Neither changes a client's result.
+    (``_place``). Neither changes a client's result.
 
     Parameters
     ----------
