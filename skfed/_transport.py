@@ -359,7 +359,7 @@ class JoblibTransport:
         ]
         if not self._open:
             results = _run_steps(calls)
-        elif self._sequential:
+        elif self._sequential or not calls:
             results = _run_sequential_steps(calls)
         else:
             place = self._place(call, calls)

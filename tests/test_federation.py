@@ -478,6 +478,15 @@ def test_python_bound_steps_kept_out_of_processes_run_here_on_small_clients(
     assert here == (place == "here")
 
 
+@pytest.mark.filterwarnings("error")
+def test_a_round_without_clients_answers_nothing(data):
+    X, ids = data
+    p = check_partitions(ids, X.shape[0])
+    with Federation.from_arrays(X, None, p, random_state=0, n_jobs=2) as fed:
+        fed.drop(list(fed.client_ids), "left")
+        assert fed.run_round("where", where) == []
+
+
 def test_pilot_rounds_give_the_same_model():
     X = np.random.RandomState(0).standard_normal((128, 3))
     _, ref = _run(X, _MANY, n_jobs=1)
