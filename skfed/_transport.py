@@ -228,6 +228,19 @@ def _run_steps(calls):
         return _run_sequential_steps(calls)
 
 
+def _small(calls):
+    """Whether a round's clients hold at most ``_SMALL_CLIENT`` rows on
+    average."""
+    return np.mean([args[1].n_samples for args in calls]) <= _SMALL_CLIENT
+
+
+def _python_bound_here(step, calls):
+    """Whether ``step`` is Python-bound on these clients: registered so,
+    and the clients small (their sizes are only averaged for such steps:
+    the placement runs every round)."""
+    return getattr(step, "python_bound", False) and _small(calls)
+
+
 def _run_configured(config, calls):
     """:func:`_run_steps` in a thread of the transport's own executor,
     under the server's scikit-learn configuration."""
@@ -459,16 +472,14 @@ class JoblibTransport:
         long. Each client's step is deterministic, so the model is the same
         wherever it runs; only the time changes.
         """
-        small = np.mean([args[1].n_samples for args in calls]) <= _SMALL_CLIENT
         step = resolve_step(call.name, call.module)
-        if small and getattr(step, "python_bound", False):
-            if not getattr(step, "in_processes", True):
-                # Threads cannot help it and processes would change it.
-                return "here"
+        if not getattr(step, "in_processes", True) and _python_bound_here(step, calls):
+            # Threads cannot help it and processes would change it.
+            return "here"
         timings = self._timings.get(call.name)
         if timings is None:
             many = len(calls) >= _PILOT_SHARE * self._n_workers
-            if many and small and self._pool(call, calls) is self._threads:
+            if many and _small(calls) and self._pool(call, calls) is self._threads:
                 return "pilot"
             return "pool"
         if "pool" not in timings:
@@ -493,9 +504,7 @@ class JoblibTransport:
     def _pool(self, call, calls):
         """The pool for a round: processes for a Python-bound step over
         small clients, threads otherwise."""
-        rows = np.mean([args[1].n_samples for args in calls])
-        step = resolve_step(call.name, call.module)
-        if not (getattr(step, "python_bound", False) and rows <= _SMALL_CLIENT):
+        if not _python_bound_here(resolve_step(call.name, call.module), calls):
             return self._parallel if self._threads is None else self._threads
         if self._processes is None:
             # Entered inside the server's sequential configuration: leave it

@@ -702,8 +702,7 @@ def _residual_step(client, state, message, *, spec, budget):
         resid = diag
     else:
         resid = np.empty(X.shape[0])
-        for start in range(0, X.shape[0], _BLOCK):
-            block = slice(start, start + _BLOCK)
+        for block in row_blocks(X.shape[0], _BLOCK):
             proj = _kernel(X[block], P, spec) @ R
             resid[block] = diag[block] - np.einsum("ij,ij->i", proj, proj)
     resid[resid <= _RESIDUAL_RTOL * diag] = 0.0
