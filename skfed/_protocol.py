@@ -72,10 +72,14 @@ def client_step(name, *, python_bound=False, in_processes=True):
         returns travels back, so it should be O(n_m) at most.
     in_processes : bool, default=True
         Whether a ``python_bound`` step may run in worker processes. False
-        for a step whose result depends on BLAS's thread count, which is
-        one in a joblib worker process (the RKHS classifier's local duals:
-        libsvm turned the kernels' rounding into another model); its
-        rounds over small clients then run in the server's thread.
+        runs its rounds over small clients in the server's thread: for a
+        step whose result depends on BLAS's thread count, which is one in a
+        joblib worker process (the RKHS classifier's local duals: libsvm
+        turned the kernels' rounding into another model), or whose round
+        is too short for processes to pay for shipping the clients' rows
+        (the coreset's local solution over 1,000 clients of 100 rows:
+        0.26 s in the server's thread, 0.43 s in two threads, 0.30 s in
+        two processes).
 
     Returns
     -------

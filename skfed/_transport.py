@@ -260,8 +260,9 @@ class JoblibTransport:
     (joblib's loky backend), where threads would queue on the GIL: KFed
     over 1,000 clients of 100 rows took 2.1 s with one worker, 3.0 s with
     two threads and 1.3 s with two processes; one registered with
-    ``in_processes=False`` (its result depends on BLAS's thread count) runs
-    over such clients in the server's thread. An enclosing
+    ``in_processes=False`` (its result depends on BLAS's thread count, or
+    its round is too short for processes) runs over such clients in the
+    server's thread. An enclosing
     ``joblib.parallel_config(backend=...)`` still decides for both kinds of
     round.
 
@@ -474,7 +475,8 @@ class JoblibTransport:
         """
         step = resolve_step(call.name, call.module)
         if not getattr(step, "in_processes", True) and _python_bound_here(step, calls):
-            # Threads cannot help it and processes would change it.
+            # Threads cannot help it, and processes would change it or
+            # cost more than they save.
             return "here"
         timings = self._timings.get(call.name)
         if timings is None:

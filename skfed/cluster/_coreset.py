@@ -630,7 +630,10 @@ def _client_weights(client, weighted, n_rows):
     return np.asarray(client.sample_weight, dtype=np.float64)
 
 
-@client_step("coreset.local_solution")
+# Over small clients in the server's thread: 1,000 clients of 100 rows took
+# 0.26 s there, 0.43 s on two threads (the interpreter's work around the
+# batched k-means) and 0.30 s in two processes, which receive the rows first.
+@client_step("coreset.local_solution", python_bound=True, in_processes=False)
 def _local_solution_step(
     client, state, message, *, rows, weighted, n_clusters, max_iter, tol
 ):

@@ -93,7 +93,10 @@ def allocate_quota(total, weights, caps):
     return quota
 
 
-@client_step("kernel.median_sample")
+# Over small clients in the server's thread: a random choice and a row
+# order per client, on which threads queue (1,000 clients of 100 rows:
+# 0.10 s there, 0.20 s on two threads).
+@client_step("kernel.median_sample", python_bound=True, in_processes=False)
 def median_sample_step(
     client,
     state,
