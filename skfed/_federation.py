@@ -515,6 +515,19 @@ class Federation:
         the server learns each client's size)."""
         return np.array([self._sizes[c] for c in self.client_ids])
 
+    def server_map(self, func, items):
+        """``[func(item) for item in items]`` for the server's own work, in
+        the simulation's threads when its transport has them (see
+        ``JoblibTransport.server_map``), else one after another.
+
+        For independent items whose results do not depend on where they
+        run (each computed alone, assembled in order).
+        """
+        mapper = getattr(self.transport, "server_map", None)
+        if mapper is None:
+            return [func(item) for item in items]
+        return mapper(func, items)
+
     def drop(self, client_ids, reason):
         """Remove clients from every later round (simulated dropout)."""
         for cid in client_ids:

@@ -33,6 +33,7 @@ collections and under joblib's dask backend);
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import numpy as np
 from joblib import effective_n_jobs, parallel_config
@@ -241,11 +242,13 @@ def _python_bound_here(step, calls):
     return getattr(step, "python_bound", False) and _small(calls)
 
 
-def _run_configured(config, calls):
-    """:func:`_run_steps` in a thread of the transport's own executor,
-    under the server's scikit-learn configuration."""
+def _call_configured(config, func, item):
+    """``func(item)`` in a thread of the transport's own executor, under
+    the server's scikit-learn configuration (what sklearn.utils.parallel's
+    ``delayed`` does for joblib's workers: the configuration is per
+    thread)."""
     with config_context(**config):
-        return _run_steps(calls)
+        return func(item)
 
 
 class JoblibTransport:
@@ -410,12 +413,12 @@ class JoblibTransport:
         tasks = [[calls[i] for i in share] for share in shares]
         pool = self._pool(call, calls)
         if pool is self._threads:
-            # What sklearn.utils.parallel.delayed does for joblib's workers:
-            # scikit-learn's configuration is per thread.
             config = get_config()
             batches = [
                 future.result()
-                for future in [pool.submit(_run_configured, config, t) for t in tasks]
+                for future in [
+                    pool.submit(_call_configured, config, _run_steps, t) for t in tasks
+                ]
             ]
         else:
             batches = pool(delayed(_run_steps)(t) for t in tasks)
@@ -449,6 +452,17 @@ class JoblibTransport:
         timings["here"] = per_client
         short = per_client * len(calls) < _LONG_ROUND
         return ("here" if short else "pool"), results
+
+    def server_map(self, func, items):
+        """``[func(item) for item in items]`` in the transport's threads,
+        one item per task, for server work between rounds that releases the
+        GIL (the RKHS server's chunked duals: libsvm and BLAS); in this
+        thread when the fit has no threads of its own (``n_jobs=1``, or
+        processes chosen by an enclosing joblib backend)."""
+        if self._threads is None or len(items) < 2:
+            return [func(item) for item in items]
+        config = get_config()
+        return list(self._threads.map(partial(_call_configured, config, func), items))
 
     def _place(self, call, calls):
         """Where a round of ``call``'s step runs: in the pool (``"pool"``),

@@ -2,6 +2,7 @@ import functools
 import os
 import threading
 import time
+from contextlib import nullcontext
 
 import numpy as np
 import pytest
@@ -504,6 +505,27 @@ def test_client_threads_see_the_servers_scikit_learn_configuration(data):
             seen = fed.run_round("config", sklearn_config)
     assert [finite for finite, _ in seen] == [True] * 5
     assert threading.get_ident() not in {thread for _, thread in seen}
+
+
+@pytest.mark.parametrize("n_jobs, backend", [(1, None), (2, None), (2, "loky")])
+def test_server_map_keeps_order_and_uses_the_threads_it_has(data, n_jobs, backend):
+    # The server's own work between rounds goes to the fit's threads (with
+    # the server's scikit-learn configuration), and stays in the server's
+    # thread when the fit has none.
+    X, ids = data
+    p = check_partitions(ids, X.shape[0])
+
+    def square(item):
+        return item**2, threading.get_ident(), sklearn.get_config()["assume_finite"]
+
+    config = parallel_config(backend=backend) if backend else nullcontext()
+    with config, sklearn.config_context(assume_finite=True):
+        with Federation.from_arrays(X, None, p, random_state=0, n_jobs=n_jobs) as fed:
+            out = fed.server_map(square, list(range(40)))
+    assert [o[0] for o in out] == [i**2 for i in range(40)]
+    assert all(o[2] for o in out)
+    in_threads = threading.get_ident() not in {o[1] for o in out}
+    assert in_threads == (n_jobs == 2 and backend is None)
 
 
 @pytest.mark.parametrize("backend", ["sequential", "threading", "loky"])

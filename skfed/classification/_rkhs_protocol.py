@@ -158,6 +158,10 @@ refinement_margin, max_iter, tol
         pool_index,
         widths=widths,
         n_problems=n_problems,
+        # Its chunks take libsvm and BLAS, which release the GIL: with
+        # n_jobs=2 the simulation's threads share them (a pool of 1,000
+        # clients of 100 rows: 0.92 s alone, 0.53 s on two threads).
+        map_chunks=fed.server_map,
         **options,
     )
     margin = float(refinement_margin) * (1 - options["epsilon"])
@@ -278,16 +282,19 @@ def _local_dual_step(
 
 
 def _chunked_local_duals(
-    X, y_code, *, widths, n_problems, epsilon, upper, max_iter, tol
+    X, y_code, *, widths, n_problems, epsilon, upper, max_iter, tol, map_chunks=None
 ):
     """λ of the dense (γ = 0) dual solved per chunk of rows (see
     :func:`_local_chunks`), each over the atoms at its own samples, and
     whether every solve converged. A client runs it on its rows, the server
-    on a pool too large to solve whole (:func:`_server_reduce`)."""
-    lam = np.zeros((X.shape[0], n_problems))
-    converged = True
-    for chunk in _local_chunks(X):
+    on a pool too large to solve whole (:func:`_server_reduce`), whose
+    chunks ``map_chunks`` may spread over threads (each chunk is solved
+    alone, so the result is the same)."""
+
+    def solve(chunk):
         Phi = AtomDictionary(X[chunk], X[chunk], widths).columns()
+        lam = np.zeros((len(chunk), n_problems))
+        converged = True
         for p in range(n_problems):
             y = _binary_labels(y_code[chunk], p, n_problems)
             fit = dense_dual(
@@ -300,8 +307,17 @@ def _chunked_local_duals(
                 max_iter=max_iter,
                 tol=tol,
             )
-            lam[chunk, p] = fit["lam"]
+            lam[:, p] = fit["lam"]
             converged &= fit["converged"]
+        return lam, converged
+
+    chunks = _local_chunks(X)
+    solved = map(solve, chunks) if map_chunks is None else map_chunks(solve, chunks)
+    lam = np.zeros((X.shape[0], n_problems))
+    converged = True
+    for chunk, (part, chunk_converged) in zip(chunks, solved):
+        lam[chunk] = part
+        converged &= chunk_converged
     return lam, converged
 
 
@@ -361,7 +377,9 @@ def _violating(X, y_code, model_message, threshold):
 # Server steps
 
 
-def _server_reduce(X, y_code, lam, index, *, widths, n_problems, **options):
+def _server_reduce(
+    X, y_code, lam, index, *, widths, n_problems, map_chunks=None, **options
+):
     """Server: a pool of more than ``_SERVER_ROWS`` samples is reduced as a
     client reduces its rows, to the samples critical in the dense dual of
     some chunk of it (:func:`_chunked_local_duals`).
@@ -389,7 +407,12 @@ def _server_reduce(X, y_code, lam, index, *, widths, n_problems, **options):
     if X.shape[0] <= _SERVER_ROWS:
         return whole
     chunk_lam, _ = _chunked_local_duals(
-        X, y_code, widths=widths, n_problems=n_problems, **options
+        X,
+        y_code,
+        widths=widths,
+        n_problems=n_problems,
+        map_chunks=map_chunks,
+        **options,
     )
     keep = np.any(chunk_lam > 0, axis=1)
     # Little to gain when most of the pool is critical again (noisy data),

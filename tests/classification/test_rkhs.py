@@ -2,6 +2,7 @@
 the formulas of ALGORITHMS.md §4."""
 
 import itertools
+import threading
 import tracemalloc
 import warnings
 
@@ -18,7 +19,7 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.svm import SVC
 
 from skfed import FederatedRKHSClassifier
-from skfed._federation import ClientData
+from skfed._federation import ClientData, Federation
 from skfed._testing import rkhs_paper_data
 from skfed.classification import _rkhs_protocol as rkhs_protocol
 from skfed.classification._rkhs_protocol import (
@@ -313,6 +314,36 @@ def test_server_reduces_a_large_pool_without_communication(monkeypatch):
     monkeypatch.setattr(rkhs_protocol, "_SERVER_KEEP", 0.05)
     FederatedRKHSClassifier(random_state=0).fit(X, y, partitions=parts)
     assert len(pools[0][0]) == critical
+
+
+def test_server_reduction_in_threads_gives_the_same_model(monkeypatch):
+    # With n_jobs=2 the server's chunked duals run in the fit's threads:
+    # each chunk is solved alone, so the model is the one of n_jobs=1.
+    X, y = make_moons(1200, noise=0.25, random_state=0)
+    X_test = make_moons(500, noise=0.25, random_state=1)[0]
+    parts = np.arange(1200) % 40
+    monkeypatch.setattr(rkhs_protocol, "_SERVER_ROWS", 100)
+    monkeypatch.setattr(rkhs_protocol, "_LOCAL_ROWS", 60)
+    threads = []
+    server_map = Federation.server_map
+
+    def spy(fed, func, items):
+        def run(item):
+            threads.append(threading.get_ident())
+            return func(item)
+
+        return server_map(fed, run, items)
+
+    monkeypatch.setattr(Federation, "server_map", spy)
+    one = FederatedRKHSClassifier(random_state=0).fit(X, y, partitions=parts)
+    assert len(threads) > 2 and set(threads) == {threading.get_ident()}
+    threads.clear()
+    two = FederatedRKHSClassifier(random_state=0, n_jobs=2).fit(X, y, partitions=parts)
+    assert len(threads) > 2 and threading.get_ident() not in threads
+    np.testing.assert_array_equal(two.support_, one.support_)
+    np.testing.assert_allclose(
+        two.decision_function(X_test), one.decision_function(X_test)
+    )
 
 
 @pytest.mark.parametrize("server_rows", [None, 100])
