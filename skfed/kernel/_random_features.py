@@ -95,17 +95,13 @@ def random_fourier_features(X, omega, offset, *, scale=None, out=None):
     return out
 
 
-# Phases whose cosines are taken at once: 16 bytes of scratch per value
-# (phase, turns; 4 more for float32 cosines when ``out`` is float64), so
-# about 1.3 MB, which stays in a core's 2 MB L2 cache and is allocated once
-# per call. With 300 features, one thread: 3.1 ns per value (the product
-# X Ω included) at 128 rows, 3.5 at 256, 4.1 at 512, 5.5 at 1,024, whose
-# 6 MB of scratch spilled out of L2 (the machine of session 11). Client
-# threads hand the GIL over between these calls, so fewer, longer ones
-# run better side by side: kernel k-means at N = 100,000 over 10 clients
-# with n_jobs=2 took 13.5 s (median of 7 fits) at 80,000 values a block
-# against 14.9 s at 40,000, and 23.5 against 23.3 s with n_jobs=1.
-_COS_VALUES = 80_000
+# Phases whose cosines are taken at once: 20 bytes of scratch per value
+# (phase, turns, float32), so about 0.8 MB, which stays in a core's L2
+# cache and is allocated once per call. With 300 features: 3.1 ns per value
+# (the product X Ω included) at 128 rows, 3.5 at 256, 4.1 at 512, 5.5 at
+# 1,024, whose 6 MB of scratch spilled out of a 2 MB L2 (the machine of
+# session 11); on session 10's, 1,024 rows had been faster than 4,096.
+_COS_VALUES = 40_000
 _TWO_PI = 2.0 * np.pi
 
 
@@ -141,8 +137,7 @@ class _CosineScratch:
         rows = min(self.rows, n_rows)
         self.phase = np.empty((rows, columns))
         self.turns = np.empty((rows, columns))
-        # Only for a float64 ``out`` (a float32 one takes the cosines).
-        self.low = None
+        self.low = np.empty((rows, columns), np.float32)
 
     def blocks(self):
         """Slices of the ``n_rows`` rows, one block at a time."""
@@ -158,12 +153,7 @@ class _CosineScratch:
         phase -= turns
         # A float32 ``out`` takes the cosines itself: no copy through the
         # scratch (the float32 Gram matrix of federated kernel k-means).
-        if out.dtype == np.float32:
-            low = out
-        else:
-            if self.low is None:
-                self.low = np.empty(self.phase.shape, np.float32)
-            low = self.low[:n_rows]
+        low = out if out.dtype == np.float32 else self.low[:n_rows]
         low[...] = phase
         np.cos(low, out=low)
         if low is not out:
