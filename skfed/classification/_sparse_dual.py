@@ -40,12 +40,9 @@ section 4: N = 1000, γ = 0.5):
   SVMs on the atoms' features and go to libsvm (:func:`dense_dual`).
 """
 
-import warnings
-
 import numpy as np
 from scipy.optimize import minimize
 from sklearn import get_config
-from sklearn.exceptions import ConvergenceWarning
 from sklearn.svm import SVC
 
 # Atoms whose |c_a| comes within this factor of the threshold join the
@@ -772,14 +769,12 @@ def dense_dual(Phi, y, *, beta, epsilon, upper, bias, max_iter, tol):
         # More atoms than samples: libsvm reads the n × n Gram matrix, formed
         # in Φ's precision (float32 halves the dominant n² · n_atoms cost and
         # no float64 copy of Φ is made).
-        svc = SVC(kernel="precomputed", C=c_svc, tol=tol, max_iter=_SMO_MAX_ITER)
+        svc = _QuietSVC(kernel="precomputed", C=c_svc, tol=tol, max_iter=_SMO_MAX_ITER)
         features = (Phi @ Phi.T).astype(np.float64)
     else:
-        svc = SVC(kernel="linear", C=c_svc, tol=tol, max_iter=_SMO_MAX_ITER)
+        svc = _QuietSVC(kernel="linear", C=c_svc, tol=tol, max_iter=_SMO_MAX_ITER)
         features = np.asarray(Phi, dtype=np.float64)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", ConvergenceWarning)
-        svc.fit(features, y)
+    svc.fit(features, y)
     lam = np.zeros(n)
     lam[svc.support_] = beta * margin * np.abs(svc.dual_coef_[0])
     support = svc.support_
@@ -791,10 +786,23 @@ def dense_dual(Phi, y, *, beta, epsilon, upper, bias, max_iter, tol):
         "coef": coef,
         "intercept": margin * float(svc.intercept_[0]),
         "n_iter": int(np.sum(svc.n_iter_)),
-        "converged": not any(
-            issubclass(w.category, ConvergenceWarning) for w in caught
-        ),
+        # 1 when libsvm stopped at its iteration cap.
+        "converged": svc.fit_status_ == 0,
     }
+
+
+class _QuietSVC(SVC):
+    """SVC that leaves its early stop in ``fit_status_`` instead of warning.
+
+    The callers report non-convergence themselves. Catching scikit-learn's
+    warning instead (``warnings.catch_warnings``) swaps the process-wide
+    warning filters and display hook, which is not thread-safe: client
+    threads solving at once left the process recording every later warning
+    into a dead list, so the user saw none.
+    """
+
+    def _warn_from_fit_status(self):
+        pass
 
 
 def _dense_dual_no_bias(Phi, y, *, beta, epsilon, upper, max_iter, tol):

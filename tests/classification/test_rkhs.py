@@ -763,6 +763,40 @@ def test_refit_stopped_at_the_libsvm_cap_warns(monkeypatch, C, hint):
         FederatedRKHSClassifier(0.5, epsilon=0.0, C=C, random_state=0).fit(X, y)
 
 
+def test_libsvm_cap_is_reported_without_a_warning_or_global_state(monkeypatch):
+    # dense_dual runs in client threads and in the server's threads: it
+    # reads libsvm's early stop from fit_status_, and neither warns nor
+    # touches the process-wide warning machinery (catching the warning
+    # there, two threads left every later warning recorded into a dead
+    # list).
+    import skfed.classification._sparse_dual as sparse_dual
+
+    rng = np.random.default_rng(0)
+    Phi = rng.standard_normal((200, 150)).astype(np.float32)
+    y = np.where(rng.standard_normal(200) > 0, 1.0, -1.0)
+    kw = {"beta": 1.0, "epsilon": 0.0, "upper": 1.0, "bias": True}
+    kw.update(max_iter=100, tol=1e-3)
+    assert dense_dual(Phi, y, **kw)["converged"]
+    filters, show = warnings.filters, warnings._showwarnmsg_impl
+
+    def solve_many(out):
+        for _ in range(30):
+            out.append(dense_dual(Phi, y, **kw)["converged"])
+
+    monkeypatch.setattr(sparse_dual, "_SMO_MAX_ITER", 3)
+    results = [[], []]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        threads = [threading.Thread(target=solve_many, args=(r,)) for r in results]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert results == [[False] * 30, [False] * 30]
+    assert warnings.filters is filters
+    assert warnings._showwarnmsg_impl is show
+
+
 def test_hard_margin_on_separable_data():
     X, y, _ = rkhs_paper_data(120, noise=0.0, seed=10)
     clf = FederatedRKHSClassifier(C=np.inf, random_state=0).fit(X, y)
