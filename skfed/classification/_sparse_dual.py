@@ -715,7 +715,7 @@ def _start(dictionary, y, lam0, *, gamma, epsilon, upper, bias=True):
     return lam, c
 
 
-def dense_dual(Phi, y, *, beta, epsilon, upper, bias, max_iter, tol):
+def dense_dual(Phi, y, *, beta, epsilon, upper, bias, max_iter, tol, gram=None):
     """The γ = 0 problem on the atoms in the columns of ``Phi``.
 
     Used twice: by the clients on their whole local dictionary, and as the
@@ -740,6 +740,10 @@ def dense_dual(Phi, y, *, beta, epsilon, upper, bias, max_iter, tol):
         β = 1 − γ, the weight of the L2 term.
     epsilon, upper, bias, max_iter, tol
         See :func:`fista_dual`.
+    gram : ndarray of shape (n_samples, n_samples), default=None
+        ``dense_gram(Phi)``, when the caller solves several problems on the
+        same atoms (the one-vs-rest problems of a chunk) and formed it once;
+        read only when there are more atoms than samples.
 
     Returns
     -------
@@ -766,11 +770,9 @@ def dense_dual(Phi, y, *, beta, epsilon, upper, bias, max_iter, tol):
         }
     c_svc = upper / (beta * margin) if np.isfinite(upper) else _HARD_MARGIN_C
     if Phi.shape[1] > n:
-        # More atoms than samples: libsvm reads the n × n Gram matrix, formed
-        # in Φ's precision (float32 halves the dominant n² · n_atoms cost and
-        # no float64 copy of Φ is made).
+        # More atoms than samples: libsvm reads the n × n Gram matrix.
         svc = _QuietSVC(kernel="precomputed", C=c_svc, tol=tol, max_iter=_SMO_MAX_ITER)
-        features = (Phi @ Phi.T).astype(np.float64)
+        features = dense_gram(Phi) if gram is None else gram
     else:
         svc = _QuietSVC(kernel="linear", C=c_svc, tol=tol, max_iter=_SMO_MAX_ITER)
         features = np.asarray(Phi, dtype=np.float64)
@@ -789,6 +791,13 @@ def dense_dual(Phi, y, *, beta, epsilon, upper, bias, max_iter, tol):
         # 1 when libsvm stopped at its iteration cap.
         "converged": svc.fit_status_ == 0,
     }
+
+
+def dense_gram(Phi):
+    """ΦΦᵀ as libsvm reads it (float64), formed in Φ's precision: float32
+    halves the dominant n² · n_atoms cost and no float64 copy of Φ is
+    made."""
+    return (Phi @ Phi.T).astype(np.float64)
 
 
 class _QuietSVC(SVC):

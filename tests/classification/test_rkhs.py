@@ -265,6 +265,36 @@ def test_chunked_local_duals_stay_close_to_svc(monkeypatch):
     assert est.score(X_test, y_test) >= svc_score(X, y, X_test, y_test) - 0.02
 
 
+def test_one_vs_rest_problems_share_each_chunks_gram_matrix(monkeypatch):
+    # A chunk's one-vs-rest problems are posed on the same atoms: libsvm's
+    # Gram matrix is formed once per chunk (not per problem), and each
+    # problem's λ is the one it gets when solved alone.
+    monkeypatch.setattr(rkhs_protocol, "_LOCAL_ROWS", 70)
+    X, y = load_digits(return_X_y=True)
+    X, y = X[:300] / 16.0, y[:300] % 4
+    widths = np.array([2.0, 4.0])
+    options = {"epsilon": 0.3, "upper": 1.0, "max_iter": 200, "tol": 1e-3}
+    grams = []
+    dense_gram = rkhs_protocol.dense_gram
+
+    def counted(Phi):
+        grams.append(Phi.shape)
+        return dense_gram(Phi)
+
+    monkeypatch.setattr(rkhs_protocol, "dense_gram", counted)
+    lam, _ = rkhs_protocol._chunked_local_duals(
+        X, y, widths=widths, n_problems=4, **options
+    )
+    chunks = rkhs_protocol._local_chunks(X)
+    assert len(chunks) == len(grams) == 5
+    for chunk in chunks:
+        Phi = AtomDictionary(X[chunk], X[chunk], widths).columns()
+        for p in range(4):
+            ypm = np.where(y[chunk] == p, 1.0, -1.0)
+            alone = dense_dual(Phi, ypm, beta=1.0, bias=True, **options)
+            np.testing.assert_array_equal(lam[chunk, p], alone["lam"])
+
+
 def _spy_on_server_pools(monkeypatch):
     pools = []
     solve = rkhs_protocol._server_solve
