@@ -413,16 +413,17 @@ class JoblibTransport:
         tasks = [[calls[i] for i in share] for share in shares]
         pool = self._pool(call, calls)
         if pool is self._threads:
-            config = get_config()
-            batches = [
-                future.result()
-                for future in [
-                    pool.submit(_call_configured, config, _run_steps, t) for t in tasks
-                ]
-            ]
+            batches = self._thread_map(_run_steps, tasks)
         else:
             batches = pool(delayed(_run_steps)(t) for t in tasks)
         return [r for batch in batches for r in batch]
+
+    def _thread_map(self, func, items):
+        """``[func(item) for item in items]`` in the transport's own
+        threads, one item per task, under the server's scikit-learn
+        configuration."""
+        config = get_config()
+        return list(self._threads.map(partial(_call_configured, config, func), items))
 
     def _pilot(self, call, calls):
         """The first round of a step over many small clients in threads:
@@ -461,8 +462,7 @@ class JoblibTransport:
         processes chosen by an enclosing joblib backend)."""
         if self._threads is None or len(items) < 2:
             return [func(item) for item in items]
-        config = get_config()
-        return list(self._threads.map(partial(_call_configured, config, func), items))
+        return self._thread_map(func, items)
 
     def _place(self, call, calls):
         """Where a round of ``call``'s step runs: in the pool (``"pool"``),
@@ -511,7 +511,7 @@ class JoblibTransport:
             return "pool" if pool_round >= _LONG_ROUND else "here"
         if pool_round >= _LONG_ROUND and timings["pool"] <= here:
             return "pool"
-        faster = "pool" if timings["pool"] <= timings["here"] else "here"
+        faster = "pool" if timings["pool"] <= here else "here"
         upcoming = timings["rounds"] + 1
         if upcoming & (upcoming - 1) == 0:
             return "here" if faster == "pool" else "pool"
