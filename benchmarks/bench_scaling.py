@@ -33,6 +33,7 @@ Usage::
 
 import argparse
 import json
+import os
 import platform
 import resource
 import subprocess
@@ -123,6 +124,23 @@ def _rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3
 
 
+def _children_peak_rss_mb():
+    """The peak RSS of this process's live child processes (the worker
+    processes that hold many small clients with n_jobs > 1), summed; Linux
+    only (0 elsewhere)."""
+    total = 0
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(
+                line.split(":", 1) for line in status.read_text().splitlines()
+            )
+        except (OSError, ValueError):
+            continue
+        if int(fields.get("PPid", "0").strip()) == os.getpid():
+            total += int(fields.get("VmHWM", "0 kB").split()[0]) / 1e3
+    return total
+
+
 def _time_rounds():
     """Make ``Federation.run_round`` add its wall time, under the round's
     name, to the dict returned (the clients' steps, their dispatch and the
@@ -160,12 +178,13 @@ def cell(name, n, m, n_jobs, baseline, warm):
     with warnings.catch_warnings(), threadpool_limits(1):
         warnings.simplefilter("ignore")
         if warm:
-            # Starts joblib's worker processes, as a session's first fit
-            # would; measured apart.
-            small = np.random.RandomState(1).randint(min(m, 20), size=2_000)
+            # Starts the worker processes, as a session's first fit would
+            # (40 clients: enough for the resident workers of many small
+            # clients, see skfed._processes); measured apart.
+            small = np.random.RandomState(1).randint(min(m, 40), size=4_000)
             t0 = time.perf_counter()
             make_estimator(name, n_jobs).fit(
-                X[:2_000], None if target is None else target[:2_000], partitions=small
+                X[:4_000], None if target is None else target[:4_000], partitions=small
             )
             warm_s = time.perf_counter() - t0
         before = _rss_mb()
@@ -200,6 +219,7 @@ def cell(name, n, m, n_jobs, baseline, warm):
             "n_jobs": n_jobs,
             "fit s": round(elapsed, 3),
             "peak RSS MB": round(_rss_mb()),
+            "workers' peak RSS MB": round(_children_peak_rss_mb()),
             "RSS before MB": round(before),
             "score": score(name, model, X, y),
         }

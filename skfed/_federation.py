@@ -39,6 +39,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import validate_data
 
 from ._ledger import DOWNLOAD, UPLOAD, CommunicationLog, count_payload
+from ._processes import ProcessTransport, resident_processes_pay
 from ._protocol import as_step_call, client_step, stream_key
 from ._remote import RemoteArray, is_dask_collection, is_remote
 from ._rows import rounded_row_hashes
@@ -347,6 +348,7 @@ class Federation:
         verbose=0,
         log=None,
         on_client_error="raise",
+        in_processes=True,
     ):
         """Cut ``X`` (and ``y``, ``sample_weight``) into clients, once.
 
@@ -363,6 +365,12 @@ class Federation:
             One integer is drawn from it to seed every client's streams.
         n_jobs, verbose, log, on_client_error
             See :class:`Federation`.
+        in_processes : bool, default=True
+            Whether many small clients may be held by worker processes for
+            the fit (see ``skfed._processes``); False keeps them in this
+            process, for a protocol whose uploads are large beside the
+            clients' work (a worker process sends each upload back as a
+            copy).
         """
         base = int(check_random_state(random_state).randint(_SEED_MAX))
         if sp.issparse(X):
@@ -410,6 +418,17 @@ class Federation:
 
             return cls(
                 transport=DaskTransport.scatter(backend.client, clients),
+                verbose=verbose,
+                log=log,
+                on_client_error=on_client_error,
+            )
+        sizes = [c.n_samples for c in clients]
+        if in_processes and resident_processes_pay(n_jobs, sizes):
+            # Many small clients: each worker process receives its clients
+            # once and keeps them (see skfed._processes).
+            return cls(
+                transport=ProcessTransport(clients, n_jobs=n_jobs),
+                n_jobs=n_jobs,
                 verbose=verbose,
                 log=log,
                 on_client_error=on_client_error,
@@ -709,6 +728,11 @@ class FederatedMixin:
     __metadata_request__fit = {"partitions": True}
     __metadata_request__partial_fit = {"partitions": True}
 
+    # Whether a fit over many small clients with n_jobs > 1 may hold them in
+    # worker processes (see skfed._processes); False for a protocol whose
+    # uploads outweigh the clients' work.
+    _clients_in_processes = True
+
     def _client_input_checks(self):
         """What each client checks on its rows when the data is a dask
         collection (the in-memory fit's ``validate_data`` arguments)."""
@@ -841,4 +865,5 @@ class FederatedMixin:
             verbose=getattr(self, "verbose", 0),
             log=log,
             on_client_error=getattr(self, "on_client_error", "raise"),
+            in_processes=self._clients_in_processes,
         )

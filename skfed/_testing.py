@@ -10,7 +10,10 @@ __all__ = [
     "INTEGRATION_CASES",
     "client_data_received",
     "settled_receipts",
+    "blas_threads",
+    "exit_on",
     "fail_on",
+    "fail_unpicklably_on",
     "iteration_uploads",
     "joblib_backend",
     "keep_message_as_labels",
@@ -20,6 +23,7 @@ __all__ = [
     "shared_sum",
     "rkhs_paper_data",
     "shipped_since",
+    "TwoArgumentError",
 ]
 
 import builtins
@@ -79,6 +83,43 @@ def where_not_in_processes(client, state, message):
     """:func:`where` for a Python-bound step that must not run in worker
     processes."""
     return state, (os.getpid(), threading.get_ident())
+
+
+class TwoArgumentError(Exception):
+    """An exception that pickles but cannot be unpickled (its ``__init__``
+    takes two arguments, its ``args`` hold one)."""
+
+    def __init__(self, message, code):
+        super().__init__(message)
+        self.code = code
+
+
+@client_step("testing.fail_unpicklably_on")
+def fail_unpicklably_on(client, state, message, *, bad):
+    """Raise a :class:`TwoArgumentError` on client ``bad``; others upload
+    their size."""
+    if client.client_id == bad:
+        raise TwoArgumentError("disk on fire", 7)
+    return state, float(client.n_samples)
+
+
+@client_step("testing.exit_on")
+def exit_on(client, state, message, *, bad):
+    """End the process that runs client ``bad`` at once (a worker killed
+    by the system); others upload their size."""
+    if client.client_id == bad:
+        os._exit(1)
+    return state, float(client.n_samples)
+
+
+@client_step("testing.blas_threads")
+def blas_threads(client, state, message):
+    """Upload the number of threads of the process's BLAS pools."""
+    from threadpoolctl import threadpool_info
+
+    return state, [
+        lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"
+    ]
 
 
 class SharedSum(NamedTuple):

@@ -260,6 +260,13 @@ class FederatedKernelKMeans(
     ((200,), (200, 9))
     """
 
+    # Each eigen-solver round uploads a client's packed Gram matrix of its D
+    # random features, (D + r)(D + r + 1)/2 floats whatever its rows: from a
+    # worker process every upload comes back as a copy. N = 10,000 over
+    # 1,000 clients: 56 s of a 61 s two-worker fit copying 2.8 billion
+    # floats, against 18 s for the whole fit in this process.
+    _clients_in_processes = False
+
     _parameter_constraints: dict = {
         "n_clusters": [StrictInterval(numbers.Integral, 1, None, closed="left")],
         "gamma": [StrictInterval(numbers.Real, 0, None, closed="neither"), None],
