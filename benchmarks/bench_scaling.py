@@ -141,6 +141,17 @@ def _children_peak_rss_mb():
     return total
 
 
+def _start_resident_workers(n_jobs):
+    """Start the worker processes that hold many small clients, and load
+    skfed in them (a warm-up fit on fewer rows than they take does not)."""
+    from skfed._processes import _close_workers, _forget, _open_workers
+
+    if n_jobs > 1:
+        for executor in _open_workers(n_jobs):
+            executor.submit(_forget, None).result()
+        _close_workers(n_jobs)
+
+
 def _time_rounds():
     """Make ``Federation.run_round`` add its wall time, under the round's
     name, to the dict returned (the clients' steps, their dispatch and the
@@ -178,14 +189,15 @@ def cell(name, n, m, n_jobs, baseline, warm):
     with warnings.catch_warnings(), threadpool_limits(1):
         warnings.simplefilter("ignore")
         if warm:
-            # Starts the worker processes, as a session's first fit would
-            # (40 clients: enough for the resident workers of many small
-            # clients, see skfed._processes); measured apart.
-            small = np.random.RandomState(1).randint(min(m, 40), size=4_000)
+            # Starts joblib's worker processes, and those that hold many
+            # small clients (skfed._processes), as a session's first fit
+            # would; measured apart.
+            small = np.random.RandomState(1).randint(min(m, 20), size=2_000)
             t0 = time.perf_counter()
             make_estimator(name, n_jobs).fit(
-                X[:4_000], None if target is None else target[:4_000], partitions=small
+                X[:2_000], None if target is None else target[:2_000], partitions=small
             )
+            _start_resident_workers(n_jobs)
             warm_s = time.perf_counter() - t0
         before = _rss_mb()
         if baseline:

@@ -25,6 +25,8 @@ Its interface is small:
 
 :class:`JoblibTransport` runs the clients in this process's joblib pool
 (the default: threads, or processes with ``parallel_config(backend="loky")``);
+``skfed._processes.ProcessTransport`` keeps many small clients in worker
+processes for the whole fit (with ``n_jobs`` > 1);
 ``skfed._dask.DaskTransport`` keeps them on dask workers (used for dask
 collections and under joblib's dask backend);
 ``skfed.flower.FlowerTransport`` reaches them as Flower nodes.

@@ -41,6 +41,12 @@ from skfed._validation import check_partitions
 N_CLIENTS = 64
 
 
+@pytest.fixture(autouse=True)
+def few_rows_are_enough(monkeypatch):
+    # Small data keeps these tests fast; the rule on rows has its own test.
+    monkeypatch.setattr(processes_module, "_MIN_ROWS", 0)
+
+
 @pytest.fixture
 def small_clients():
     rng = np.random.RandomState(0)
@@ -118,7 +124,7 @@ def test_shares_are_consecutive_runs_of_about_equal_rows(sizes, n_workers, expec
     np.testing.assert_array_equal(np.concatenate(shares), np.arange(len(sizes)))
 
 
-def test_which_fits_go_to_resident_processes():
+def test_which_fits_go_to_resident_processes(monkeypatch):
     many_small = [100] * 40
     assert resident_processes_pay(2, many_small)
     assert not resident_processes_pay(1, many_small)
@@ -131,6 +137,9 @@ def test_which_fits_go_to_resident_processes():
         assert resident_processes_pay(None, many_small)
     with parallel_config(backend="sequential"):
         assert not resident_processes_pay(2, many_small)
+    monkeypatch.setattr(processes_module, "_MIN_ROWS", 4001)
+    assert not resident_processes_pay(2, many_small)
+    assert resident_processes_pay(2, [*many_small, 1])
 
 
 def test_a_protocol_can_keep_its_clients_here(small_clients):
