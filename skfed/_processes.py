@@ -292,7 +292,12 @@ class ProcessTransport:
         n_workers = self._n_workers = effective_n_jobs(self.n_jobs)
         executors = _open_workers(n_workers)
         if self._home is None:
-            self._settle(executors)
+            try:
+                self._settle(executors)
+            except BaseException:
+                # No __exit__ follows a failed __enter__.
+                _close_workers(n_workers)
+                raise
         # The workers' BLAS and OpenMP threads follow this process's, read
         # at each fit (a benchmark pins them with threadpool_limits).
         self._limits = {
@@ -310,19 +315,24 @@ class ProcessTransport:
         what the fitted attributes need."""
         self._executors = executors
         sizes = [self._sizes[c] for c in self.client_ids]
-        self._home = {}
+        home = {}
         settled = []
         for worker, share in enumerate(_shares(sizes, len(executors))):
             ids = [self.client_ids[i] for i in share]
-            self._home.update((c, worker) for c in ids)
+            home.update((c, worker) for c in ids)
             clients = [self._clients[c] for c in ids]
             settled.append(
                 self._executors[worker].submit(_settle, self._token, clients)
             )
         # The workers keep the clients as long as this transport (its
-        # federation) lives, like the state of in-process clients.
-        weakref.finalize(self, _forget_everywhere, self._executors, self._token)
+        # federation) lives, like the state of in-process clients (not
+        # asked at exit: the workers end with this process).
+        forget = weakref.finalize(
+            self, _forget_everywhere, self._executors, self._token
+        )
+        forget.atexit = False
         self._wait(settled)
+        self._home = home
         self._clients = None
 
     def __exit__(self, *exc_info):
