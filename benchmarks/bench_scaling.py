@@ -125,9 +125,11 @@ def _rss_mb():
 
 
 def _children_peak_rss_mb():
-    """The peak RSS of this process's live child processes (the worker
-    processes that hold many small clients with n_jobs > 1), summed; Linux
-    only (0 elsewhere)."""
+    """The peak RSS of this process's live child processes, summed: the
+    worker processes that hold many small clients with n_jobs > 1, and
+    joblib's (loky's workers and its resource tracker, when a fit started
+    them). Each is a Python process with numpy, scipy and scikit-learn
+    loaded (about 200 MB). Linux only (0 elsewhere)."""
     total = 0
     for status in Path("/proc").glob("[0-9]*/status"):
         try:
@@ -231,7 +233,7 @@ def cell(name, n, m, n_jobs, baseline, warm):
             "n_jobs": n_jobs,
             "fit s": round(elapsed, 3),
             "peak RSS MB": round(_rss_mb()),
-            "workers' peak RSS MB": round(_children_peak_rss_mb()),
+            "child processes' peak RSS MB": round(_children_peak_rss_mb()),
             "RSS before MB": round(before),
             "score": score(name, model, X, y),
         }

@@ -104,6 +104,29 @@ def _thread_pools():
 _FITS = {}
 
 
+def _hold_memory():
+    """Keep this worker whatever memory it holds.
+
+    loky replaces a worker whose memory grew by 300 MB since its first task
+    (a guard against leaks, when psutil is installed), and a new worker
+    would have lost its clients: here the memory is the clients' rows and
+    state, held on purpose (disKPCA over 1,000,000 rows went past it)."""
+    from joblib.externals.loky import process_executor
+
+    process_executor._USE_PSUTIL = False
+
+
+def _fit(token):
+    """A fit's (clients, states) in this worker."""
+    try:
+        return _FITS[token]
+    except KeyError:
+        raise RuntimeError(
+            "This worker process no longer holds the fit's clients (it was "
+            "replaced during the fit). Fit again, or with n_jobs=1."
+        ) from None
+
+
 def _settle(token, clients):
     """Keep a fit's clients in this worker."""
     _FITS[token] = (
@@ -130,7 +153,7 @@ def _run(token, client_ids, messages, config, limits, *, call):
     """A round's step on this worker's clients; their new states stay here,
     the uploads (or StepFailures) go back."""
     _limit_threads(limits)
-    clients, storage = _FITS[token]
+    clients, storage = _fit(token)
     calls = [(call, clients[c], storage[c], m) for c, m in zip(client_ids, messages)]
     # The server's scikit-learn configuration, as the joblib transport's
     # workers see it.
@@ -157,12 +180,12 @@ def _sendable(answer):
 
 def _read(token, client_ids, namespace, key):
     """What the clients keep under ``namespace`` (and ``key``)."""
-    _, storage = _FITS[token]
+    _, storage = _fit(token)
     return [picked(storage[c][namespace], key) for c in client_ids]
 
 
 def _client(token, client_id):
-    return _FITS[token][0][client_id]
+    return _fit(token)[0][client_id]
 
 
 def _forget(token):
@@ -192,7 +215,10 @@ def _open_workers(n_workers):
         if timer is not None:
             timer.cancel()
         if n_workers not in _WORKERS:
-            _WORKERS[n_workers] = [ProcessPoolExecutor(1) for _ in range(n_workers)]
+            _WORKERS[n_workers] = [
+                ProcessPoolExecutor(1, initializer=_hold_memory)
+                for _ in range(n_workers)
+            ]
         _OPEN[n_workers] = _OPEN.get(n_workers, 0) + 1
         return _WORKERS[n_workers]
 

@@ -14,6 +14,7 @@ __all__ = [
     "exit_on",
     "fail_on",
     "fail_unpicklably_on",
+    "hold_megabytes",
     "iteration_uploads",
     "joblib_backend",
     "keep_message_as_labels",
@@ -110,6 +111,18 @@ def exit_on(client, state, message, *, bad):
     if client.client_id == bad:
         os._exit(1)
     return state, float(client.n_samples)
+
+
+@client_step("testing.hold_megabytes")
+def hold_megabytes(client, state, message, *, megabytes):
+    """Keep ``megabytes`` of memory in the state of client 0, or, with
+    ``megabytes=None``, upload how many it keeps."""
+    state = dict(state or {})
+    if megabytes is None:
+        return state, float(state.get("held", np.zeros(0)).nbytes // 2**20)
+    if client.client_id == 0:
+        state["held"] = np.ones(megabytes * 2**17)
+    return state, None
 
 
 @client_step("testing.blas_threads")

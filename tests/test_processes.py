@@ -30,6 +30,7 @@ from skfed._testing import (
     exit_on,
     fail_on,
     fail_unpicklably_on,
+    hold_megabytes,
     install_receive_counter,
     keep_message_as_labels,
     where,
@@ -242,3 +243,15 @@ def test_idle_workers_stop_and_the_next_fit_starts_new_ones(small_clients, monke
     with _federation(X, ids) as fed:
         again = {pid for pid, _ in fed.run_round("where", where)}
     assert len(again) == 2 and not again & pids
+
+
+def test_a_worker_holding_much_memory_keeps_its_clients(small_clients):
+    # loky replaces a worker that grew by 300 MB since its first task (when
+    # psutil is installed), checking at most once a second after a task.
+    X, ids = small_clients
+    with _federation(X, ids) as fed:
+        time.sleep(1.1)
+        fed.run_round("hold", functools.partial(hold_megabytes, megabytes=400))
+        time.sleep(1.1)
+        held = fed.run_round("read", functools.partial(hold_megabytes, megabytes=None))
+    assert held[0] == 400.0
