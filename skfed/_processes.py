@@ -6,7 +6,7 @@ processes each have an interpreter, but the joblib transport's process
 rounds sent every client's rows, and what it keeps, to a worker and back
 on each round. Here each worker process receives its share of the clients
 once, when the fit opens its federation, and keeps their rows and their
-state until the federation is dropped, as a dask worker does
+state until the fit closes its federation, as a dask worker does
 (``skfed._dask``): a round sends a worker the step's name and options and
 its clients' messages, and only the uploads come back.
 
@@ -31,7 +31,6 @@ model whatever ``n_jobs``.
 import pickle
 import threading
 import uuid
-import weakref
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
@@ -350,13 +349,6 @@ class ProcessTransport:
             settled.append(
                 self._executors[worker].submit(_settle, self._token, clients)
             )
-        # The workers keep the clients as long as this transport (its
-        # federation) lives, like the state of in-process clients (not
-        # asked at exit: the workers end with this process).
-        forget = weakref.finalize(
-            self, _forget_everywhere, self._executors, self._token
-        )
-        forget.atexit = False
         self._wait(settled)
         self._home = home
         self._clients = None
@@ -365,6 +357,12 @@ class ProcessTransport:
         self._server_config.__exit__(*exc_info)
         threads, self._threads = self._threads, None
         threads.shutdown()
+        # The fit is over (the estimators gather what the clients keep
+        # inside it): the workers drop its clients. Not from a finalizer,
+        # which the garbage collector can run inside an executor's submit,
+        # whose lock is not reentrant (a test hung so).
+        if self._home is not None:
+            _forget_everywhere(self._executors, self._token)
         _close_workers(self._n_workers)
         return False
 

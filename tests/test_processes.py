@@ -90,6 +90,9 @@ def test_many_small_clients_stay_in_the_same_worker_process(small_clients):
     # Consecutive clients share a worker.
     assert pids == sorted(pids, key=pids.index)
     assert calls == dict.fromkeys(range(N_CLIENTS), 2)
+    # Once the fit is over the workers hold nothing of it.
+    with pytest.raises(RuntimeError, match="no longer holds the fit's clients"):
+        fed.transport.client(0)
 
 
 def test_clients_are_sent_to_the_workers_once(small_clients):
