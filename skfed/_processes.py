@@ -314,15 +314,19 @@ class ProcessTransport:
         return self._wait([executor.submit(_client, self._token, client_id)])[0]
 
     def __enter__(self):
+        if self._home is not None:
+            raise RuntimeError(
+                "A ProcessTransport serves one fit: its workers dropped the "
+                "clients when it exited."
+            )
         n_workers = self._n_workers = effective_n_jobs(self.n_jobs)
         executors = _open_workers(n_workers)
-        if self._home is None:
-            try:
-                self._settle(executors)
-            except BaseException:
-                # No __exit__ follows a failed __enter__.
-                _close_workers(n_workers)
-                raise
+        try:
+            self._settle(executors)
+        except BaseException:
+            # No __exit__ follows a failed __enter__.
+            _close_workers(n_workers)
+            raise
         # The workers' BLAS and OpenMP threads follow this process's, read
         # at each fit (a benchmark pins them with threadpool_limits).
         self._limits = {
@@ -361,8 +365,7 @@ class ProcessTransport:
         # inside it): the workers drop its clients. Not from a finalizer,
         # which the garbage collector can run inside an executor's submit,
         # whose lock is not reentrant (a test hung so).
-        if self._home is not None:
-            _forget_everywhere(self._executors, self._token)
+        _forget_everywhere(self._executors, self._token)
         _close_workers(self._n_workers)
         return False
 

@@ -93,6 +93,8 @@ def test_many_small_clients_stay_in_the_same_worker_process(small_clients):
     # Once the fit is over the workers hold nothing of it.
     with pytest.raises(RuntimeError, match="no longer holds the fit's clients"):
         fed.transport.client(0)
+    with pytest.raises(RuntimeError, match="serves one fit"):
+        fed.__enter__()
 
 
 def test_clients_are_sent_to_the_workers_once(small_clients):
