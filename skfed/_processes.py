@@ -45,11 +45,11 @@ from threadpoolctl import ThreadpoolController
 from ._transport import (
     _SMALL_CLIENT,
     StepFailure,
-    _call_configured,
     _run_steps,
     assembled,
     kept_after,
     picked,
+    server_thread_map,
 )
 
 __all__ = ["ProcessTransport", "resident_processes_pay"]
@@ -420,13 +420,9 @@ class ProcessTransport:
         return [answers[c] for c in client_ids]
 
     def server_map(self, func, items):
-        """``[func(item) for item in items]`` in this transport's threads,
-        for server work that releases the GIL (see
-        ``JoblibTransport.server_map``)."""
-        if self._threads is None or len(items) < 2:
-            return [func(item) for item in items]
-        config = get_config()
-        return list(self._threads.map(partial(_call_configured, config, func), items))
+        """``[func(item) for item in items]`` in this transport's threads
+        (:func:`~skfed._transport.server_thread_map`)."""
+        return server_thread_map(self._threads, func, items)
 
     def local_values(self, namespace, key, client_ids):
         """Client id -> what the client keeps (fetched from its worker)."""

@@ -253,6 +253,24 @@ def _call_configured(config, func, item):
         return func(item)
 
 
+def thread_map(threads, func, items):
+    """``[func(item) for item in items]`` in ``threads`` (a transport's own
+    executor), one item per task, under the server's scikit-learn
+    configuration."""
+    config = get_config()
+    return list(threads.map(partial(_call_configured, config, func), items))
+
+
+def server_thread_map(threads, func, items):
+    """A transport's ``server_map``: :func:`thread_map` for server work
+    between rounds that releases the GIL (the RKHS server's chunked duals:
+    libsvm and BLAS); in this thread when the fit has no threads of its own
+    (``threads`` is None) or there is one item."""
+    if threads is None or len(items) < 2:
+        return [func(item) for item in items]
+    return thread_map(threads, func, items)
+
+
 class JoblibTransport:
     """Clients held in this process; steps run in one joblib pool per fit.
 
@@ -415,17 +433,10 @@ class JoblibTransport:
         tasks = [[calls[i] for i in share] for share in shares]
         pool = self._pool(call, calls)
         if pool is self._threads:
-            batches = self._thread_map(_run_steps, tasks)
+            batches = thread_map(self._threads, _run_steps, tasks)
         else:
             batches = pool(delayed(_run_steps)(t) for t in tasks)
         return [r for batch in batches for r in batch]
-
-    def _thread_map(self, func, items):
-        """``[func(item) for item in items]`` in the transport's own
-        threads, one item per task, under the server's scikit-learn
-        configuration."""
-        config = get_config()
-        return list(self._threads.map(partial(_call_configured, config, func), items))
 
     def _pilot(self, call, calls):
         """The first round of a step over many small clients in threads:
@@ -457,14 +468,11 @@ class JoblibTransport:
         return ("here" if short else "pool"), results
 
     def server_map(self, func, items):
-        """``[func(item) for item in items]`` in the transport's threads,
-        one item per task, for server work between rounds that releases the
-        GIL (the RKHS server's chunked duals: libsvm and BLAS); in this
-        thread when the fit has no threads of its own (``n_jobs=1``, or
-        processes chosen by an enclosing joblib backend)."""
-        if self._threads is None or len(items) < 2:
-            return [func(item) for item in items]
-        return self._thread_map(func, items)
+        """``[func(item) for item in items]`` in the transport's threads
+        (:func:`server_thread_map`); in this thread when the fit has none
+        (``n_jobs=1``, or processes chosen by an enclosing joblib
+        backend)."""
+        return server_thread_map(self._threads, func, items)
 
     def _place(self, call, calls):
         """Where a round of ``call``'s step runs: in the pool (``"pool"``),
