@@ -421,7 +421,7 @@ class ProcessTransport:
 
     def server_map(self, func, items):
         """``[func(item) for item in items]`` in this transport's threads
-        (:func:`~skfed._transport.server_thread_map`)."""
+        (``skfed._transport.server_thread_map``)."""
         return server_thread_map(self._threads, func, items)
 
     def local_values(self, namespace, key, client_ids):

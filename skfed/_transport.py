@@ -262,7 +262,7 @@ def thread_map(threads, func, items):
 
 
 def server_thread_map(threads, func, items):
-    """A transport's ``server_map``: :func:`thread_map` for server work
+    """A transport's ``server_map``: ``thread_map`` for server work
     between rounds that releases the GIL (the RKHS server's chunked duals:
     libsvm and BLAS); in this thread when the fit has no threads of its own
     (``threads`` is None) or there is one item."""
@@ -469,7 +469,7 @@ class JoblibTransport:
 
     def server_map(self, func, items):
         """``[func(item) for item in items]`` in the transport's threads
-        (:func:`server_thread_map`); in this thread when the fit has none
+        (``server_thread_map``); in this thread when the fit has none
         (``n_jobs=1``, or processes chosen by an enclosing joblib
         backend)."""
         return server_thread_map(self._threads, func, items)
