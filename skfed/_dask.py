@@ -254,7 +254,8 @@ class DaskTransport:
             counts = dask_client.gather(
                 [dask_client.submit(_chunk_ids, p) for p in pieces]
             )
-            ids = _canonical_order({cid for c in counts for cid in c})
+            # In chunk order before sorting: ids that cannot be sorted keep it.
+            ids = _canonical_order(dict.fromkeys(cid for c in counts for cid in c))
             clients = []
             for cid in ids:
                 holders = [p for p, c in zip(pieces, counts) if cid in c]

@@ -333,6 +333,11 @@ class Federation:
         self.n_jobs = n_jobs
         self.verbose = verbose
         self.log = CommunicationLog() if log is None else log
+        # Clients that answered a round of the protocol running now, and
+        # those of them that failed or were dropped afterwards (see
+        # run_protocol).
+        self._answered = set()
+        self._late_failures = []
         self._record_wire("setup", None)
 
     @classmethod
@@ -552,7 +557,53 @@ class Federation:
         for cid in client_ids:
             if cid in self._sizes:
                 self.failed_clients[cid] = reason
+                self._note_late(cid)
         self.client_ids = [c for c in self.client_ids if c not in self.failed_clients]
+
+    def _note_late(self, cid):
+        if cid in self._answered:
+            self._late_failures.append(cid)
+
+    def run_protocol(self, protocol, *, random_state):
+        """``protocol()``, run again while a client fails after it has
+        answered a round, until the clients that took part all finished.
+
+        A client dropped in a later round must not shape the model: its
+        earlier uploads (local centers, a cost that set the other clients'
+        sample counts, a data scale, critical samples) would otherwise stay
+        in what the server computed. The run is repeated without it, from
+        the state ``random_state`` had at the first run, so the model is the
+        one a fit gives whose failing clients failed in its first round.
+        The ledger counts the rounds of every run.
+
+        Parameters
+        ----------
+        protocol : callable
+            Drives the rounds (e.g. ``partial(run_kfed, fed, ...)``). Its
+            first round must make each client's kept state afresh.
+        random_state : RandomState
+            The server's generator (the fit's ``rng``), rewound before a
+            rerun.
+
+        Returns
+        -------
+        result : object
+            What the last run of ``protocol`` returned.
+        """
+        saved = random_state.get_state()
+        while True:
+            self._answered = set()
+            self._late_failures = []
+            result = protocol()
+            if not self._late_failures:
+                return result
+            if self.verbose:
+                print(
+                    f"[skfed] client(s) {self._late_failures[:5]} failed after "
+                    "answering: running the protocol again without them",
+                    file=sys.stderr,
+                )
+            random_state.set_state(saved)
 
     def run_round(self, name, step, message=None, *, messages=None, tolerate=None):
         """One round: the server sends, every client runs ``step``, uploads.
@@ -625,10 +676,14 @@ class Federation:
                     f"{type(result.exc).__name__} in round {name!r}: {result.exc}"
                 )
                 self.client_errors[cid] = result.exc
+                self._note_late(cid)
                 continue
             uploads.append(result)
             up[cid] = count_payload(result)
         self.client_ids = [c for c in ids if c not in self.failed_clients]
+        self._answered.update(self.client_ids)
+        if ids and not self.client_ids:
+            self._raise_none_left(name)
         self.log.record(
             name,
             UPLOAD,
@@ -663,6 +718,29 @@ class Federation:
         cls = ClientValueError if isinstance(exc, ValueError) else ClientStepError
         raise cls(
             f"Client {cid!r} failed in round {name!r}: {type(exc).__name__}: {exc}",
+            client_id=cid,
+            round_name=name,
+        ) from exc
+
+    def _raise_none_left(self, name):
+        """Every client has failed or been dropped: no protocol can go on.
+
+        Raised whatever ``tolerate`` says (a model of no client is no
+        model), from the first failure's exception.
+        """
+        errors = list(self.client_errors.items())
+        cid, exc = errors[0] if errors else (None, None)
+        first = (
+            f" The first failure: client {cid!r}: {self.failed_clients[cid]}."
+            if errors
+            else ""
+        )
+        cls = ClientValueError if isinstance(exc, ValueError) else ClientStepError
+        raise cls(
+            f"Every client failed or was dropped by round {name!r} "
+            f"({len(self.failed_clients)} client(s)), so there is nothing left "
+            "to fit: on_client_error='drop' goes on without failing clients, "
+            "not without all of them." + first,
             client_id=cid,
             round_name=name,
         ) from exc

@@ -9,6 +9,8 @@ import scipy.sparse as sp
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval
 
+from ._remote import is_dask_collection
+
 __all__ = [
     "Partitioning",
     "StrictInterval",
@@ -147,12 +149,31 @@ def _is_missing(value):
         return True
 
 
+def _holds_missing(value):
+    """Whether an id is missing or is a tuple (or frozenset) holding a
+    missing value at any depth.
+
+    ``(nan, 0) != (nan, 0)`` when the two NaNs are different objects
+    (Python compares a tuple's items by identity first), so such ids would
+    split one client into one client per row.
+    """
+    if isinstance(value, (tuple, frozenset)):
+        return any(_holds_missing(v) for v in value)
+    return _is_missing(value)
+
+
 def as_id_array(partitions):
     """One id per sample as a 1-D array, the ids exactly as given.
 
     A list is never coerced by numpy's common-type rules: ``[1, "1"]`` would
     become two equal strings and tuple ids a 2-D array.
     """
+    if is_dask_collection(partitions):
+        raise ValueError(
+            "partitions is a dask collection but X is in memory; pass X as a "
+            "dask array too (the clients are then built where the rows are), "
+            "or pass the ids in memory (partitions.compute())."
+        )
     if hasattr(partitions, "to_numpy"):  # pandas Series / Index / Categorical
         partitions = partitions.to_numpy()
     if isinstance(partitions, np.ndarray):
@@ -166,12 +187,75 @@ def as_id_array(partitions):
     return raw
 
 
+def _distinct_ids(raw):
+    """The distinct ids of an object array, in order of first appearance.
+
+    Raises
+    ------
+    ValueError
+        If an id is unhashable (a list, an array, a dict) or holds a missing
+        value (see :func:`_holds_missing`).
+    """
+    try:
+        distinct = list(dict.fromkeys(raw.tolist()))
+    except TypeError:
+        bad = next(v for v in raw.tolist() if not _hashable(v))
+        raise ValueError(
+            f"partitions contains the unhashable client id {bad!r} (a "
+            f"{type(bad).__name__}); a client id must be hashable: an int, a "
+            "str, a tuple of those, or any other hashable value. Turn lists "
+            "or arrays into tuples first."
+        ) from None
+    missing = [c for c in distinct if _holds_missing(c)]
+    if any(not isinstance(c, (tuple, frozenset)) for c in missing):
+        raise ValueError(
+            "partitions contains missing values (None, NaN, NaT or pd.NA); "
+            "every sample needs a client id."
+        )
+    if missing:
+        raise ValueError(
+            f"partitions contains the client id {missing[0]!r}, which holds a "
+            "missing value (None, NaN, NaT or pd.NA): NaN never equals itself, "
+            "so such an id cannot name one client. Replace the missing part "
+            "of the id (e.g. with a string such as 'unknown')."
+        )
+    return distinct
+
+
+def _hashable(value):
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
 def _canonical_order(unique_ids):
-    """Sort client ids; mixed types are ordered by type name, then value."""
+    """Sort client ids; mixed types are ordered by type, then value.
+
+    Ids that cannot be sorted (e.g. ``object()`` instances, or a type whose
+    values have no order) keep the order they are given in (first
+    appearance): never their ``repr`` or ``hash``, which may hold a memory
+    address and so differ between two runs. The model does not depend on
+    the clients' order; only this order of ``client_ids_`` does.
+    """
+    unique_ids = list(unique_ids)
     try:
         return sorted(unique_ids)
     except TypeError:
-        return sorted(unique_ids, key=lambda c: (type(c).__name__, repr(c)))
+        pass
+    by_type = {}
+    for c in unique_ids:
+        by_type.setdefault((type(c).__module__, type(c).__qualname__), []).append(c)
+    ordered = []
+    for kind in sorted(by_type):
+        members = by_type[kind]
+        try:
+            members = sorted(members)
+        except TypeError:
+            pass
+        ordered.extend(members)
+    return ordered
 
 
 def _integer_codes(raw):
@@ -274,13 +358,8 @@ def check_partitions(partitions, n_samples, *, random_state=None, min_samples=1)
             raise ValueError("partitions contains NaN; every sample needs a client id.")
         if raw.dtype.kind in "mM" and np.isnat(raw).any():
             raise ValueError("partitions contains NaT; every sample needs a client id.")
-        if raw.dtype.kind == "O" and any(_is_missing(v) for v in raw):
-            raise ValueError(
-                "partitions contains missing values (None, NaN, NaT or pd.NA); "
-                "every sample needs a client id."
-            )
         if raw.dtype.kind == "O":
-            ids = tuple(_canonical_order(set(raw.tolist())))
+            ids = tuple(_canonical_order(_distinct_ids(raw)))
             code = {c: i for i, c in enumerate(ids)}
             labels = np.fromiter((code[v] for v in raw), dtype=np.intp, count=n_samples)
         else:

@@ -310,6 +310,72 @@ def test_going_on_without_a_failing_client_is_opt_in_and_recorded(monkeypatch, n
     assert np.all(np.isfinite(_output(est, X)))
 
 
+def _fail_all(monkeypatch, round_index):
+    """Make every client's step raise in the round-th round it runs."""
+    original = _transport._run_sequential_step
+    seen = {}
+
+    def failing(call, client, storage, message):
+        seen[client.client_id] = seen.get(client.client_id, -1) + 1
+        if seen[client.client_id] == round_index:
+            error = RuntimeError(f"injected failure on {client.client_id}")
+            return _transport.StepFailure(error, "")
+        return original(call, client, storage, message)
+
+    monkeypatch.setattr(_transport, "_run_sequential_step", failing)
+
+
+@pytest.mark.parametrize("name", CAN_DROP)
+@pytest.mark.parametrize("round_index", [0, 1])
+def test_when_every_client_fails_the_error_says_so(monkeypatch, name, round_index):
+    # DistributedKMeans failed with "need at least one array to
+    # concatenate", the classifier with a TypeError of numpy's.
+    X, y, ids = _blobs(name)
+    _fail_all(monkeypatch, round_index)
+    with pytest.raises(ClientStepError, match="Every client failed") as info:
+        _fit(name, X, y, ids, on_client_error="drop")
+    assert isinstance(info.value.__cause__, RuntimeError)
+    assert "injected failure on 0" in str(info.value)
+
+
+def _model_arrays(est):
+    """The fitted arrays that make up the model (and its output on the
+    training rows), for exact comparisons."""
+    names = (
+        "cluster_centers_",
+        "labels_",
+        "eigenvalues_",
+        "kernel_centers_",
+        "kernel_coef_",
+        "intercept_",
+    )
+    arrays = [np.asarray(getattr(est, n)) for n in names if hasattr(est, n)]
+    return arrays
+
+
+# The rounds after the first that each estimator runs on _blobs (k-FED has
+# two; the coreset's third and the classifier's are its labels and its
+# violating samples).
+LATE_ROUNDS = [(n, r) for n in CAN_DROP for r in ((1,) if n == "KFed" else (1, 2))]
+
+
+@pytest.mark.parametrize("name, round_index", LATE_ROUNDS)
+def test_a_client_dropped_late_takes_no_part(monkeypatch, name, round_index):
+    # A k-FED client failing in the cluster map round was listed in
+    # failed_clients_ but its local centers were still merged (centers moved
+    # by 0.07); the classifier kept a failed client's critical samples (0.6
+    # on the decision function) and the coreset its drawn rows (6.5).
+    X, y, ids = _blobs(name)
+    _fail_for(monkeypatch, 1, RuntimeError, round_index=0)
+    first = _fit(name, X, y, ids, on_client_error="drop")
+    _fail_for(monkeypatch, 1, RuntimeError, round_index=round_index)
+    late = _fit(name, X, y, ids, on_client_error="drop")
+    assert set(late.failed_clients_) == {1}
+    for a, b in zip(_model_arrays(first), _model_arrays(late)):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(_output(first, X), _output(late, X))
+
+
 @pytest.mark.parametrize("name", CAN_DROP)
 def test_every_fit_lists_its_failed_clients(name):
     X, y, ids = _blobs(name)
@@ -341,6 +407,109 @@ def test_client_ids_are_taken_as_given(name):
     assert est.n_clients_ == 3
     with pytest.raises(ValueError, match="neither a number of clients"):
         _fit(name, X, y, 3.0)
+
+
+class _Opaque:
+    """A hashable id without an order whose ``repr`` holds its memory
+    address (and ``hash`` its identity), as ``object()`` instances do."""
+
+
+# Each turns the client number 0, 1 or 2 into an id of another type.
+ID_TYPES = {
+    "int": int,
+    "negative int64": lambda i: np.int64(-(10**12) - i),
+    "str": lambda i: f"site-{2 - i}",
+    "bytes": lambda i: bytes([65 + i]),
+    "float": lambda i: 0.5 - i,
+    "tuple": lambda i: ("region", (i, str(i))),
+    "frozenset": lambda i: frozenset({i, "x"}),
+    "mixed types": lambda i: (7, "7", ("7",))[i],
+    "object()": None,  # made per fit: fresh instances, fresh addresses
+}
+
+
+def _typed_ids(ids, kind, rng):
+    if kind == "object()":
+        # New instances in a random order: their addresses (hence reprs and
+        # hashes) are ordered differently from one fit to the next.
+        made = [_Opaque() for _ in range(3)]
+        table = [made[i] for i in rng.permutation(3)]
+    else:
+        table = [ID_TYPES[kind](i) for i in range(3)]
+    named = np.empty(len(ids), dtype=object)
+    named[:] = [table[i] for i in ids]
+    return named
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    name=st.sampled_from(NAMES),
+    kind=st.sampled_from(sorted(ID_TYPES)),
+    seed=st.integers(0, 2**16),
+)
+def test_any_hashable_id_type_names_the_same_clients(name, kind, seed):
+    # The clients are the same whatever their ids' type; ids that cannot be
+    # sorted (object() instances) are never ordered by repr or hash, which
+    # hold memory addresses and so differ between two processes.
+    X, y, ids = _blobs(name)
+    rng = np.random.RandomState(seed)
+    ref = _fit(name, X, y, ids)
+    got = _fit(name, X, y, _typed_ids(ids, kind, rng))
+    again = _fit(name, X, y, _typed_ids(ids, kind, rng))
+    assert got.n_clients_ == again.n_clients_ == 3
+    _assert_same_model(name, ref, got, X, X, atol=1e-10)
+    for a, b in zip(_model_arrays(got), _model_arrays(again)):
+        np.testing.assert_array_equal(a, b)
+
+
+NAN_IDS = {
+    "(nan, client)": lambda i: (float("nan"), i),
+    "(client, (None,))": lambda i: (i, (None,)),
+    "frozenset with nan": lambda i: frozenset({float("nan"), i}),
+    "(np.nan, client)": lambda i: (np.nan, i),
+}
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("kind", sorted(NAN_IDS))
+def test_ids_holding_a_missing_value_are_refused(name, kind):
+    # NaN never equals itself: tuple ids holding a fresh NaN per row made
+    # one client per row (150 instead of 3), as plain NaN ids would have
+    # without their own check.
+    X, y, ids = _blobs(name)
+    named = np.empty(len(ids), dtype=object)
+    named[:] = [NAN_IDS[kind](int(i)) for i in ids]
+    with pytest.raises(ValueError, match="partitions.*missing value"):
+        _fit(name, X, y, named)
+
+
+UNHASHABLE = {
+    "list": lambda i: [i],
+    "ndarray": lambda i: np.array([i, i]),
+    "dict": lambda i: {"client": i},
+    "set": lambda i: {i},
+}
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("kind", sorted(UNHASHABLE))
+def test_unhashable_ids_get_an_error_that_names_partitions(name, kind):
+    X, y, ids = _blobs(name)
+    named = np.empty(len(ids), dtype=object)
+    named[:] = [UNHASHABLE[kind](int(i)) for i in ids]
+    with pytest.raises(ValueError, match="partitions.*unhashable.*tuple"):
+        _fit(name, X, y, named)
+    if kind == "list":  # a plain list of lists, not an object array
+        with pytest.raises(ValueError, match="partitions.*unhashable"):
+            _fit(name, X, y, [[int(i)] for i in ids])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_dask_ids_with_in_memory_rows_are_refused(name):
+    da = pytest.importorskip("dask.array")
+    X, y, ids = _blobs(name)
+    with pytest.raises(ValueError, match="partitions is a dask collection"):
+        _fit(name, X, y, da.from_array(ids, chunks=50))
 
 
 # -- parameters ----------------------------------------------------------------------

@@ -11,6 +11,7 @@ protocol (:func:`run_rkhs` and its steps) lives in
 
 import numbers
 import warnings
+from functools import partial
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
@@ -148,9 +149,12 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
     on_client_error : {"raise", "drop"}, default="raise"
         What a client step that raises does to the fit: ``"raise"`` stops it
         with a :class:`~skfed.ClientStepError` naming the client and the
-        round; ``"drop"`` goes on without that client from that round on
-        (its critical samples sent before stay in the server's pool) and
-        lists it in ``failed_clients_``.
+        round; ``"drop"`` leaves that client out and lists it in
+        ``failed_clients_``. A client that fails after its first round
+        makes the server run the protocol again without it, so its data
+        scale and samples take no part (the ledger counts both runs); when
+        every client fails, the fit raises a
+        :class:`~skfed.ClientStepError` saying so.
     n_jobs : int, default=None
         Clients solved in parallel (joblib).
     verbose : int, default=0
@@ -366,19 +370,25 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         rng = check_random_state(self.random_state)
         fed = self._federation(X, y_code, partitions, random_state=rng)
         with fed:
-            result = run_rkhs(
-                fed,
-                n_problems=1 if n_classes == 2 else n_classes,
-                widths=widths,
-                C=self.C,
-                epsilon=self.epsilon,
-                sparsity=self.sparsity,
-                solver=self.solver,
-                step_size=self.step_size,
-                refinement_rounds=self.refinement_rounds,
-                refinement_margin=self.refinement_margin,
-                max_iter=self.max_iter,
-                tol=self.tol,
+            # A client that fails after its first round takes no part (see
+            # Federation.run_protocol).
+            result = fed.run_protocol(
+                partial(
+                    run_rkhs,
+                    fed,
+                    n_problems=1 if n_classes == 2 else n_classes,
+                    widths=widths,
+                    C=self.C,
+                    epsilon=self.epsilon,
+                    sparsity=self.sparsity,
+                    solver=self.solver,
+                    step_size=self.step_size,
+                    refinement_rounds=self.refinement_rounds,
+                    refinement_margin=self.refinement_margin,
+                    max_iter=self.max_iter,
+                    tol=self.tol,
+                ),
+                random_state=rng,
             )
         model = result.model
         self.n_clients_ = len(result.client_ids)

@@ -159,10 +159,13 @@ class DistributedKMeans(
     on_client_error : {"raise", "drop"}, default="raise"
         What a client step that raises does to the fit: ``"raise"`` stops it
         with a :class:`~skfed.ClientStepError` naming the client and the
-        round; ``"drop"`` goes on without that client from that round on
-        (the coreset, the centers and ``inertia_`` then describe the other
-        clients' data), lists it in ``failed_clients_``, and labels its
-        samples -1.
+        round; ``"drop"`` leaves that client out (the coreset, the centers
+        and ``inertia_`` then describe the other clients' data), lists it
+        in ``failed_clients_``, and labels its samples -1. A client that
+        fails after its first round makes the server run the protocol again
+        without it, so its cost and rows take no part (the ledger counts
+        both runs); when every client fails, the fit raises a
+        :class:`~skfed.ClientStepError` saying so.
 
     n_jobs : int, default=None
         Clients run in parallel through joblib; ``None`` lets an enclosing
@@ -375,18 +378,24 @@ class DistributedKMeans(
             X, None, partitions, random_state=rng, sample_weight=sample_weight
         )
         with fed:
-            result = federated_coreset_kmeans(
-                fed,
-                n_clusters=self.n_clusters,
-                coreset_size=coreset_size,
+            # A client that fails after its first round takes no part (see
+            # Federation.run_protocol).
+            result = fed.run_protocol(
+                partial(
+                    federated_coreset_kmeans,
+                    fed,
+                    n_clusters=self.n_clusters,
+                    coreset_size=coreset_size,
+                    random_state=rng,
+                    n_init=n_init,
+                    max_iter=self.max_iter,
+                    tol=self.tol,
+                    local_max_iter=self.local_max_iter,
+                    refine_iter=self.refine_iter,
+                    weighted=weighted,
+                    verbose=self.verbose,
+                ),
                 random_state=rng,
-                n_init=n_init,
-                max_iter=self.max_iter,
-                tol=self.tol,
-                local_max_iter=self.local_max_iter,
-                refine_iter=self.refine_iter,
-                weighted=weighted,
-                verbose=self.verbose,
             )
             self.labels_ = fed.assemble("coreset", "labels", n_samples, dtype=np.int32)
             self.client_ids_ = as_id_array(fed.client_ids)

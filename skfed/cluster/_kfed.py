@@ -16,6 +16,7 @@ The protocol (client steps, server steps, :func:`run_kfed`) lives in
 import numbers
 import warnings
 from collections.abc import Mapping
+from functools import partial
 from numbers import Integral, Real
 
 import numpy as np
@@ -158,8 +159,11 @@ class KFed(
         :class:`~skfed.ClientStepError` (a :class:`~skfed.ClientValueError`
         for a ``ValueError``) naming the client and the round. ``"drop"``:
         the client is left out of the model, listed with the reason in
-        ``failed_clients_``, and its samples get label -1. ``partial_fit``
-        follows the same rule.
+        ``failed_clients_``, and its samples get label -1: a client that
+        fails in the cluster map round has its local centers merged again
+        without it. When every client fails, the fit raises a
+        :class:`~skfed.ClientStepError` saying so. ``partial_fit`` follows
+        the same rules.
 
     n_jobs : int, default=None
         Number of clients run in parallel (joblib). ``None`` means 1 unless in
@@ -389,12 +393,18 @@ class KFed(
             X, None, partitions, random_state=rng, sample_weight=sample_weight
         )
         with fed:
-            result = run_kfed(
-                fed,
+            # A client that fails in the cluster map round is merged again
+            # without (see Federation.run_protocol).
+            result = fed.run_protocol(
+                partial(
+                    run_kfed,
+                    fed,
+                    random_state=rng,
+                    merge=self.merge,
+                    server_n_init=self.server_n_init,
+                    local=self._local_options(),
+                ),
                 random_state=rng,
-                merge=self.merge,
-                server_n_init=self.server_n_init,
-                local=self._local_options(),
             )
         self.cluster_centers_ = result.cluster_centers
         self._cluster_weights = result.cluster_weights
@@ -485,11 +495,15 @@ class KFed(
             log=self.communication_,
         )
         with fed:
-            result = run_kfed_update(
-                fed,
-                cluster_centers=self.cluster_centers_,
-                cluster_weights=self._cluster_weights,
-                local=self._local_options(),
+            result = fed.run_protocol(
+                partial(
+                    run_kfed_update,
+                    fed,
+                    cluster_centers=self.cluster_centers_,
+                    cluster_weights=self._cluster_weights,
+                    local=self._local_options(),
+                ),
+                random_state=rng,
             )
         self.cluster_centers_ = result.cluster_centers
         self._cluster_weights = result.cluster_weights

@@ -404,7 +404,7 @@ def test_failing_client_is_dropped_on_request(structured, monkeypatch):
     assert list(kfed.failed_clients_) == [5]
     assert 99 in kfed.local_centers_
     assert (kfed.labels_[new_ids == 5] == -1).all()
-    with pytest.raises(ValueError, match="No new client.*disk full"):
+    with pytest.raises(ClientStepError, match="Every client failed.*disk full"):
         kfed.partial_fit(own, partitions=np.full(len(own), 5))
 
 
