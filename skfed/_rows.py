@@ -135,21 +135,29 @@ def canonical_row_order(X, weights=None):
     """A permutation sorting the rows of X by their content.
 
     Rows are sorted by ``rounded_row_hashes``, ties broken by the exact
-    ``row_hashes``: the order of a float32 copy of the data is the order
-    of the float64 data, except among rows that float32 cannot tell apart.
-    Rows that tie on both are equal (in value and weight), hence
-    interchangeable.
+    ``row_hashes``, then by ``weights``: the order of a float32 copy of the
+    data is the order of the float64 data, except among rows that float32
+    cannot tell apart. Rows that tie on all three are equal (in value and
+    weight), hence interchangeable.
+
+    The weights are compared by value, never hashed: scaling every weight
+    by one positive constant (which a weighted algorithm must not notice)
+    keeps the order.
 
     Returns
     -------
     order : ndarray of shape (n_samples,), dtype intp
     """
-    rounded = rounded_row_hashes(X, weights)
+    rounded = rounded_row_hashes(X)
     order = np.argsort(rounded, kind="stable")
     ordered = rounded[order]
-    # The exact hashes only break ties of the rounded ones: without ties,
-    # sorting by both is sorting by the rounded ones, and hashing a small
-    # client's rows twice was half of its coreset step's own work.
+    # The exact hashes and the weights only break ties of the rounded
+    # hashes: without ties, sorting by all is sorting by the rounded ones,
+    # and hashing a small client's rows twice was half of its coreset
+    # step's own work.
     if np.any(ordered[1:] == ordered[:-1]):
-        order = np.lexsort((row_hashes(X, weights), rounded))
+        keys = (row_hashes(X), rounded)
+        if weights is not None:
+            keys = (np.asarray(weights, dtype=np.float64), *keys)
+        order = np.lexsort(keys)
     return order

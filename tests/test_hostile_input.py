@@ -10,6 +10,7 @@ depth lives in each estimator's own tests; this module holds the line for
 all of them at once.
 """
 
+import inspect
 import warnings
 from numbers import Integral, Real
 
@@ -251,6 +252,37 @@ def test_float32_draws_what_float64_draws(name):
     else:
         scale = max(1.0, float(np.abs(out_a).max()))
         np.testing.assert_allclose(out_b, out_a, atol=1e-3 * scale)
+
+
+WEIGHTED = [
+    n
+    for n in NAMES
+    if "sample_weight" in inspect.signature(getattr(skfed, n).fit).parameters
+]
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    name=st.sampled_from(WEIGHTED),
+    log2_scale=st.integers(-40, 40),
+    mantissa=st.sampled_from([1.0, 1.5, 3.0, 0.1]),
+)
+def test_scaling_every_weight_does_not_change_the_model(name, log2_scale, mantissa):
+    # Only relative weights matter. DistributedKMeans' clients hashed the
+    # weights into the order they draw their rows in, so 3 * w moved its
+    # centers by 6.7 (and 1e-8 * w by 0.48).
+    X, y, ids = _blobs(name)
+    w = np.random.RandomState(0).uniform(0.1, 3.0, X.shape[0])
+    c = mantissa * 2.0**log2_scale
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        a = _make(name).fit(X, partitions=ids, sample_weight=w)
+        b = _make(name).fit(X, partitions=ids, sample_weight=c * w)
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+    if mantissa == 1.0:  # c * w is exact: so is the model
+        np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
+    else:  # c * w is w rounded: the centers follow to rounding
+        np.testing.assert_allclose(a.cluster_centers_, b.cluster_centers_, rtol=1e-12)
 
 
 # -- failing clients ---------------------------------------------------------------
