@@ -241,6 +241,63 @@ def test_renamed_clients_the_issue_example(name):
     _assert_same_model(name, a, b, X, X, atol=1e-10)
 
 
+@settings(max_examples=6, deadline=None)
+@given(
+    kernel=st.sampled_from(["rbf", "linear"]),
+    seed=st.integers(0, 2**16),
+)
+def test_kernel_pca_signs_do_not_follow_the_row_order_on_symmetric_data(kernel, seed):
+    # With x and -x both in the data, the largest positive and negative
+    # projections tie and both signs satisfy KernelPCA's convention: the
+    # first tied row decided, and shuffled rows flipped a component in 23
+    # of 36 fits.
+    rng = np.random.RandomState(seed)
+    Z = rng.standard_normal((40, 3))
+    X = np.vstack([Z, -Z])
+    ids = np.arange(80) % 2
+    order = rng.permutation(80)
+    est = skfed.DistributedKernelPCA(n_components=2, kernel=kernel, random_state=0)
+    a = est.fit(X, partitions=ids).transform(X)
+    b = est.fit(X[order], partitions=ids[order]).transform(X)
+    np.testing.assert_allclose(b, a, atol=1e-9)
+
+
+@settings(max_examples=6, deadline=None)
+@given(kernel=st.sampled_from(["rbf", "poly", "linear"]), seed=st.integers(0, 2**16))
+def test_kernel_pca_components_without_energy_are_zero_on_new_data(kernel, seed):
+    # Three distinct points, centred: two directions carry energy. The
+    # third direction of their span had an eigenvalue of 1e-29 and
+    # projected new points to 0.7 (rbf) or 20 (poly); scikit-learn's
+    # KernelPCA gives zero there.
+    from sklearn.decomposition import KernelPCA
+
+    rng = np.random.RandomState(seed)
+    X = np.repeat(rng.standard_normal((3, 2)), 20, axis=0)
+    new = 3 * rng.standard_normal((50, 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        est = skfed.DistributedKernelPCA(
+            n_components=4, kernel=kernel, random_state=0
+        ).fit(X, partitions=np.arange(60) % 2)
+    ref = KernelPCA(
+        n_components=4,
+        kernel=kernel,
+        gamma=est.gamma_,
+        degree=est.degree,
+        coef0=est.coef0,
+    ).fit(X)
+    n_signal = int(np.sum(ref.eigenvalues_ > 1e-10 * ref.eigenvalues_[0]))
+    np.testing.assert_allclose(
+        est.eigenvalues_[:n_signal], ref.eigenvalues_[:n_signal], rtol=1e-9
+    )
+    np.testing.assert_array_equal(est.eigenvalues_[n_signal:], 0.0)
+    out, expected = est.transform(new), ref.transform(new)
+    np.testing.assert_array_equal(out[:, n_signal:], 0.0)
+    np.testing.assert_allclose(
+        np.abs(out[:, :n_signal]), np.abs(expected[:, :n_signal]), atol=1e-9
+    )
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_float32_draws_what_float64_draws(name):
     X, y, ids = _blobs(name)

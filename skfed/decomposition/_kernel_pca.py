@@ -199,7 +199,7 @@ class DistributedKernelPCA(
     uniform sample        1 (quota)                      quota · d (rows)
     feature mean          ``|Y|`` (d + r) + 1            r
     disLR                 ``|Y|`` (d + r) + 1, or r      r · min(h, r, n_m)
-    error                 r · k (W)                      1 + 2k
+    error                 r · k (W)                      1 + 3k
     ====================  =============================  ========================
 
     Notes on the table:
@@ -239,15 +239,20 @@ class DistributedKernelPCA(
 
     Signs follow :class:`~sklearn.decomposition.KernelPCA`'s convention: on
     every component the training sample of largest absolute projection
-    projects positively. The "error" round carries it (each client's signed
-    projection of largest magnitude, k floats).
+    projects positively. Where a positive and a negative projection tie
+    for the largest magnitude (to 1e-9 relative, as on data symmetric
+    about its mean, where both signs satisfy the convention), the first
+    significant coefficient of ``dual_coef_`` (over the representatives,
+    in their canonical order) is made positive instead, so the signs do
+    not depend on the order of the rows. The "error" round carries it
+    (each client's largest and smallest projection, 2k floats).
 
     Privacy: RepSample uploads raw sampled rows (Y) and the server
     broadcasts them to every client; this is inherent to disKPCA. The
-    "error" round sends 2k + 1 floats instead of the paper's 2 so that
+    "error" round sends 3k + 1 floats instead of the paper's 2 so that
     ``eigenvalues_`` are exact per component and the signs are fixed; the
-    signed extremes tell the server how far out each client's most extreme
-    sample lies along each component.
+    extremes tell the server how far out each client's most extreme
+    samples lie along each component, on both sides.
 
     Choices where the paper is silent or loose:
 

@@ -222,11 +222,11 @@ lowrank_upload, lowrank_sketch_size
     W = _lowrank_solve(factors, k)
     stats = fed.run_round("error", _error_step, W)
 
-    trace, energy, signs = _error_totals(stats)
+    trace, energy, top, bottom = _error_totals(stats)
     # KernelPCA's convention (svd_flip on its eigenvectors): the training
     # sample with the largest |projection| on a component projects
     # positively on it.
-    W = W * signs
+    W = W * _component_signs(top, bottom, R @ W)
     if mean is not None:
         # Σ‖φ(a) − Qm‖² = Σ κ(a, a) − N ‖m‖² because Σ Qᵀφ(a) = N m.
         trace -= n_samples * float(mean @ mean)
@@ -234,9 +234,17 @@ lowrank_upload, lowrank_sketch_size
     W, energy = W[:, order], energy[order]
     C = R @ W
     offset = W.T @ mean if mean is not None else np.zeros(W.shape[1])
-    if C.shape[1] < k:
+    # A direction of the span that carries no energy on the training data
+    # (centering removes one; duplicated representatives) is no component:
+    # its coefficients are rounding, and new points projected on it got
+    # values of order one. Like KernelPCA's, such components are zero on
+    # any input.
+    empty = energy <= _EIG_RTOL * np.max(energy, initial=0.0)
+    C[:, empty], offset[empty], energy[empty] = 0.0, 0.0, 0.0
+    n_available = int(np.count_nonzero(~empty))
+    if n_available < k:
         warnings.warn(
-            f"Only {C.shape[1]} directions are available in the span of the "
+            f"Only {n_available} directions are available in the span of the "
             "representatives (the rank of "
             + ("the centred K_YY" if center else "K_YY")
             + f"), fewer than n_components={k}; the remaining components "
@@ -244,6 +252,7 @@ lowrank_upload, lowrank_sketch_size
             UserWarning,
             stacklevel=stacklevel + 1,
         )
+    if C.shape[1] < k:
         pad = k - C.shape[1]
         C = np.hstack([C, np.zeros((C.shape[0], pad))])
         offset = np.concatenate([offset, np.zeros(pad)])
@@ -810,15 +819,22 @@ def _project_and_lowrank_step(client, state, message, *, project):
 def _error_step(client, state, W):
     """Approximation error and sign, worker part: trace of the local kernel
     block, the energy ‖w_iᵀ Π[m]‖² captured by each component, and per
-    component the client's projection of largest magnitude, signed
-    (1 + 2k floats)."""
+    component the client's largest and smallest projection (1 + 3k
+    floats)."""
     energy = np.zeros(W.shape[1])
-    extreme = np.zeros(W.shape[1])
+    top = np.full(W.shape[1], -np.inf)
+    bottom = np.full(W.shape[1], np.inf)
     for Pt in _centred_projections(client, state):
         proj = Pt @ W
         energy += np.einsum("ij,ij->j", proj, proj)
-        extreme = _signed_extreme(np.vstack([extreme, proj]))
-    return state, (state["kpca_trace"], energy, extreme)
+        high, low = _extremes(proj)
+        top, bottom = np.maximum(top, high), np.minimum(bottom, low)
+    return state, (state["kpca_trace"], energy, top, bottom)
+
+
+# Projections whose magnitudes are within this relative distance of each
+# other tie for the sign convention: rounding (1e-15) must not decide it.
+_SIGN_TIE = 1e-9
 
 
 def _projections(X, Y, R, spec):
@@ -835,13 +851,12 @@ def _centred_projections(client, state):
         yield Pt if mean is None else Pt - mean
 
 
-def _signed_extreme(values):
-    """Per column, the entry of largest magnitude with its sign (the first
-    one on ties)."""
+def _extremes(values):
+    """Per column, the largest and the smallest entry (exact, and free of
+    the rows' order)."""
     if values.shape[0] == 0:
-        return np.zeros(values.shape[1])
-    rows = np.argmax(np.abs(values), axis=0)
-    return values[rows, np.arange(values.shape[1])]
+        return np.full(values.shape[1], -np.inf), np.full(values.shape[1], np.inf)
+    return values.max(axis=0), values.min(axis=0)
 
 
 # ---------------------------------------------------------------------------
@@ -919,10 +934,38 @@ def _inclusion_quota(summaries, total, sizes):
 
 def _error_totals(stats):
     """Σ_m trace(K_m), Σ_m energies (the error is their difference), and
-    per component the sign of the training projection of largest
-    magnitude over all clients."""
-    trace = float(sum(t for t, _, _ in stats))
-    energy = np.sum([e for _, e, _ in stats], axis=0)
-    signs = np.sign(_signed_extreme(np.vstack([x for _, _, x in stats])))
-    signs[signs == 0] = 1.0
-    return trace, np.asarray(energy, dtype=np.float64), signs
+    per component the largest and the smallest training projection over
+    all clients."""
+    trace = float(sum(t for t, _, _, _ in stats))
+    energy = np.sum([e for _, e, _, _ in stats], axis=0)
+    top = np.max([t for _, _, t, _ in stats], axis=0)
+    bottom = np.min([b for _, _, _, b in stats], axis=0)
+    return trace, np.asarray(energy, dtype=np.float64), top, bottom
+
+
+# Extremes within this relative distance of each other tie for the sign
+# convention (rounding, 1e-15, must not decide it); so do coefficients
+# below this share of a column's largest in the fallback.
+_SIGN_TIE = 1e-9
+_SIGN_SIGNIFICANT = 1e-6
+
+
+def _component_signs(top, bottom, C):
+    """Server: ±1 per component, KernelPCA's convention made order-free.
+
+    The training sample of largest absolute projection projects positively
+    (``top`` and ``bottom``, the largest and the smallest projections).
+    When the two extremes tie (data symmetric about its mean, where both
+    signs satisfy the convention and the rows' order used to decide), the
+    first significant coefficient of C over the representatives, which
+    are in a canonical order, is made positive.
+    """
+    signs = np.where(top >= -bottom, 1.0, -1.0)
+    tied = np.abs(top + bottom) <= _SIGN_TIE * np.maximum(top, -bottom)
+    for j in np.flatnonzero(tied):
+        column = C[:, j]
+        scale = np.max(np.abs(column), initial=0.0)
+        significant = np.flatnonzero(np.abs(column) > _SIGN_SIGNIFICANT * scale)
+        if significant.size:
+            signs[j] = 1.0 if column[significant[0]] > 0 else -1.0
+    return signs

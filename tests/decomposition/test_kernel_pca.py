@@ -320,7 +320,7 @@ def test_ledger_matches_per_round_formulas(upload):
             r * (min(q, r, s) if upload == "local_svd" else min(w, s)) for s in sizes
         ],
         ("error", "download"): [r * k] * 6,
-        ("error", "upload"): [1 + 2 * k] * 6,
+        ("error", "upload"): [1 + 3 * k] * 6,
     }
     for (name, direction), floats in expected.items():
         got = _per_client(log, name, direction)
