@@ -228,6 +228,40 @@ def test_shuffled_rows_and_renamed_clients_are_the_same_model(name, seed):
         )
 
 
+@settings(max_examples=8, deadline=None)
+@given(name=st.sampled_from(NAMES), seed=st.integers(0, 2**16))
+def test_renamed_or_reordered_clients_give_the_same_model_bit_for_bit(name, seed):
+    # Kernel k-means, kernel PCA and the classifier summed the clients'
+    # uploads in the clients' order: renaming them moved the model by up to
+    # 3e-14.
+    X, y, ids = _blobs(name)
+    rng = np.random.RandomState(seed)
+    renamed = rng.permutation(3)[ids] * 7 + 1
+    a, b = _fit(name, X, y, ids), _fit(name, X, y, renamed)
+    for p, q in zip(_model_arrays(a), _model_arrays(b)):
+        np.testing.assert_array_equal(p, q)
+    np.testing.assert_array_equal(_output(a, X), _output(b, X))
+
+
+@settings(max_examples=6, deadline=None)
+@given(name=st.sampled_from(NAMES), seed=st.integers(0, 2**16))
+def test_shuffled_rows_change_the_model_by_rounding_at_most(name, seed):
+    # A client's sums over its rows follow their storage order: documented
+    # as rounding (measured up to 3e-14 on kernel k-means' transform).
+    X, y, ids = _blobs(name)
+    order = np.random.RandomState(seed).permutation(X.shape[0])
+    a = _fit(name, X, y, ids)
+    b = _fit(name, X[order], y[order], ids[order])
+    out_a, out_b = _output(a, X), _output(b, X)
+    if _kind(name) == "cluster":
+        np.testing.assert_array_equal(out_a, out_b)
+        np.testing.assert_allclose(
+            b.cluster_centers_, a.cluster_centers_, rtol=0, atol=1e-12
+        )
+    else:
+        np.testing.assert_allclose(out_b, out_a, rtol=0, atol=1e-12)
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_renamed_clients_the_issue_example(name):
     # partitions=ids and partitions=3 - ids: the same clients, renamed. For
@@ -546,9 +580,12 @@ def test_any_hashable_id_type_names_the_same_clients(name, kind, seed):
     got = _fit(name, X, y, _typed_ids(ids, kind, rng))
     again = _fit(name, X, y, _typed_ids(ids, kind, rng))
     assert got.n_clients_ == again.n_clients_ == 3
-    _assert_same_model(name, ref, got, X, X, atol=1e-10)
-    for a, b in zip(_model_arrays(got), _model_arrays(again)):
-        np.testing.assert_array_equal(a, b)
+    # Renaming clients changes nothing, bit for bit (the server reduces
+    # uploads in an order set by their content).
+    for fit in (got, again):
+        for a, b in zip(_model_arrays(ref), _model_arrays(fit)):
+            np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(_output(ref, X), _output(fit, X))
 
 
 NAN_IDS = {

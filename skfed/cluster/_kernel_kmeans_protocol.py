@@ -28,6 +28,7 @@ from sklearn.exceptions import ConvergenceWarning
 from .._blocks import row_blocks
 from .._lanczos import block_lanczos, lanczos
 from .._protocol import client_step
+from .._reduce import order_free_sum
 from ..kernel import (
     gamma_from_moments,
     moments_step,
@@ -724,17 +725,17 @@ def _receive_embedding_step(client, state, H_part):
 
 
 def _sum_uploads(uploads):
-    """Server: the sum of the clients' vectors."""
-    return np.sum(uploads, axis=0)
+    """Server: the sum of the clients' vectors, in an order set by their
+    content (renamed clients give the same sum, bit for bit)."""
+    return order_free_sum(uploads)
 
 
 def _sum_triangles(uploads, dim):
     """Server: G = Σ_m W[m]ᵀW[m] from the clients' upper triangles."""
-    # Added one client at a time, in the clients' canonical order: stacking
-    # a thousand triangles first held them all at once (440 MB).
-    total = np.zeros(dim * (dim + 1) // 2)
-    for triangle in uploads:
-        total += triangle
+    # Added one client at a time, in an order set by their content (not
+    # the clients' names): stacking a thousand triangles first held them
+    # all at once (440 MB).
+    total = order_free_sum(uploads)
     G = np.zeros((dim, dim))
     G[np.triu_indices(dim)] = total
     return G + np.triu(G, 1).T

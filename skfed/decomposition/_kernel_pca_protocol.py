@@ -9,6 +9,7 @@ low-rank factors (disLR), and one last round measures the energy they
 capture and fixes their signs.
 """
 
+import math
 import warnings
 from functools import lru_cache, partial
 from typing import NamedTuple
@@ -21,6 +22,7 @@ from sklearn.utils import check_random_state
 
 from .._blocks import row_blocks
 from .._protocol import client_step
+from .._reduce import content_sorted, order_free_sum
 from ..kernel._median import (
     allocate_quota,
     canonical_row_order,
@@ -211,7 +213,7 @@ lowrank_upload, lowrank_sketch_size
         sums = fed.run_round(
             "feature mean", partial(_project_step, **project), (Y, R, gamma)
         )
-        mean = np.sum(sums, axis=0) / n_samples
+        mean = order_free_sum(sums) / n_samples
         factors = fed.run_round("disLR", _lowrank_step, mean)
     else:
         factors = fed.run_round(
@@ -864,8 +866,11 @@ def _extremes(values):
 
 
 def _leverage_basis(sketches, embedding_dim):
-    """disLS, master: QR of [G[1] … G[M]]ᵀ = U Z; returns Z (t × t)."""
-    stacked = np.hstack(sketches).T
+    """disLS, master: QR of [G[1] … G[M]]ᵀ = U Z; returns Z (t × t).
+
+    The sketches are stacked in an order set by their content, so that
+    renamed clients give the same Z, bit for bit."""
+    stacked = np.hstack(content_sorted(sketches)).T
     Z = np.linalg.qr(stacked, mode="r")
     if Z.shape[0] < embedding_dim:  # fewer sketched points than t
         Z = np.vstack([Z, np.zeros((embedding_dim - Z.shape[0], Z.shape[1]))])
@@ -883,9 +888,10 @@ def _lowrank_solve(factors, n_components):
     taken only when the k-th singular value is at least 1e-3 of the
     largest (the rank cut at 1e-10 then keeps all k, as the SVD would, and
     the k directions are accurate to about 1e-13); otherwise the SVD
-    decides.
+    decides. The factors are stacked in an order set by their content, so
+    that renamed clients give the same W, bit for bit.
     """
-    stacked = np.hstack(factors)
+    stacked = np.hstack(content_sorted(factors))
     k = min(n_components, *stacked.shape)
     if k and stacked.shape[1] > 2 * stacked.shape[0]:
         lam, V = np.linalg.eigh(stacked @ stacked.T)
@@ -936,8 +942,10 @@ def _error_totals(stats):
     """Σ_m trace(K_m), Σ_m energies (the error is their difference), and
     per component the largest and the smallest training projection over
     all clients."""
-    trace = float(sum(t for t, _, _, _ in stats))
-    energy = np.sum([e for _, e, _, _ in stats], axis=0)
+    # Exact (fsum) or in an order set by the content: the same totals
+    # whichever client sent which.
+    trace = math.fsum(t for t, _, _, _ in stats)
+    energy = order_free_sum([e for _, e, _, _ in stats])
     top = np.max([t for _, _, t, _ in stats], axis=0)
     bottom = np.min([b for _, _, _, b in stats], axis=0)
     return trace, np.asarray(energy, dtype=np.float64), top, bottom
