@@ -118,7 +118,7 @@ class FederatedKernelKMeans(
         at least s + 2; each Lanczos step uploads D + r_t floats per
         client, and 100, the paper's figures, lost 0.02-0.03 NMI against
         300 on digits and on a 10,000 x 400 image set). See the user guide
-        for the one-shot's quality against D.
+        for the one-shot's quality and upload against D.
     n_components : int, default=None
         s, the spectral dimension clustered by k-means. None means
         min(3k, D − 2) (at least k): the paper's s = k caps the clustering
@@ -164,8 +164,8 @@ class FederatedKernelKMeans(
         upload grows with N: for comparison only.
     eigen_solver : {"auto", "lanczos", "gram"}, default="auto"
         DSPGD's eigen-solver (the one-shot sums Gram matrices once, as
-        ``"gram"`` does every iteration). ``"lanczos"``: distributed (block) Lanczos with full
-        reorthogonalisation, one round per block of
+        ``"gram"`` does every iteration). ``"lanczos"``: distributed (block)
+        Lanczos with full reorthogonalisation, one round per block of
         ``lanczos_block_size`` products (the paper's). ``"gram"``: every
         client uploads the triangle of W[m]ᵀW[m] once per iteration, one
         round and (D + r)(D + r + 1)/2 floats up; requires ``use_cem=True``.
@@ -411,9 +411,10 @@ class FederatedKernelKMeans(
         else:
             X = self._validated(X, reset=True)
         n_samples = X.shape[0]
-        self._check_sizes(n_samples)
-        coreset_size, n_init = self._coreset_sizes(n_samples)
         algorithm = self._algorithm()
+        D = self.n_random_features
+        self._check_sizes(n_samples, D)
+        coreset_size, n_init = self._coreset_sizes(n_samples)
         rng = check_random_state(self.random_state)
         fed = self._federation(X, None, partitions, random_state=rng)
         # Per-round printing only at verbose >= 2: Lanczos makes many rounds.
@@ -423,26 +424,26 @@ class FederatedKernelKMeans(
                 result = run_one_shot(
                     fed,
                     n_clusters=self.n_clusters,
-                    n_components=self._s(),
+                    n_components=self._s(D),
                     random_state=rng,
                     coreset_size=coreset_size,
                     n_init=n_init,
-                    n_random_features=self.n_random_features,
+                    n_random_features=D,
                     gamma=self.gamma,
                     refine_iter=self.refine_iter,
                 )
             self._set_one_shot_attributes(result, fed)
             return self
-        eigen_solver = self._eigen_solver()
+        eigen_solver = self._eigen_solver(D)
         with fed:
             result = run_kernel_kmeans(
                 fed,
                 n_clusters=self.n_clusters,
-                n_components=self._s(),
+                n_components=self._s(D),
                 random_state=rng,
                 coreset_size=coreset_size,
                 n_init=n_init,
-                n_random_features=self.n_random_features,
+                n_random_features=D,
                 gamma=self.gamma,
                 threshold=self.threshold,
                 step_size=self.step_size,
@@ -509,9 +510,9 @@ class FederatedKernelKMeans(
         )
         return coreset_size, n_init
 
-    def _check_sizes(self, n_samples):
+    def _check_sizes(self, n_samples, D):
         """Reject sizes the algorithm cannot serve, saying what to change."""
-        k, D = self.n_clusters, self.n_random_features
+        k = self.n_clusters
         # A client holds a block of up to _CHUNK rows of D (or D') random
         # features, the server a D x D Gram matrix: refuse sizes that would
         # allocate gigabytes instead of trying (10**7 features asked for
@@ -529,7 +530,7 @@ class FederatedKernelKMeans(
                 f"n_samples={n_samples} should be >= n_clusters={k}; ask for "
                 "fewer clusters or pass more samples."
             )
-        s = self._s()
+        s = self._s(D)
         dspgd = self._algorithm() == "dspgd"
         if dspgd and self.threshold is None and D < s + 2:
             raise ValueError(
@@ -571,7 +572,7 @@ class FederatedKernelKMeans(
             return "dspgd"
         return "one_shot"
 
-    def _eigen_solver(self):
+    def _eigen_solver(self, D=None):
         """``eigen_solver``, or the one ``"auto"`` chooses."""
         if self.eigen_solver != "auto":
             return self.eigen_solver
@@ -579,15 +580,16 @@ class FederatedKernelKMeans(
             return "lanczos"
         # The Gram triangle, (D + r)(D + r + 1)/2 floats up, against about
         # P Lanczos products of D + r floats each way, with r about s.
-        s = self._s()
+        D = D or self.n_random_features
+        s = self._s(D)
         products = (s + 2) * (2 if self.lanczos_block_size == 1 else 4)
-        return "gram" if self.n_random_features + s + 1 <= 4 * products else "lanczos"
+        return "gram" if D + s + 1 <= 4 * products else "lanczos"
 
-    def _s(self):
+    def _s(self, D=None):
         """s: ``n_components``, or min(3k, D − 2) but at least k."""
         if self.n_components is not None:
             return self.n_components
-        k, D = self.n_clusters, self.n_random_features
+        k, D = self.n_clusters, D or self.n_random_features
         return max(k, min(3 * k, D - 2))
 
     def transform(self, X):
@@ -597,10 +599,11 @@ class FederatedKernelKMeans(
         map's seed, V and z̄ᵀV that the server sent them; on the training
         samples this reproduces ``embedding_``.
 
-        DSPGD, by replaying the iterations: every iteration's update is linear in that iteration's random
-        features: U_t = [√(η_t / D) A_t, √(1 − η_t) B_t] V_t / √μ_t and
-        B_{t+1} = U_t √(μ_t − η_t λ). The server sent the clients the seeds,
-        η_t and the matrices V_t / √μ_t and kept them, so it replays the
+        DSPGD, by replaying the iterations: every iteration's update is
+        linear in that iteration's random features:
+        U_t = [√(η_t / D) A_t, √(1 − η_t) B_t] V_t / √μ_t and B_{t+1}
+        = U_t √(μ_t − η_t λ). The server sent the clients the seeds, η_t
+        and the matrices V_t / √μ_t and kept them, so it replays the
         recursion for any x without a client; on the training samples this
         reproduces ``embedding_``. It is the Nyström extension of each
         iteration's eigenvectors (ours; the paper defines none).

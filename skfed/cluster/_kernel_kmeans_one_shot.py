@@ -22,11 +22,13 @@ paid once: D(D+1)/2 + D floats up per client in all.
 steps follow it.
 """
 
+import warnings
 from functools import lru_cache, partial
 from typing import NamedTuple
 
 import numpy as np
 from scipy.linalg import eigh
+from sklearn.exceptions import ConvergenceWarning
 
 from .._blocks import row_blocks
 from .._protocol import client_step
@@ -136,6 +138,16 @@ def run_one_shot(
     eigenvalues, basis, shift = feature_covariance_basis(
         total, fed.n_samples, n_random_features, n_components
     )
+    if eigenvalues.shape[0] < n_components:
+        warnings.warn(
+            f"Only {eigenvalues.shape[0]} eigenvalue(s) of the random "
+            "features' covariance stand above round-off (the data has too few "
+            f"distinct rows); the embedding has {eigenvalues.shape[0]} "
+            f"column(s) instead of n_components={n_components}. Lower "
+            "n_components.",
+            ConvergenceWarning,
+            stacklevel=3,
+        )
     fed.run_round("embedding", _embedding_step, (basis, shift))
 
     coreset = federated_coreset_kmeans(
@@ -187,7 +199,9 @@ def feature_map(seed, n_features, n_random_features, gamma):
     )
     cosines, odd = frequencies[:, :pairs], frequencies[:, pairs:]
     omega = np.hstack([cosines, cosines, odd])
-    offset = np.concatenate([np.zeros(pairs), np.full(pairs, -np.pi / 2), phases[pairs:]])
+    offset = np.concatenate(
+        [np.zeros(pairs), np.full(pairs, -np.pi / 2), phases[pairs:]]
+    )
     omega.flags.writeable = offset.flags.writeable = False
     return omega, offset
 
@@ -275,7 +289,9 @@ def feature_covariance_basis(total, n_samples, n_random_features, n_components):
     Returns
     -------
     eigenvalues : ndarray of shape (s',)
-        The largest eigenvalues of C, s' ≤ s of them above round-off.
+        The largest eigenvalues of C, s' ≤ s of them above round-off; when
+        none is (every sample has the same features), one 0 with a zero
+        eigenvector, so that the embedding has a column, 0 on every row.
     basis : ndarray of shape (D, s')
         V, their eigenvectors, each signed so that its entry of largest
         magnitude is positive (reordered rows or renamed clients give the
@@ -295,7 +311,15 @@ def feature_covariance_basis(total, n_samples, n_random_features, n_components):
     s = min(n_components, D)
     mu, V = eigh(cov, subset_by_index=(D - s, D - 1))
     mu, V = mu[::-1], V[:, ::-1]
-    keep = mu > _ROUNDOFF * max(float(mu[0]) if mu.size else 0.0, 0.0)
+    # Round-off relative to the features' total square, trace(Σ ZᵀZ) ≈ N
+    # (‖z(x)‖² ≈ 1), not to the largest eigenvalue of C, which is itself
+    # round-off when every row has the same features.
+    keep = mu > _ROUNDOFF * np.trace(gram)
+    if not keep.any():
+        # No direction in which the features vary: one zero column, so that
+        # every row of H is exactly 0 and k-means puts them in one cluster
+        # (a round-off eigenvector would scatter them by 1e-17).
+        return np.zeros(1), np.zeros((D, 1)), np.zeros(1)
     mu, V = mu[keep], V[:, keep]
     V = V * _signs(V)
     return mu, V, mean @ V
