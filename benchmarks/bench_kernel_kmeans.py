@@ -20,7 +20,12 @@ On the same data and the same partitions (M = 5 IID clients, as the paper):
    matters (linear k-means scores NMI 0).
 2. Upload per DSPGD iteration with and without CEM (the paper's Figure 2),
    with the paper's predicted ratio (N + M D) Q0 / (M (D + r) Q1).
-3. Time and peak traced memory for N = 10k .. 80k (rings), against the
+3. The one-shot solver (the default) against DSPGD with its defaults, on
+   digits, wine, a 5,000 x 784 image set built from digits (the stand-in for
+   MNIST-5k: no download) and the demo's two circles (20,000 x 2): NMI,
+   floats up and down from the ledger, rounds with uploads and fit time
+   (``--solvers`` runs only this part).
+4. Time and peak traced memory for N = 10k .. 80k (rings), against the
    centralized scikit-learn pipeline ``KernelPCA`` + ``KMeans`` where its
    N x N kernel fits in a shared machine's memory (N ≤ 20k), and the upload
    per DSPGD iteration with and without CEM at every N.
@@ -30,7 +35,7 @@ times are noisy and only their ratios within this run mean anything.
 
 Usage::
 
-    python benchmarks/bench_kernel_kmeans.py [--quick] [--seeds S]
+    python benchmarks/bench_kernel_kmeans.py [--quick] [--seeds S] [--solvers]
 """
 
 import argparse
@@ -44,7 +49,7 @@ import numpy as np
 from _data import digit_images
 from scipy.sparse.linalg import eigsh
 from sklearn.cluster import KMeans
-from sklearn.datasets import load_digits
+from sklearn.datasets import load_digits, load_wine, make_circles
 from sklearn.decomposition import KernelPCA
 from sklearn.kernel_approximation import RBFSampler
 from sklearn.metrics import normalized_mutual_info_score as nmi
@@ -175,7 +180,9 @@ def defaults_against_exact(X, y, k, name, seeds):
     parts = iid(X.shape[0], N_CLIENTS, random_state=0)
     configs = {
         "defaults": {},
+        "DSPGD defaults": {"algorithm": "dspgd"},
         "s = k, D = 100, no Lloyd finish": {
+            "algorithm": "dspgd",
             "n_components": k,
             "n_random_features": 100,
             "refine_iter": 0,
@@ -382,7 +389,7 @@ def per_iteration_upload(X, meta, gamma, D, T, seed=0):
     parts = iid(X.shape[0], N_CLIENTS, random_state=0)
     rows = []
     for label, params in (
-        ("CEM, Lanczos", {}),
+        ("CEM, Lanczos", {"eigen_solver": "lanczos"}),
         ("CEM, Gram", {"eigen_solver": "gram"}),
         ("no CEM (paper's baseline)", {"use_cem": False}),
     ):
@@ -441,6 +448,7 @@ def scaling(sizes, exact_max, D, T):
                 n_random_features=D,
                 max_iter=T,
                 tol=0,
+                algorithm="dspgd",
                 random_state=0,
             )
             with warnings.catch_warnings():
@@ -499,6 +507,72 @@ def scaling(sizes, exact_max, D, T):
             row["time ratio FK/sklearn"] = t_fk / t_ref
         rows.append(row)
         print("  " + ", ".join(f"{k}={_fmt(v)}" for k, v in row.items()), flush=True)
+    return rows
+
+
+def solver_datasets(quick):
+    """(name, X, y, k, gamma, clients) of the one-shot/DSPGD comparison."""
+    X_dig, y_dig = load_digits(return_X_y=True)
+    X_wine, y_wine = load_wine(return_X_y=True)
+    # Wine's features span four orders of magnitude: standardised, as any
+    # RBF user would (the server could do it from the clients' moments).
+    X_wine = (X_wine - X_wine.mean(0)) / X_wine.std(0)
+    n_img = 1_500 if quick else 5_000
+    X_img, y_img = digit_images(n_img, size=28)
+    n_circ = 4_000 if quick else 20_000
+    X_circ, y_circ = make_circles(n_circ, factor=0.3, noise=0.05, random_state=0)
+    return [
+        ("digits", X_dig, y_dig, 10, None, 10),
+        ("digits", X_dig, y_dig, 10, None, 5),
+        ("wine (standardised)", X_wine, y_wine, 3, None, 5),
+        (f"digit images {n_img:,} x 784", X_img, y_img, 10, None, 10),
+        (f"circles {n_circ:,} x 2 (demo)", X_circ, y_circ, 2, 2.0, 10),
+    ]
+
+
+def solvers_against_each_other(quick, seeds):
+    """The one-shot solver and DSPGD, each with its defaults, on the same
+    data and clients: mean NMI (and its range), floats up and down, rounds
+    with uploads and fit time (BLAS on one thread)."""
+    rows = []
+    for name, X, y, k, gamma, clients in solver_datasets(quick):
+        parts = iid(X.shape[0], clients, random_state=0)
+        for algorithm in ("one_shot", "dspgd"):
+            runs = []
+            for seed in seeds:
+                km = FederatedKernelKMeans(
+                    k, gamma=gamma, algorithm=algorithm, random_state=seed
+                )
+                start = time.perf_counter()
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    km.fit(X, partitions=parts)
+                log = km.communication_
+                runs.append(
+                    (
+                        nmi(y, km.labels_),
+                        log.upload_floats,
+                        log.download_floats,
+                        log.n_upload_rounds,
+                        time.perf_counter() - start,
+                    )
+                )
+            nmis, up, down, rounds, times = map(np.asarray, zip(*runs))
+            rows.append(
+                {
+                    "data": name,
+                    "clients": clients,
+                    "solver": algorithm,
+                    "NMI": float(nmis.mean()),
+                    "NMI range": f"{nmis.min():.3f}-{nmis.max():.3f}",
+                    "floats up": int(up.mean()),
+                    "up / raw": float(up.mean() / X.size),
+                    "floats down": int(down.mean()),
+                    "rounds": float(rounds.mean()),
+                    "time s": float(times.mean()),
+                }
+            )
+            print("  " + ", ".join(f"{a}={_fmt(b)}" for a, b in rows[-1].items()))
     return rows
 
 
@@ -588,7 +662,30 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes")
     parser.add_argument("--seeds", type=int, default=None)
+    parser.add_argument(
+        "--solvers", action="store_true", help="only the one-shot against DSPGD"
+    )
     args = parser.parse_args()
+    if args.solvers:
+        with threadpool_limits(limits=1):
+            rows = solvers_against_each_other(args.quick, range(args.seeds or 3))
+        RESULTS.mkdir(exist_ok=True)
+        report = RESULTS / f"bench_kernel_kmeans_solvers{'_quick' * args.quick}.md"
+        text = "\n\n".join(
+            [
+                "# FederatedKernelKMeans: one-shot against DSPGD",
+                f"Machine: {platform.machine()}, Python "
+                f"{platform.python_version()}, BLAS pinned to 1 thread; shared "
+                "2-core machine, timings are noisy. IID clients; each solver "
+                "with its defaults (D = 300, s = 3k); mean over "
+                f"{args.seeds or 3} seeds. `up / raw`: floats up over N d.",
+                markdown(rows),
+            ]
+        )
+        report.write_text(text + "\n")
+        print(text)
+        print(f"\nwrote {report}")
+        return
     if args.quick:
         seeds = args.seeds or 1
         datasets = [digits(600), rings(600)]

@@ -1,11 +1,13 @@
 """Federated kernel k-means: the estimator.
 
-The protocol -- DSPGD with the communication efficient mechanism, then the
-distributed coreset k-means on the spectral embedding -- is described and
-driven by :func:`run_kernel_kmeans` in
-:mod:`skfed.cluster._kernel_kmeans_protocol`, with its client and server
-steps and the replay of DSPGD for new points. Paper: "A Communication
-Efficient Federated Kernel k-Means" (ICLR 2021 submission)."""
+Two protocols, each followed by the distributed coreset k-means on the
+spectral embedding: the one-shot random-feature statistics (ours, the
+default), driven by :func:`run_one_shot` in
+:mod:`skfed.cluster._kernel_kmeans_one_shot`, and the paper's DSPGD with
+the communication efficient mechanism, driven by :func:`run_kernel_kmeans`
+in :mod:`skfed.cluster._kernel_kmeans_protocol` with the replay of DSPGD
+for new points. Paper: "A Communication Efficient Federated Kernel
+k-Means" (ICLR 2021 submission)."""
 
 import numbers
 
@@ -25,6 +27,7 @@ from .._federation import FederatedMixin
 from .._remote import is_remote
 from .._validation import StrictInterval, check_magnitude, clip_to_data
 from ._centers import KMeansCentersMixin
+from ._kernel_kmeans_one_shot import feature_map, one_shot_embedding, run_one_shot
 from ._kernel_kmeans_protocol import _CHUNK, replay_eigenvectors, run_kernel_kmeans
 
 __all__ = ["FederatedKernelKMeans"]
@@ -44,18 +47,32 @@ class FederatedKernelKMeans(
     ClusterMixin,
     BaseEstimator,
 ):
-    """Federated kernel k-means with DSPGD and the communication efficient
-    mechanism (CEM).
+    """Federated kernel k-means on a spectral embedding of random features:
+    one-shot feature statistics (the default) or DSPGD with the
+    communication efficient mechanism (CEM, the paper's).
 
-    Each client keeps its rows; the server only ever receives vectors of
-    size D + r_t (or the clients' D + r_t Gram blocks), a few scalars and,
-    in the final coreset k-means, weighted rows of the spectral embedding.
-    The RBF kernel ``exp(-gamma ||x - y||²)`` is approximated by fresh random
-    Fourier features every iteration; DSPGD converges to the top eigenpairs
-    of the kernel matrix at an O(1/t) rate, and k-means runs on the first
-    ``n_components`` columns of the embedding H = U Λ^½.
+    Each client keeps its rows; k-means runs on the first ``n_components``
+    columns of a spectral embedding H = U Λ^½ of the RBF kernel
+    ``exp(-gamma ||x - y||²)``, approximated by random Fourier features, with
+    the distributed coreset k-means. The server receives sums of random
+    features' Gram matrices (or their products with Lanczos vectors), a few
+    scalars and, in the final coreset k-means, weighted rows of H.
 
-    Per iteration t (all counts per client, in floats):
+    ``algorithm="one_shot"`` (ours): the server draws one map of D
+    orthogonal random Fourier features z(x) (a shared seed); each client
+    uploads, once, the upper triangle of Z[m]ᵀZ[m] and Z[m]ᵀ1; from their
+    sums over the clients the server takes the top s eigenvectors V of the
+    features' covariance and sends them; each client forms
+    H[m] = (Z[m] − 1 z̄ᵀ) V, the kernel PCA embedding of the random-feature
+    kernel. Rounds (per client, in floats): ``"kernel width"`` (d + 2 up,
+    only when ``gamma=None``), ``"random feature statistics"`` (down 2: the
+    seed and γ; up D(D+1)/2 + D), ``"embedding"`` (down D s + s: V and
+    z̄ᵀV), then the coreset k-means below.
+
+    ``algorithm="dspgd"`` (the paper's): fresh random Fourier features
+    every iteration; DSPGD converges to the top eigenpairs of the kernel
+    matrix at an O(1/t) rate. Per iteration t (all counts per client, in
+    floats):
 
     * ``"random features"``: down 3 (the seed of the shared features, η_t
       and whether the Gram matrix may be summed in float32). With
@@ -76,11 +93,12 @@ class FederatedKernelKMeans(
 
     Before the iterations, one ``"kernel width"`` round (d + 2 up, only when
     ``gamma=None``) and one ``"kernel width broadcast"`` (1 down); after
-    them ``"embedding"`` (s down) and the coreset k-means on H: its local
-    cost and sampling rounds, up to ``refine_iter`` ``"lloyd refinement"``
-    rounds (k·s down, k(s + 1) up each) and the labelling round.
-    :meth:`transform`, :meth:`predict` and :meth:`score` replay the DSPGD
-    recursion on the server and cost no communication.
+    them ``"embedding"`` (s down). Both algorithms end with the coreset
+    k-means on H: its local cost and sampling rounds, up to ``refine_iter``
+    ``"lloyd refinement"`` rounds (k·s down, k(s + 1) up each) and the
+    labelling round. :meth:`transform`, :meth:`predict` and :meth:`score`
+    map new points on the server (one-shot: with the shared map and V;
+    DSPGD: by replaying its recursion) and cost no communication.
 
     Read more in the :ref:`User Guide <user_guide_kernel_kmeans>`.
 
@@ -93,11 +111,14 @@ class FederatedKernelKMeans(
         γ = N² / (2 Σ_ij ‖x_i − x_j‖²), computed from d + 2 floats per
         client (one extra round) without gathering any point.
     n_random_features : int, default=300
-        D, random Fourier features drawn afresh every iteration. With the
-        default ``threshold`` it must be at least s + 2. Each Lanczos step
-        uploads D + r_t floats per client, so D sets the cost per round;
-        100 (the paper's figures) lost 0.02-0.03 NMI against 300 on digits
-        and on a 10,000 x 400 image set.
+        D, random Fourier features: the one map of ``"one_shot"``, whose
+        upload is D(D+1)/2 + D floats per client (45,450 at D = 300: less
+        than the client's raw rows from n_m d ≥ 45,450 on), or the features
+        drawn afresh every DSPGD iteration (with the default ``threshold``
+        at least s + 2; each Lanczos step uploads D + r_t floats per
+        client, and 100, the paper's figures, lost 0.02-0.03 NMI against
+        300 on digits and on a 10,000 x 400 image set). See the user guide
+        for the one-shot's quality and upload against D.
     n_components : int, default=None
         s, the spectral dimension clustered by k-means. None means
         min(3k, D − 2) (at least k): the paper's s = k caps the clustering
@@ -106,6 +127,16 @@ class FederatedKernelKMeans(
         beat it on digits and on a 10,000-row image set, where s = 2k still
         fell 0.012 short (see the user guide). At most
         ``n_random_features``; the upload grows with s.
+    algorithm : {"auto", "one_shot", "dspgd"}, default="auto"
+        ``"one_shot"`` (ours): one upload of random-feature statistics per
+        client, summed by the server, then the coreset k-means.
+        ``"dspgd"``: the paper's iterations (``max_iter``, ``tol``,
+        ``threshold``, ``step_size``, ``use_cem``, ``eigen_solver``,
+        ``eigen_tol`` and ``lanczos_block_size`` apply to it only).
+        ``"auto"`` takes ``"dspgd"`` when an option only DSPGD has asks for
+        it (``use_cem=False``, or ``eigen_solver`` ``"lanczos"`` or
+        ``"gram"``), ``"one_shot"`` otherwise (see the user guide for the
+        comparison). The algorithm used is ``algorithm_``.
     max_iter : int, default=50
         T, the DSPGD iterations (the budget; see ``tol``).
     tol : float, default=0.0
@@ -132,8 +163,9 @@ class FederatedKernelKMeans(
         runs the paper's baseline, Lanczos on the N x N matrix R_t, whose
         upload grows with N: for comparison only.
     eigen_solver : {"auto", "lanczos", "gram"}, default="auto"
-        ``"lanczos"``: distributed (block) Lanczos with full
-        reorthogonalisation, one round per block of
+        DSPGD's eigen-solver (the one-shot sums Gram matrices once, as
+        ``"gram"`` does every iteration). ``"lanczos"``: distributed (block)
+        Lanczos with full reorthogonalisation, one round per block of
         ``lanczos_block_size`` products (the paper's). ``"gram"``: every
         client uploads the triangle of W[m]ᵀW[m] once per iteration, one
         round and (D + r)(D + r + 1)/2 floats up; requires ``use_cem=True``.
@@ -183,6 +215,8 @@ class FederatedKernelKMeans(
 
     Attributes
     ----------
+    algorithm_ : {"one_shot", "dspgd"}
+        The algorithm used (``algorithm``, or what ``"auto"`` chose).
     labels_ : ndarray of shape (n_samples,)
         Cluster of each training sample (kept by its client; assembled here).
     cluster_centers_ : ndarray of shape (n_clusters, `n_components_`)
@@ -192,24 +226,30 @@ class FederatedKernelKMeans(
         client and are assembled here for the user, never communicated
         (except as coreset rows).
     eigenvalues_ : ndarray of shape (`n_components_`,)
-        Estimated top eigenvalues of the kernel matrix, μ_i + (1 − η_T) λ.
+        Estimated top eigenvalues of the kernel matrix: μ_i + (1 − η_T) λ
+        (DSPGD), those of the features' covariance C (one-shot: estimates
+        of the centred kernel matrix's).
     eigenvalue_history_ : list of ndarray
-        Estimated kernel eigenvalues of every kept pair, per iteration.
+        Estimated kernel eigenvalues of every kept pair, per iteration
+        (one-shot: ``[eigenvalues_]``).
     n_components_ : int
-        Columns of the embedding actually used (s, or s_T if fewer).
+        Columns of the embedding actually used (s, or fewer when fewer
+        eigenvalues stand above the threshold, or above round-off).
     ranks_ : ndarray of shape (`n_iter_`,)
-        r_t, the rank of Z_t at the start of each iteration (r_1 = 0).
+        r_t, the rank of Z_t at the start of each iteration (r_1 = 0;
+        one-shot: ``[0]``).
     eigen_solver_ : {"lanczos", "gram"}
-        The eigen-solver used (``eigen_solver``, or what ``"auto"`` chose).
+        The eigen-solver used (``eigen_solver``, or what ``"auto"`` chose;
+        ``"gram"`` for the one-shot).
     lanczos_steps_ : ndarray of shape (`n_iter_`,)
         Q_t, Lanczos rounds per iteration (each a block of up to
-        ``lanczos_block_size`` products); 0 with ``"gram"``.
+        ``lanczos_block_size`` products); 0 with ``"gram"`` and one-shot.
     gamma_ : float
         The kernel width used.
     threshold_ : float
-        The threshold λ used.
+        The threshold λ used (0.0 for the one-shot, which has none).
     n_iter_ : int
-        DSPGD iterations run.
+        DSPGD iterations run (1 for the one-shot).
     inertia_ : float
         Sum of squared distances of the embedded samples to their centers.
     n_refine_iter_ : int
@@ -230,7 +270,13 @@ class FederatedKernelKMeans(
 
     Notes
     -----
-    What crosses the wire: the server learns W[m]ᵀW[m] c for every Lanczos
+    What crosses the wire, one-shot: the server needs only the sums over
+    clients of Z[m]ᵀZ[m] and Z[m]ᵀ1 (under secure aggregation it learns
+    nothing else from that round; without it, each client's Gram matrix of
+    the random features, which DSPGD's ``"gram"`` solver sends every
+    iteration); then, as with DSPGD, rows of H in the coreset step.
+
+    DSPGD: the server learns W[m]ᵀW[m] c for every Lanczos
     vector c, which is W[m]ᵀW[m] itself once D + r_t independent vectors
     were sent in one iteration (blocks send more vectors per iteration, so
     the server learns it on a larger subspace; the ``"gram"`` solver sends
@@ -240,8 +286,10 @@ class FederatedKernelKMeans(
     The coreset step uploads rows of H and the Lloyd rounds per-cluster sums
     of H and counts. Nothing here is differentially private.
 
-    :meth:`transform` is our out-of-sample extension (the paper has none):
-    the embedding after iteration t is linear in that iteration's random
+    :meth:`transform` of the one-shot is (z(x) − z̄) V, the clients' own
+    computation, from the seed, z̄ᵀV and V the server sent. For DSPGD it is
+    our out-of-sample extension (the paper has none): the embedding after
+    iteration t is linear in that iteration's random
     features and in the previous embedding, through matrices the server
     computed and sent, so the server replays the T iterations for new
     points. On the training samples it reproduces ``embedding_``, and
@@ -254,15 +302,16 @@ class FederatedKernelKMeans(
     >>> from skfed import FederatedKernelKMeans
     >>> X, _ = make_blobs(200, centers=3, random_state=0)
     >>> km = FederatedKernelKMeans(
-    ...     n_clusters=3, n_random_features=20, max_iter=10, random_state=0
+    ...     n_clusters=3, n_random_features=20, random_state=0
     ... ).fit(X, partitions=4)
-    >>> km.labels_.shape, km.embedding_.shape
-    ((200,), (200, 9))
+    >>> km.algorithm_, km.labels_.shape, km.embedding_.shape
+    ('one_shot', (200,), (200, 9))
     """
 
-    # Each eigen-solver round uploads a client's packed Gram matrix of its D
-    # random features, (D + r)(D + r + 1)/2 floats whatever its rows: from a
-    # worker process every upload comes back as a copy. N = 10,000 over
+    # The one-shot statistics and each DSPGD eigen-solver round upload a
+    # client's packed Gram matrix of its D random features, (D + r)(D + r +
+    # 1)/2 floats whatever its rows: from a worker process every upload
+    # comes back as a copy. N = 10,000 over
     # 1,000 clients: 56 s of a 61 s two-worker fit copying 2.8 billion
     # floats, against 18 s for the whole fit in this process.
     _clients_in_processes = False
@@ -275,6 +324,7 @@ class FederatedKernelKMeans(
             StrictInterval(numbers.Integral, 1, None, closed="left"),
             None,
         ],
+        "algorithm": [StrOptions({"auto", "one_shot", "dspgd"})],
         "max_iter": [StrictInterval(numbers.Integral, 1, None, closed="left")],
         "tol": [StrictInterval(numbers.Real, 0, None, closed="left")],
         "threshold": [StrictInterval(numbers.Real, 0, None, closed="left"), None],
@@ -300,6 +350,7 @@ class FederatedKernelKMeans(
         gamma=None,
         n_random_features=300,
         n_components=None,
+        algorithm="auto",
         max_iter=50,
         tol=0.0,
         threshold=None,
@@ -319,6 +370,7 @@ class FederatedKernelKMeans(
         self.gamma = gamma
         self.n_random_features = n_random_features
         self.n_components = n_components
+        self.algorithm = algorithm
         self.max_iter = max_iter
         self.tol = tol
         self.threshold = threshold
@@ -359,22 +411,39 @@ class FederatedKernelKMeans(
         else:
             X = self._validated(X, reset=True)
         n_samples = X.shape[0]
-        self._check_sizes(n_samples)
+        algorithm = self._algorithm()
+        D = self.n_random_features
+        self._check_sizes(n_samples, D)
         coreset_size, n_init = self._coreset_sizes(n_samples)
-        eigen_solver = self._eigen_solver()
         rng = check_random_state(self.random_state)
         fed = self._federation(X, None, partitions, random_state=rng)
         # Per-round printing only at verbose >= 2: Lanczos makes many rounds.
         fed.verbose = max(int(self.verbose) - 1, 0)
+        if algorithm == "one_shot":
+            with fed:
+                result = run_one_shot(
+                    fed,
+                    n_clusters=self.n_clusters,
+                    n_components=self._s(D),
+                    random_state=rng,
+                    coreset_size=coreset_size,
+                    n_init=n_init,
+                    n_random_features=D,
+                    gamma=self.gamma,
+                    refine_iter=self.refine_iter,
+                )
+            self._set_one_shot_attributes(result, fed)
+            return self
+        eigen_solver = self._eigen_solver(D)
         with fed:
             result = run_kernel_kmeans(
                 fed,
                 n_clusters=self.n_clusters,
-                n_components=self._s(),
+                n_components=self._s(D),
                 random_state=rng,
                 coreset_size=coreset_size,
                 n_init=n_init,
-                n_random_features=self.n_random_features,
+                n_random_features=D,
                 gamma=self.gamma,
                 threshold=self.threshold,
                 step_size=self.step_size,
@@ -387,17 +456,9 @@ class FederatedKernelKMeans(
                 refine_iter=self.refine_iter,
                 verbose=self.verbose,
             )
-        self.gamma_ = result.gamma
+        self._set_common_attributes(result, fed)
+        self.algorithm_ = "dspgd"
         self.threshold_ = result.threshold
-        self.eigenvalues_ = result.eigenvalues
-        self.n_components_ = len(result.eigenvalues)
-        self.labels_ = result.labels.astype(np.intp, copy=False)
-        self.embedding_ = result.embedding.astype(fed.dtype, copy=False)
-        self.cluster_centers_ = result.coreset.cluster_centers.astype(
-            fed.dtype, copy=False
-        )
-        self.inertia_ = float(result.coreset.inertia)
-        self.n_refine_iter_ = int(result.coreset.n_refine_iter)
         self.n_iter_ = len(result.eigenvalue_history)
         self.ranks_ = result.ranks
         self.eigen_solver_ = eigen_solver
@@ -407,9 +468,35 @@ class FederatedKernelKMeans(
         # new points (transform, predict, score): no extra communication.
         self._replay = result.replay
         self._scales = result.scales
+        return self
+
+    def _set_one_shot_attributes(self, result, fed):
+        self._set_common_attributes(result, fed)
+        self.algorithm_ = "one_shot"
+        # DSPGD's per-iteration attributes, for the one pass over the data.
+        self.threshold_ = 0.0
+        self.n_iter_ = 1
+        self.ranks_ = np.zeros(1, dtype=np.intp)
+        self.eigen_solver_ = "gram"
+        self.lanczos_steps_ = np.zeros(1, dtype=np.intp)
+        self.eigenvalue_history_ = [result.eigenvalues]
+        # What the server sent the clients (the map's seed, V and z̄ᵀV),
+        # kept to map new points as the clients did: no communication.
+        self._one_shot_map = (result.seed, result.basis, result.shift)
+
+    def _set_common_attributes(self, result, fed):
+        self.gamma_ = result.gamma
+        self.eigenvalues_ = result.eigenvalues
+        self.n_components_ = len(result.eigenvalues)
+        self.labels_ = result.labels.astype(np.intp, copy=False)
+        self.embedding_ = result.embedding.astype(fed.dtype, copy=False)
+        self.cluster_centers_ = result.coreset.cluster_centers.astype(
+            fed.dtype, copy=False
+        )
+        self.inertia_ = float(result.coreset.inertia)
+        self.n_refine_iter_ = int(result.coreset.n_refine_iter)
         self.n_clients_ = len(result.client_ids)
         self.communication_ = fed.log
-        return self
 
     def _coreset_sizes(self, n_samples):
         """coreset_size and n_init clipped, with a warning, to the embedding's
@@ -423,9 +510,9 @@ class FederatedKernelKMeans(
         )
         return coreset_size, n_init
 
-    def _check_sizes(self, n_samples):
+    def _check_sizes(self, n_samples, D):
         """Reject sizes the algorithm cannot serve, saying what to change."""
-        k, D = self.n_clusters, self.n_random_features
+        k = self.n_clusters
         # A client holds a block of up to _CHUNK rows of D (or D') random
         # features, the server a D x D Gram matrix: refuse sizes that would
         # allocate gigabytes instead of trying (10**7 features asked for
@@ -443,8 +530,9 @@ class FederatedKernelKMeans(
                 f"n_samples={n_samples} should be >= n_clusters={k}; ask for "
                 "fewer clusters or pass more samples."
             )
-        s = self._s()
-        if self.threshold is None and D < s + 2:
+        s = self._s(D)
+        dspgd = self._algorithm() == "dspgd"
+        if dspgd and self.threshold is None and D < s + 2:
             raise ValueError(
                 f"n_random_features={D} must be at least n_components + 2 = "
                 f"{s + 2} (n_components={s}): the default threshold is the "
@@ -459,9 +547,15 @@ class FederatedKernelKMeans(
             )
         if s > D:
             raise ValueError(
-                f"n_components={s} exceeds n_random_features={D}: the first "
-                f"iteration's estimate has rank at most {D}. Raise "
-                "n_random_features or lower n_components."
+                f"n_components={s} exceeds n_random_features={D}: the "
+                f"random-feature estimate of the kernel has rank at most {D}. "
+                "Raise n_random_features or lower n_components."
+            )
+        if self.algorithm == "one_shot" and not self.use_cem:
+            raise ValueError(
+                "use_cem=False runs the paper's N x N baseline of DSPGD; pass "
+                "algorithm='dspgd' (or 'auto') with it, or leave use_cem=True "
+                "for the one-shot."
             )
         if not self.use_cem and self.eigen_solver == "gram":
             raise ValueError(
@@ -469,7 +563,16 @@ class FederatedKernelKMeans(
                 "matrix is N x N and only Lanczos applies."
             )
 
-    def _eigen_solver(self):
+    def _algorithm(self):
+        """``algorithm``, or the one ``"auto"`` chooses: DSPGD when an option
+        only DSPGD has asks for it, the one-shot otherwise."""
+        if self.algorithm != "auto":
+            return self.algorithm
+        if not self.use_cem or self.eigen_solver != "auto":
+            return "dspgd"
+        return "one_shot"
+
+    def _eigen_solver(self, D=None):
         """``eigen_solver``, or the one ``"auto"`` chooses."""
         if self.eigen_solver != "auto":
             return self.eigen_solver
@@ -477,24 +580,30 @@ class FederatedKernelKMeans(
             return "lanczos"
         # The Gram triangle, (D + r)(D + r + 1)/2 floats up, against about
         # P Lanczos products of D + r floats each way, with r about s.
-        s = self._s()
+        D = D or self.n_random_features
+        s = self._s(D)
         products = (s + 2) * (2 if self.lanczos_block_size == 1 else 4)
-        return "gram" if self.n_random_features + s + 1 <= 4 * products else "lanczos"
+        return "gram" if D + s + 1 <= 4 * products else "lanczos"
 
-    def _s(self):
+    def _s(self, D=None):
         """s: ``n_components``, or min(3k, D − 2) but at least k."""
         if self.n_components is not None:
             return self.n_components
-        k, D = self.n_clusters, self.n_random_features
+        k, D = self.n_clusters, D or self.n_random_features
         return max(k, min(3 * k, D - 2))
 
     def transform(self, X):
-        """Spectral embedding H(x) of new samples, by replaying DSPGD.
+        """Spectral embedding H(x) of new samples, on the server.
 
-        Every iteration's update is linear in that iteration's random
-        features: U_t = [√(η_t / D) A_t, √(1 − η_t) B_t] V_t / √μ_t and
-        B_{t+1} = U_t √(μ_t − η_t λ). The server sent the clients the seeds,
-        η_t and the matrices V_t / √μ_t and kept them, so it replays the
+        One-shot: H(x) = z(x) V − z̄ᵀV, the clients' computation, from the
+        map's seed, V and z̄ᵀV that the server sent them; on the training
+        samples this reproduces ``embedding_``.
+
+        DSPGD, by replaying the iterations: every iteration's update is
+        linear in that iteration's random features:
+        U_t = [√(η_t / D) A_t, √(1 − η_t) B_t] V_t / √μ_t and B_{t+1}
+        = U_t √(μ_t − η_t λ). The server sent the clients the seeds, η_t
+        and the matrices V_t / √μ_t and kept them, so it replays the
         recursion for any x without a client; on the training samples this
         reproduces ``embedding_``. It is the Nyström extension of each
         iteration's eigenvectors (ours; the paper defines none).
@@ -514,7 +623,13 @@ class FederatedKernelKMeans(
         return self._embed(X).astype(X.dtype, copy=False)
 
     def _embed(self, X):
-        """H(x) in float64 (the replay of :meth:`transform`)."""
+        """H(x) in float64 (see :meth:`transform`)."""
+        if self.algorithm_ == "one_shot":
+            seed, basis, shift = self._one_shot_map
+            omega, offset = feature_map(
+                seed, X.shape[1], self.n_random_features, self.gamma_
+            )
+            return one_shot_embedding(X, omega, offset, basis, shift)
         U = replay_eigenvectors(X, self._replay, self.gamma_, self.n_random_features)
         return U[:, : self.n_components_] * self._scales
 
