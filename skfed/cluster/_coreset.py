@@ -8,8 +8,9 @@ n_m), so the union is an unbiased stand-in for the whole data set whatever
 the split; a local center's weight may be negative (it corrects for the
 points drawn from its cluster), which the server's weighted k-means handles.
 
-This is ALGORITHMS.md §5. :func:`federated_coreset_kmeans` runs the protocol
-on any open :class:`~skfed._federation.Federation` and any per-client rows
+This is the coreset of Balcan, Ehrlich & Liang (NeurIPS 2013).
+:func:`federated_coreset_kmeans` runs the protocol on any open
+:class:`~skfed._federation.Federation` and any per-client rows
 (``FederatedKernelKMeans`` runs it on its spectral embedding);
 :class:`DistributedKMeans` is the estimator around it.
 """

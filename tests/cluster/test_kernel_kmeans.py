@@ -1,4 +1,4 @@
-"""Tests for FederatedKernelKMeans (DSPGD + CEM, seed 000)."""
+"""Tests for FederatedKernelKMeans (DSPGD + CEM)."""
 
 import numpy as np
 import pytest
@@ -692,7 +692,7 @@ def test_threshold_above_the_spectrum():
         FederatedKernelKMeans(2, n_random_features=10, threshold=1e6, max_iter=2).fit(X)
 
 
-# -- issue 10: hostile input ------------------------------------------------
+# -- hostile input --------------------------------------------------------
 
 
 def test_renamed_clients_give_the_same_model_the_issue_example():
