@@ -35,12 +35,10 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.extmath import row_norms, safe_sparse_dot
-from sklearn.utils.validation import (
-    _check_sample_weight,
-)
 
 from .._blocks import row_blocks
 from .._federation import FederatedMixin
+from .._fixes import check_sample_weight as _check_sample_weight
 from .._protocol import client_step
 from .._remote import distinct_values, is_remote
 from .._rows import canonical_row_order, row_hashes, rows_equal
