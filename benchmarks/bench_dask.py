@@ -34,8 +34,8 @@ D_FEATURES = 20
 
 # N above which an estimator's in-memory fit is known to exceed this
 # machine: its rows are left out with the reason, {name: (N, reason)}.
-# Empty since issue 14 (the RKHS classifier took over 420 s and 9 GB at
-# N = 200k before its chunked local duals; 65 s at a million rows after).
+# Empty: every estimator fits a million rows in memory on two cores (the
+# RKHS classifier's chunked local duals take about 65 s there).
 LIMITS = {}
 
 

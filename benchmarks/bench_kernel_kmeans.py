@@ -769,7 +769,7 @@ def main():
         "Floats: `up` is client -> server (the paper's communication cost), "
         "`total` both directions.",
         "## Defaults against exact spectral clustering",
-        "Targets (issue 11): NMI of the defaults at least exact spectral "
+        "Targets: NMI of the defaults at least exact spectral "
         "clustering with s = k minus 0.01; predict(X_train) = labels_ on at "
         "least 99.5%; transform(X_train) = embedding_. Same γ (the federated "
         "average-distance width) for every row; 5 IID clients.",

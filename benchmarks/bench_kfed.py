@@ -484,7 +484,7 @@ def main():
             "",
             "## (d) Digits with Dirichlet(0.3) label skew: server merge and k'",
             "",
-            "Targets (issue 11): NMI within 0.03 of KMeans(n_init=10) and cost "
+            "Targets: NMI within 0.03 of KMeans(n_init=10) and cost "
             "ratio ≤ 1.07 over 10 and 50 clients. The k-means merge uses the "
             "same upload as the paper's farthest point; k' = 2k doubles it.",
             "",

@@ -6,7 +6,7 @@ needs; 3 clients, each training fold split uniformly at random):
 
 1. Defaults against ``SVC()`` (RBF, C = 1): accuracy difference, kernels
    against SVC's support vectors, share of training samples sent, floats
-   uploaded. Targets (issue 11): within 1 point of SVC with at least 5x
+   uploaded. Targets: within 1 point of SVC with at least 5x
    fewer kernels, on breast_cancer and on a 2-class image task (3 vs 8 of
    the augmented 20 x 20 digit images of ``_data.digit_images``).
 2. The sparsity knobs: ``sparsity`` (γ of the paper) and ``epsilon`` (ε):

@@ -11,10 +11,10 @@ and the data), floats up and down and rounds from the ledger, and a quality
 score beside the baseline's.
 
 From these: the ratio of the fit time with the most clients to the fit with
-the fewest at each N (issue 14: at most 3 at N = 100,000), the growth
+the fewest at each N (target: at most 3 at N = 100,000), the growth
 exponent of time in N at fixed M (slope of log time on log N) and of
 uploads in M at fixed N (how communication scales with clients), and the
-speed-up of ``n_jobs=2`` over ``n_jobs=1`` (issue 14: at least 1.6) on a fit
+speed-up of ``n_jobs=2`` over ``n_jobs=1`` (target: at least 1.6) on a fit
 with few large clients and on one with many small clients, beside the
 bound that the share of the fit spent in the federation's rounds sets. BLAS is pinned
 to one thread in every process, so that the clients' parallelism is the
@@ -192,7 +192,7 @@ def cell(name, n, m, n_jobs, baseline, warm):
         warnings.simplefilter("ignore")
         if warm:
             # Starts joblib's worker processes, and those that hold many
-            # small clients (skfed._processes), as a session's first fit
+            # small clients (skfed._processes), as a process's first fit
             # would; measured apart.
             small = np.random.RandomState(1).randint(min(m, 20), size=2_000)
             t0 = time.perf_counter()

@@ -1,6 +1,7 @@
 """Sphinx configuration for skfed.
 
-Builds fully offline: MathJax is bundled (sphinx-mathjax-offline) and
+Builds fully offline: MathJax is bundled (sphinx-mathjax-offline), the
+gallery writes no execution-times page (it loads scripts from CDNs), and
 references to scikit-learn, joblib, numpy and scipy objects are turned into
 links by the pattern of those projects' API pages (``_external_reference``)
 instead of downloaded intersphinx inventories. ``-n`` (nitpicky) passes.
@@ -39,6 +40,9 @@ sphinx_gallery_conf = {
     "filename_pattern": r"/plot_",
     "download_all_examples": False,
     "remove_config_comments": True,
+    # The execution-times page loads jQuery and DataTables from CDNs; the
+    # documentation must read offline, so it is not written.
+    "write_computation_times": False,
 }
 
 html_theme = "pydata_sphinx_theme"

@@ -9,9 +9,10 @@ the tridiagonal matrix, its eigen-decomposition -- is server-side work.
 products in all (see its docstring).
 
 Floating point destroys the orthogonality of the plain three-term
-recurrence; as in DSPGD (seed 000, Appendix B) every new vector is
-re-orthogonalised against the whole basis twice (classical Gram-Schmidt
-twice, "CGS2"), which costs server flops only, never communication.
+recurrence; as in the federated kernel k-means paper's DSPGD (its
+Appendix B) every new vector is re-orthogonalised against the whole basis
+twice (classical Gram-Schmidt twice, "CGS2"), which costs server flops
+only, never communication.
 """
 
 from dataclasses import dataclass

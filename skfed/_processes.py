@@ -57,7 +57,7 @@ __all__ = ["ProcessTransport", "resident_processes_pay"]
 # Clients per worker, and rows, from which a fit over small clients goes
 # to resident worker processes. Below them a fit's rounds are short (k-FED
 # over 32,768 rows of 100-row clients: about 0.3 s in one process), and
-# starting the workers, 1.5 to 2 s for a session's first such fit, is not
+# starting the workers, 1.5 to 2 s for a process's first such fit, is not
 # paid back.
 _MIN_CLIENTS_PER_WORKER = 16
 _MIN_ROWS = 2**15

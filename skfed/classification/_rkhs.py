@@ -2,8 +2,8 @@
 
 Clients solve a sparse multi-width kernel dual on their own data and send
 only their critical samples (λ > 0); the server solves the same problem on
-the pooled critical samples (ALGORITHMS.md §4, seed 004, after Peifer,
-Chamon, Paternain & Ribeiro's sparse RKHS representations), and optional
+the pooled critical samples (Peifer & Ribeiro's federated classifier, after
+Peifer, Chamon, Paternain & Ribeiro's sparse RKHS representations), and optional
 refinement rounds send the samples the global model violates. The
 protocol (:func:`run_rkhs` and its steps) lives in
 :mod:`skfed.classification._rkhs_protocol`; this module is the estimator.

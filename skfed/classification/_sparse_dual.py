@@ -1,4 +1,4 @@
-"""The sparse multi-width kernel dual (ALGORITHMS.md §4) and its solver.
+"""The sparse multi-width kernel dual and its solver.
 
 Model: f(x) = Σ_a α_a k_{w_a}(x, s_a) + b over a dictionary of Gaussian atoms
 a = (center s_a, width w_a), k_w(x, s) = exp(−‖x − s‖² / (2 w²)). The primal

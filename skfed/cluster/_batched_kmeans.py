@@ -3,9 +3,9 @@
 A client of a few hundred rows runs k-means++ and Lloyd in well under a
 millisecond of arithmetic, but one restart after another pays numpy's
 per-call overhead for every center drawn and every Lloyd step: a fit over
-1,000 such clients cost ten times one over 10 clients of the same rows
-(issue 14). Here the restarts of a problem advance side by side as arrays
-with a leading restart axis, and so do the problems of many clients (a
+1,000 such clients cost ten times one over 10 clients of the same rows.
+Here the restarts of a problem advance side by side as arrays with a
+leading restart axis, and so do the problems of many clients (a
 transport that holds them solves their :class:`KMeansProblem` s together,
 see :func:`~skfed._protocol.solve_together`): the Python-level loop runs k
 times for the seeding and at most ``max_iter`` times for Lloyd, whatever

@@ -13,12 +13,9 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import TransformerMixin
 from sklearn.metrics.pairwise import euclidean_distances
-from sklearn.utils.validation import (
-    _check_sample_weight,
-    check_is_fitted,
-    validate_data,
-)
+from sklearn.utils.validation import check_is_fitted, validate_data
 
+from .._fixes import check_sample_weight as _check_sample_weight
 from .._validation import check_magnitude
 
 __all__ = ["KMeansCentersMixin"]

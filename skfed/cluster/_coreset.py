@@ -8,8 +8,9 @@ n_m), so the union is an unbiased stand-in for the whole data set whatever
 the split; a local center's weight may be negative (it corrects for the
 points drawn from its cluster), which the server's weighted k-means handles.
 
-This is ALGORITHMS.md §5. :func:`federated_coreset_kmeans` runs the protocol
-on any open :class:`~skfed._federation.Federation` and any per-client rows
+This is the coreset of Balcan, Ehrlich & Liang (NeurIPS 2013).
+:func:`federated_coreset_kmeans` runs the protocol on any open
+:class:`~skfed._federation.Federation` and any per-client rows
 (``FederatedKernelKMeans`` runs it on its spectral embedding);
 :class:`DistributedKMeans` is the estimator around it.
 """
@@ -34,12 +35,10 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.extmath import row_norms, safe_sparse_dot
-from sklearn.utils.validation import (
-    _check_sample_weight,
-)
 
 from .._blocks import row_blocks
 from .._federation import FederatedMixin
+from .._fixes import check_sample_weight as _check_sample_weight
 from .._protocol import client_step
 from .._remote import distinct_values, is_remote
 from .._rows import canonical_row_order, row_hashes, rows_equal

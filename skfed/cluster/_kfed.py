@@ -30,9 +30,9 @@ from sklearn.base import (
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import StrOptions
-from sklearn.utils.validation import _check_sample_weight
 
 from .._federation import FederatedMixin
+from .._fixes import check_sample_weight as _check_sample_weight
 from .._remote import is_remote
 from .._validation import StrictInterval
 from ._centers import KMeansCentersMixin

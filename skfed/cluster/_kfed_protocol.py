@@ -596,7 +596,7 @@ def _awasthi_sheffet(
         core = np.ones(len(nearest), dtype=bool)
     # θ_r is the mean of the pruned set S_r taken in the projection and
     # mapped back, mean(P[S_r]) Vᵀ, as the authors' code does. The
-    # full-space mean of the rows (the first reading of ALGORITHMS.md) turns
+    # full-space mean of the rows (a literal reading of the paper) turns
     # a one-point S_r into a raw, noisy row that Lloyd then keeps as a
     # cluster of its own, and the server's seeding picks it: 7% accuracy
     # instead of 86% (KMeans) at 6σ on the d=100, k=64 mixtures.

@@ -135,8 +135,8 @@ def random_fourier_features(X, omega, offset, *, scale=None, out=None):
 # (phase, turns, float32), so about 0.8 MB, which stays in a core's L2
 # cache and is allocated once per call. With 300 features: 3.1 ns per value
 # (the product X Ω included) at 128 rows, 3.5 at 256, 4.1 at 512, 5.5 at
-# 1,024, whose 6 MB of scratch spilled out of a 2 MB L2 (the machine of
-# session 11); on session 10's, 1,024 rows had been faster than 4,096.
+# 1,024, whose 6 MB of scratch spilled out of a 2 MB L2; on a machine with
+# a larger cache, 1,024 rows had been faster than 4,096.
 _COS_VALUES = 40_000
 _TWO_PI = 2.0 * np.pi
 

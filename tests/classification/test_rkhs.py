@@ -1,5 +1,5 @@
 """Tests of FederatedRKHSClassifier against SVC, the centralized learner and
-the formulas of ALGORITHMS.md §4."""
+the formulas of the user guide."""
 
 import itertools
 import threading
@@ -958,7 +958,7 @@ def test_server_pool_is_order_free():
     np.testing.assert_array_equal(l1, l2)
 
 
-# -- issue 10: hostile input ------------------------------------------------
+# -- hostile input --------------------------------------------------------
 
 
 @pytest.mark.parametrize("tol", [1.0, 2.5])

@@ -1,4 +1,4 @@
-"""Tests of the distributed coreset k-means (ALGORITHMS.md §5)."""
+"""Tests of the distributed coreset k-means (Balcan, Ehrlich & Liang)."""
 
 import warnings
 from functools import partial
@@ -851,11 +851,11 @@ def test_no_warning_on_ordinary_fit(blobs):
         )
 
 
-# -- issue 10: hostile input ------------------------------------------------
+# -- hostile input --------------------------------------------------------
 
 
 def test_far_from_the_origin_the_clustering_and_its_quality_hold():
-    # The issue's probe: at an offset of 1e9 the ARI was 0.0 (KMeans 0.77);
+    # A probe: at an offset of 1e9 the ARI was 0.0 (KMeans 0.77);
     # distances expanded on raw coordinates cancelled.
     X, y = make_blobs(300, centers=3, n_features=2, random_state=0)
     ids = np.arange(300) % 3
@@ -898,7 +898,7 @@ def test_a_budget_that_covers_the_rows_sends_the_rows():
 
 
 def test_zero_weights_are_as_if_removed():
-    # Documented as "as if removed": the issue measured cost 55.0 vs 53.9.
+    # Documented as "as if removed": a probe measured cost 55.0 vs 53.9.
     X, _ = make_blobs(400, centers=4, n_features=3, random_state=0)
     rng = np.random.RandomState(0)
     w = np.where(rng.rand(400) < 0.2, 0.0, 1.0)

@@ -1,6 +1,6 @@
-"""Tests for FederatedKernelKMeans (DSPGD + CEM, seed 000; the one-shot
-solver has its own module, test_kernel_kmeans_one_shot.py). Tests of DSPGD's
-own behaviour pass ``algorithm="dspgd"``: the default runs the one-shot."""
+"""Tests for FederatedKernelKMeans (DSPGD + CEM; the one-shot solver has its
+own module, test_kernel_kmeans_one_shot.py). Tests of DSPGD's own behaviour
+pass ``algorithm="dspgd"``: the default runs the one-shot."""
 
 import numpy as np
 import pytest
@@ -724,7 +724,7 @@ def test_threshold_above_the_spectrum():
         ).fit(X)
 
 
-# -- issue 10: hostile input ------------------------------------------------
+# -- hostile input --------------------------------------------------------
 
 
 def test_renamed_clients_give_the_same_model_the_issue_example():

@@ -806,11 +806,11 @@ def test_client_with_only_zero_weights_raises_or_is_dropped_on_request(blobs):
     assert (kfed.labels_[partitions != 2] >= 0).all()
 
 
-# -- hostile inputs (issue 10) ------------------------------------------------
+# -- hostile inputs ---------------------------------------------------------
 
 
 def test_data_far_from_the_origin_is_clustered_as_near_it():
-    # The issue's probe: X + 1e9 gave ARI 0.02 (squared distances expanded
+    # A probe: X + 1e9 gave ARI 0.02 (squared distances expanded
     # on raw coordinates cancel); scikit-learn's KMeans gives 0.77.
     X, y = make_blobs(300, centers=3, n_features=2, random_state=0)
     km = KMeans(3, n_init=10, random_state=0).fit(X + 1e9)
@@ -920,7 +920,7 @@ def test_fewer_distinct_samples_than_clusters_warns_like_kmeans():
 def test_zero_weights_are_as_if_the_rows_were_removed(center_weighting):
     # Overlapping clusters, so that the clients' random draws matter: the
     # rows of zero weight must not change them (they did in 6 of these 10
-    # seeds: other seedings, cost 55.0 against 53.9 in the issue's probe).
+    # seeds: other seedings, cost 55.0 against 53.9 in that probe).
     X, _ = make_blobs(200, centers=4, n_features=2, cluster_std=1.5, random_state=0)
     rng = np.random.RandomState(0)
     partitions = rng.randint(3, size=len(X))
@@ -963,7 +963,7 @@ def test_projected_theta_recovers_mixtures_where_kmeans_does():
 
 
 def test_over_clustering_k_prime_above_k(blobs):
-    # k' > k (issue 11): each client finds more local clusters than there
+    # k' > k: each client finds more local clusters than there
     # are global ones; the merge groups them. Twice the upload, and on
     # label-skewed digits it reached KMeans' NMI (0.752 vs 0.741 with 10
     # clients, k' = 2k; 0.699 with k' = k).
@@ -1037,7 +1037,7 @@ def test_better_of_keeps_the_cheaper_local_solution():
 
 @pytest.mark.slow
 def test_local_step_and_merge_match_kmeans_on_label_skewed_digits():
-    # Issue 11's target: NMI within 0.03 of KMeans(n_init=10) and cost at
+    # The target: NMI within 0.03 of KMeans(n_init=10) and cost at
     # most 1.07 times its cost, 10 clients, Dirichlet(0.3). Met with k' = 2k
     # (NMI gap -0.004 in the benchmark); with the default k' = k the cost
     # is met and the NMI gap is 0.023-0.032 depending on the seeds.
