@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .._ledger import PER_CLIENT, RAW_ROWS, Disclosure, raw_rows_of
 from .._protocol import client_step
 from .._rows import canonical_row_order
 from ..kernel import gamma_from_moments, moments_step
@@ -130,11 +131,14 @@ refinement_margin, max_iter, tol
     dtype = fed.dtype
     message = None
     if isinstance(widths, numbers.Integral):
-        uploads = fed.run_round("data scale", moments_step)
+        # The widths use each client's mean (see gamma_from_moments).
+        uploads = fed.run_round("data scale", moments_step, disclosure=PER_CLIENT)
         widths = _server_widths(uploads, widths)
         message = widths
     if fed.n_clients == 1:
-        uploads = fed.run_round("all samples", _send_all_step)
+        uploads = fed.run_round(
+            "all samples", _send_all_step, disclosure=raw_rows_of(0)
+        )
     else:
         uploads = fed.run_round(
             "critical samples",
@@ -145,6 +149,7 @@ refinement_margin, max_iter, tol
                 **options,
             ),
             message,
+            disclosure=raw_rows_of(0),
         )
     sent = fed.local_results("rkhs", "sent")
     critical = {c: np.sort(idx) for c, idx in sent.items()}
@@ -189,6 +194,12 @@ refinement_margin, max_iter, tol
             "violating samples",
             partial(_violations_step, threshold=margin),
             _model_message(model),
+            # The model's centers are rows of X, forwarded to every client.
+            disclosure=Disclosure(
+                RAW_ROWS,
+                rows=_rows_of_first,
+                forwarded=_rows_of_first,
+            ),
         )
         if sum(len(u[1]) for u in uploads) == 0:
             break
@@ -485,6 +496,11 @@ def _reserve_violations(reserve, model, threshold):
     out = _violating(X, y_code, _model_message(model), threshold)
     stay = ~out
     return (X[out], y_code[out], index[out]), (X[stay], y_code[stay], index[stay])
+
+
+def _rows_of_first(payload):
+    """Rows of X in an upload or message whose first item is rows of X."""
+    return int(payload[0].shape[0])
 
 
 def _model_message(model):

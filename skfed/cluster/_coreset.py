@@ -40,6 +40,7 @@ from sklearn.utils.validation import (
 
 from .._blocks import row_blocks
 from .._federation import FederatedMixin
+from .._ledger import NO_UPLOAD, PER_CLIENT, RAW_ROWS, SUM_ONLY, Disclosure
 from .._protocol import client_step
 from .._remote import distinct_values, is_remote
 from .._rows import canonical_row_order, row_hashes, rows_equal
@@ -547,7 +548,15 @@ def federated_coreset_kmeans(
         stay on the clients: ``fed.assemble("coreset", "labels", n_samples)``.
     """
     common = {"rows": None if rows is None else tuple(rows), "weighted": weighted}
+    # The drawn rows are rows of X, or per-sample rows of another protocol's
+    # output (kernel k-means' spectral embedding: not X, but one row per
+    # sample, so a statistic of one client seen alone).
+    sampled = Disclosure(
+        RAW_ROWS if rows is None else PER_CLIENT,
+        rows=_coreset_rows if rows is None else None,
+    )
 
+    # The allocation t_m ∝ cost_m needs each client's cost.
     costs = fed.run_round(
         "coreset local cost",
         partial(
@@ -557,6 +566,7 @@ def federated_coreset_kmeans(
             tol=tol,
             **common,
         ),
+        disclosure=PER_CLIENT,
     )
     sample_counts = allocate_samples(np.asarray(costs, dtype=np.float64), coreset_size)
     asked = list(fed.client_ids)
@@ -564,6 +574,7 @@ def federated_coreset_kmeans(
         "coreset sampling",
         partial(_coreset_step, **common),
         messages=[int(t) for t in sample_counts],
+        disclosure=sampled,
     )
     # A client dropped in this round (on_client_error="drop") sent nothing.
     sample_counts = np.array(
@@ -584,7 +595,10 @@ def federated_coreset_kmeans(
     n_refine_iter = 0
     for _ in range(refine_iter):
         stats = fed.run_round(
-            "lloyd refinement", partial(_cluster_sums_step, **common), centers
+            "lloyd refinement",
+            partial(_cluster_sums_step, **common),
+            centers,
+            disclosure=SUM_ONLY,
         )
         centers, shift = lloyd_update(centers, stats)
         n_refine_iter += 1
@@ -595,13 +609,14 @@ def federated_coreset_kmeans(
             )
         if shift <= tol_abs:
             break
-    inertias = fed.run_round(
+    # The total cost is a sum (of exact floats, fsum'd: order-free).
+    inertia = fed.run_round(
         "coreset labels",
         partial(_label_step, exact_inertia=exact_inertia, **common),
         centers,
+        disclosure=SUM_ONLY if exact_inertia else NO_UPLOAD,
     )
-    # fsum: exact, so the total does not depend on the order of the clients.
-    inertia = math.fsum(inertias) if exact_inertia else coreset_inertia
+    inertia = inertia if exact_inertia else coreset_inertia
     return CoresetKMeansResult(
         cluster_centers=centers,
         inertia=inertia,
@@ -824,6 +839,11 @@ def allocate_samples(costs, coreset_size):
     return counts
 
 
+def _coreset_rows(upload):
+    """Rows of X in a coreset upload (local centers, sample, weights)."""
+    return int(upload[1].shape[0])
+
+
 def merge_coresets(coresets):
     """Server: the union of the clients' coresets, in a canonical order.
 
@@ -891,8 +911,9 @@ def lloyd_update(centers, stats):
     ----------
     centers : ndarray of shape (k, s)
         The centers the clients assigned against.
-    stats : list of (sums, totals)
-        Per-client ``(k, s)`` weighted sums and ``(k,)`` weights.
+    stats : (sums, totals)
+        The ``(k, s)`` weighted sums and ``(k,)`` weights, summed over
+        clients (a sum-only round).
 
     Returns
     -------
@@ -901,9 +922,7 @@ def lloyd_update(centers, stats):
     shift : float
         Squared distance moved, summed over centers.
     """
-    # Summing sorted values makes the total independent of client order.
-    sums = np.sort(np.stack([s for s, _ in stats]), axis=0).sum(axis=0)
-    totals = np.sort(np.stack([t for _, t in stats]), axis=0).sum(axis=0)
+    sums, totals = stats
     new = centers.copy()
     movable = totals > 0
     new[movable] = sums[movable] / totals[movable, None]

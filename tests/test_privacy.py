@@ -1,0 +1,161 @@
+"""What leaves a site: disclosure per round, raw rows by consent, and
+secure aggregation of sum-only rounds."""
+
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.datasets import make_blobs
+
+import skfed
+from skfed._federation import Federation
+from skfed._ledger import PER_CLIENT, RAW_ROWS, SUM_ONLY, Disclosure, raw_rows_of
+from skfed._testing import first_rows, statistics
+from skfed._validation import check_partitions
+
+ESTIMATORS = {
+    "KFed": lambda **kw: skfed.KFed(n_clusters=3, random_state=0, **kw),
+    "DistributedKMeans": lambda **kw: skfed.DistributedKMeans(
+        n_clusters=3, refine_iter=2, random_state=0, **kw
+    ),
+    "FederatedKernelKMeans": lambda **kw: skfed.FederatedKernelKMeans(
+        n_clusters=3, random_state=0, **kw
+    ),
+    "DistributedKernelPCA": lambda **kw: skfed.DistributedKernelPCA(
+        n_components=2, random_state=0, **kw
+    ),
+    "FederatedRKHSClassifier": lambda **kw: skfed.FederatedRKHSClassifier(
+        random_state=0, **kw
+    ),
+}
+
+
+def _data():
+    X, y = make_blobs(300, centers=3, n_features=4, random_state=0)
+    ids = np.arange(300) % 3
+    return X, (y == 0).astype(int), ids
+
+
+def _fit(name, **params):
+    X, y, ids = _data()
+    est = ESTIMATORS[name](**params)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if name == "FederatedRKHSClassifier":
+            return est.fit(X, y, partitions=ids)
+        return est.fit(X, partitions=ids)
+
+
+def _federation(n_clients=3):
+    X, _, ids = _data()
+    ids = np.arange(X.shape[0]) % n_clients
+    p = check_partitions(ids, X.shape[0])
+    return X, ids, Federation.from_arrays(X, None, p, random_state=0)
+
+
+# -- 1. Disclosure -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(ESTIMATORS))
+def test_every_round_of_every_estimator_declares_its_disclosure(name):
+    log = _fit(name).communication_
+    kinds = {r.disclosure for r in log.records if r.direction == "upload"}
+    assert kinds <= {RAW_ROWS, PER_CLIENT, SUM_ONLY}
+    assert all(r.disclosure for r in log.records)
+    assert [d["name"] for d in log.disclosure()] == [
+        r.name for r in log.records if r.direction == "upload"
+    ]
+    assert "disclosure" in log.summary()
+
+
+def test_the_coreset_ledger_counts_the_rows_each_client_sampled():
+    est = _fit("DistributedKMeans")
+    log = est.communication_
+    (sampling,) = [d for d in log.disclosure() if d["name"] == "coreset sampling"]
+    assert sampling["disclosure"] == RAW_ROWS
+    # Each client draws t_m rows (or sends all its rows when t_m covers them).
+    sizes = np.bincount(_data()[2])
+    expected = np.minimum(est.coreset_sample_counts_, sizes)
+    assert [sampling["raw_rows"].get(c, 0) for c in range(3)] == list(expected)
+    assert log.raw_rows == expected.sum()
+    assert log.raw_rows_by_client() == {c: int(n) for c, n in enumerate(expected) if n}
+    # The Lloyd sums and the total cost are sums only.
+    kinds = {d["name"]: d["disclosure"] for d in log.disclosure()}
+    assert kinds["lloyd refinement"] == kinds["coreset labels"] == SUM_ONLY
+    assert kinds["coreset local cost"] == PER_CLIENT
+
+
+def test_the_rkhs_ledger_counts_the_samples_sent_and_the_support_forwarded():
+    est = _fit("FederatedRKHSClassifier")
+    log = est.communication_
+    assert log.raw_rows == est.n_samples_sent_
+    assert log.raw_rows_by_client() == {
+        c: len(s) for c, s in est.sent_samples_.items() if len(s)
+    }
+    forwarded = [d for d in log.disclosure() if d["name"] == "violating samples"]
+    assert forwarded
+    for d in forwarded:  # every client receives the model's centers alike
+        assert len(d["forwarded_rows"]) == 3
+        assert len(set(d["forwarded_rows"].values())) == 1
+        assert min(d["forwarded_rows"].values()) > 0
+
+
+def test_kernel_kmeans_sends_no_raw_rows():
+    log = _fit("FederatedKernelKMeans").communication_
+    assert log.raw_rows == 0
+    kinds = {d["name"]: d["disclosure"] for d in log.disclosure()}
+    # Embedded rows (one per sample, not rows of X): per client.
+    assert kinds["coreset sampling"] == PER_CLIENT
+    assert kinds["lanczos"] == SUM_ONLY
+
+
+def test_disclosure_of_kernel_pca_counts_representatives_forwarded():
+    est = _fit("DistributedKernelPCA")
+    log = est.communication_
+    rounds = {d["name"]: d for d in log.disclosure()}
+    for name in ("leverage sample", "adaptive sample"):
+        assert rounds[name]["disclosure"] == RAW_ROWS
+    # Every client receives every representative for the feature mean.
+    n_rep = est.representatives_.shape[0] if hasattr(est, "representatives_") else None
+    forwarded = set(rounds["feature mean"]["forwarded_rows"].values())
+    assert len(forwarded) == 1
+    if n_rep is not None:
+        assert forwarded == {n_rep}
+    assert rounds["feature mean"]["disclosure"] == SUM_ONLY
+
+
+def test_a_sum_only_round_hands_the_server_only_the_sum():
+    X, ids, fed = _federation()
+    with fed:
+        total = fed.run_round("stats", statistics, disclosure=SUM_ONLY)
+        each = fed.run_round("stats", statistics, disclosure=PER_CLIENT)
+    assert isinstance(total, tuple) and len(each) == 3
+    np.testing.assert_allclose(total[0], X.sum(axis=0), rtol=1e-12)
+    assert total[1]["n"] == X.shape[0] and isinstance(total[1]["n"], int)
+    np.testing.assert_allclose(total[1]["ss"], (X**2).sum(), rtol=1e-12)
+
+
+def test_raw_rows_are_counted_exactly_and_must_be_counted():
+    _, _, fed = _federation()
+    with fed:
+        fed.run_round("rows", first_rows, 5, disclosure=raw_rows_of())
+        with pytest.raises(ValueError, match="how many rows"):
+            fed.run_round("rows", first_rows, 5, disclosure=RAW_ROWS)
+        with pytest.raises(ValueError, match="one of"):
+            fed.run_round("rows", first_rows, 5, disclosure="secret")
+    assert fed.log.raw_rows_by_client() == {0: 5, 1: 5, 2: 5}
+    text = fed.log.summary()
+    assert "raw rows sent per client: 0: 5, 1: 5, 2: 5" in text
+
+
+def test_a_per_client_round_that_sends_rows_is_recorded_as_raw_rows():
+    _, _, fed = _federation()
+    with fed:
+        fed.run_round(
+            "rows",
+            first_rows,
+            2,
+            disclosure=Disclosure(PER_CLIENT, rows=lambda u: u.shape[0]),
+        )
+    (record,) = [r for r in fed.log.records if r.direction == "upload"]
+    assert record.disclosure == RAW_ROWS and record.raw_rows == (2, 2, 2)
