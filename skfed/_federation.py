@@ -28,6 +28,7 @@ the clients or on their names.
 
 import hashlib
 import sys
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from types import MappingProxyType
 
@@ -847,6 +848,39 @@ class FederatedMixin:
     # uploads outweigh the clients' work.
     _clients_in_processes = True
 
+    # The rounds that send rows of X as they are (raw_rows="refuse" raises
+    # before the first round, naming them) and what to use instead.
+    _raw_row_rounds = ()
+    _raw_rows_alternative = ""
+
+    def _has_sum_only_rounds(self):
+        """Whether a fit with these parameters has a round that
+        ``secure_aggregation`` masks (an estimator without says False)."""
+        return True
+
+    def _check_privacy_settings(self):
+        """Refuse a fit that would send raw rows against ``raw_rows``, and
+        say when ``secure_aggregation`` has nothing to mask, before any
+        round."""
+        if getattr(self, "raw_rows", "allow") == "refuse" and self._raw_row_rounds:
+            rounds = ", ".join(repr(r) for r in self._raw_row_rounds)
+            raise ValueError(
+                f"{type(self).__name__} sends rows of X as they are in round(s) "
+                f"{rounds}, which raw_rows='refuse' forbids. "
+                f"{self._raw_rows_alternative}"
+            )
+        if getattr(self, "secure_aggregation", False) and not (
+            self._has_sum_only_rounds()
+        ):
+            warnings.warn(
+                f"secure_aggregation=True has no effect on {type(self).__name__} "
+                "with these parameters: none of its rounds uploads only a sum "
+                "(see communication_.disclosure()), so there is nothing to "
+                "mask.",
+                UserWarning,
+                stacklevel=4,
+            )
+
     def _client_input_checks(self):
         """What each client checks on its rows when the data is a dask
         collection (the in-memory fit's ``validate_data`` arguments)."""
@@ -945,6 +979,7 @@ class FederatedMixin:
         federation : Federation
             Not yet entered; use it in a ``with`` block.
         """
+        self._check_privacy_settings()
         if is_remote(X):
             if sample_weight is not None:
                 raise ValueError(

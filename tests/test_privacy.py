@@ -159,3 +159,66 @@ def test_a_per_client_round_that_sends_rows_is_recorded_as_raw_rows():
         )
     (record,) = [r for r in fed.log.records if r.direction == "upload"]
     assert record.disclosure == RAW_ROWS and record.raw_rows == (2, 2, 2)
+
+
+# -- 2. Raw rows only by consent ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, round_name, alternative",
+    [
+        ("DistributedKMeans", "coreset sampling", "Use KFed"),
+        ("DistributedKernelPCA", "leverage sample", "FederatedKernelKMeans"),
+        ("FederatedRKHSClassifier", "critical samples", "no variant"),
+    ],
+)
+def test_refusing_raw_rows_raises_before_the_first_round(
+    name, round_name, alternative, monkeypatch
+):
+    def no_round(*args, **kwargs):
+        raise AssertionError("a round ran")
+
+    monkeypatch.setattr(Federation, "run_round", no_round)
+    with pytest.raises(ValueError, match=f"{round_name}.*raw_rows='refuse'"):
+        _fit(name, raw_rows="refuse")
+    with pytest.raises(ValueError, match=alternative):
+        _fit(name, raw_rows="refuse")
+
+
+@pytest.mark.parametrize("name", ["KFed", "FederatedKernelKMeans"])
+def test_refusing_raw_rows_fits_without_them(name):
+    allowed = _fit(name)
+    refused = _fit(name, raw_rows="refuse")
+    assert refused.communication_.raw_rows == 0
+    np.testing.assert_allclose(
+        refused.cluster_centers_, allowed.cluster_centers_, rtol=1e-12, atol=1e-12
+    )
+
+
+def test_kfed_counts_a_small_clients_rows_and_refuses_them_on_request():
+    X, _, _ = _data()
+    # Client 1 holds 4 distinct rows, at most k(z)=5: its centers are its rows.
+    small = X[:4]
+    Xs = np.vstack([X, small])
+    ids = np.r_[np.zeros(len(X), dtype=int), np.ones(4, dtype=int)]
+    fitted = skfed.KFed(n_clusters=3, n_local_clusters=5, random_state=0).fit(
+        Xs, partitions=ids
+    )
+    assert fitted.communication_.raw_rows_by_client() == {1: 4}
+    (local,) = [
+        d for d in fitted.communication_.disclosure() if d["name"] == "local centers"
+    ]
+    assert local["disclosure"] == RAW_ROWS and local["raw_rows"] == {1: 4}
+    with pytest.raises(ValueError, match="raw_rows='refuse'"):
+        skfed.KFed(
+            n_clusters=3, n_local_clusters=5, random_state=0, raw_rows="refuse"
+        ).fit(Xs, partitions=ids)
+
+
+def test_a_refusing_federation_sends_no_raw_round():
+    _, _, fed = _federation()
+    fed.raw_rows = "refuse"
+    with fed:
+        with pytest.raises(ValueError, match="'rows' would send raw rows"):
+            fed.run_round("rows", first_rows, 5, disclosure=raw_rows_of())
+    assert fed.log.records == []

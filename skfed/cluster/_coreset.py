@@ -172,6 +172,24 @@ class DistributedKMeans(
     verbose : int, default=0
         Print one line per round and per server restart when positive.
 
+    raw_rows : {"allow", "refuse"}, default="allow"
+        Whether rows of X may leave a client as they are. The coreset is
+        made of rows of X (round ``"coreset sampling"``), so "refuse"
+        raises ``ValueError`` before the first round: use
+        :class:`~skfed.KFed`, which uploads local centers only. See the
+        privacy page of the documentation.
+
+    secure_aggregation : bool, default=False
+        Whether the clients mask the uploads of the rounds whose server
+        step needs only their sum (``"sum_only"`` in ``communication_``)
+        with pairwise masks that cancel in the sum, so that the server
+        learns the sum and nothing of any one client's upload. Adds a key
+        exchange (4 floats up per client, 4 per client down to each), and
+        rounds each summed number to a multiple of 2^-32 (the model is the
+        unmasked one within that precision); a client that fails in a
+        masked round fails the fit. Masked here: the Lloyd refinement's
+        sums (``refine_iter``) and the total cost.
+
     Attributes
     ----------
     cluster_centers_ : ndarray of shape (n_clusters, n_features)
@@ -282,6 +300,12 @@ class DistributedKMeans(
     3
     """
 
+    _raw_row_rounds = ("coreset sampling",)
+    _raw_rows_alternative = (
+        "Use KFed, which uploads each client's local centers and never its "
+        "rows (a client with at most k distinct rows is refused there too)."
+    )
+
     _parameter_constraints: dict = {
         "n_clusters": [StrictInterval(numbers.Integral, 1, None, closed="left")],
         "coreset_size": [StrictInterval(numbers.Integral, 1, None, closed="left")],
@@ -294,6 +318,8 @@ class DistributedKMeans(
         "on_client_error": [StrOptions({"raise", "drop"})],
         "n_jobs": [numbers.Integral, None],
         "verbose": ["verbose"],
+        "raw_rows": [StrOptions({"allow", "refuse"})],
+        "secure_aggregation": ["boolean"],
     }
 
     def __init__(
@@ -310,6 +336,8 @@ class DistributedKMeans(
         on_client_error="raise",
         n_jobs=None,
         verbose=0,
+        raw_rows="allow",
+        secure_aggregation=False,
     ):
         self.n_clusters = n_clusters
         self.coreset_size = coreset_size
@@ -322,6 +350,8 @@ class DistributedKMeans(
         self.on_client_error = on_client_error
         self.n_jobs = n_jobs
         self.verbose = verbose
+        self.raw_rows = raw_rows
+        self.secure_aggregation = secure_aggregation
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, *, partitions=None, sample_weight=None):

@@ -313,8 +313,8 @@ def _local_round(fed, name, options):
         raise ValueError(
             f"Client(s) {shown} hold at most k(z) distinct samples, so "
             "their local centers would be their raw rows, which "
-            "allow_raw_upload=False forbids. Merge these clients with "
-            "others, leave them out, or set allow_raw_upload=True."
+            "allow_raw_upload=False (or raw_rows='refuse') forbids. Merge "
+            "these clients with others, leave them out, or allow raw rows."
         )
     if fed.on_client_error == "raise":
         for cid, exc in errors.items():  # the first in canonical order
