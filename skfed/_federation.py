@@ -754,7 +754,7 @@ class Federation:
             secagg.peers_step,
             messages=[(table, i) for i in range(len(ids))],
             tolerate=False,
-            disclosure=PER_CLIENT,
+            disclosure=NO_UPLOAD,
         )
         self._key_index = {c: i for i, c in enumerate(ids)}
         return self._key_index

@@ -1,6 +1,7 @@
 """What leaves a site: disclosure per round, raw rows by consent, and
 secure aggregation of sum-only rounds."""
 
+import functools
 import warnings
 
 import numpy as np
@@ -8,9 +9,11 @@ import pytest
 from sklearn.datasets import make_blobs
 
 import skfed
-from skfed._federation import Federation
+from skfed import _secure_aggregation as secagg
+from skfed._codec import dumps, loads
+from skfed._federation import ClientStepError, Federation
 from skfed._ledger import PER_CLIENT, RAW_ROWS, SUM_ONLY, Disclosure, raw_rows_of
-from skfed._testing import first_rows, statistics
+from skfed._testing import fail_on, first_rows, statistics
 from skfed._validation import check_partitions
 
 ESTIMATORS = {
@@ -222,3 +225,169 @@ def test_a_refusing_federation_sends_no_raw_round():
         with pytest.raises(ValueError, match="'rows' would send raw rows"):
             fed.run_round("rows", first_rows, 5, disclosure=raw_rows_of())
     assert fed.log.records == []
+
+
+# -- 3. Secure aggregation ---------------------------------------------------
+
+
+def _masked_federation(n_clients=3, **settings):
+    X, ids, fed = _federation(n_clients)
+    fed.secure_aggregation = True
+    for key, value in settings.items():
+        setattr(fed, key, value)
+    return X, ids, fed
+
+
+@pytest.mark.parametrize("n_clients", [2, 3, 40])
+def test_masked_sum_is_the_sum_within_the_fixed_point_precision(n_clients):
+    X, _, fed = _masked_federation(n_clients)
+    with fed:
+        plain = secagg.sum_uploads(
+            fed.run_round("stats", statistics, disclosure=PER_CLIENT)
+        )
+        masked = fed.run_round("stats", statistics, disclosure=SUM_ONLY)
+    bound = n_clients * 2.0 ** -(secagg.FRACTION_BITS + 1)
+    np.testing.assert_allclose(masked[0], plain[0], rtol=0, atol=bound)
+    assert masked[1]["n"] == plain[1]["n"] == X.shape[0]
+    assert abs(masked[1]["ss"] - plain[1]["ss"]) <= bound
+    # The key exchange, once: 4 floats up per client, M keys (+ an index)
+    # down to each, recorded as such.
+    log = {(r.name, r.direction): r for r in fed.log.records}
+    assert log["secure aggregation keys", "upload"].floats == (4,) * n_clients
+    down = log["secure aggregation peers", "download"].floats
+    assert down == (4 * n_clients + 1,) * n_clients
+
+
+def test_the_server_of_a_masked_round_never_holds_an_individual_upload(monkeypatch):
+    X, _, fed = _masked_federation()
+    seen = []
+    run = type(fed.transport).run
+
+    def spy(self, call, client_ids, messages):
+        out = run(self, call, client_ids, messages)
+        seen.append((call.name, out))
+        return out
+
+    monkeypatch.setattr(type(fed.transport), "run", spy)
+    with fed:
+        fed.run_round("stats", statistics, disclosure=SUM_ONLY)
+    (name, uploads) = seen[-1]
+    assert name == "testing.statistics"
+    for client, u in zip(fed.client_ids, uploads):
+        assert set(u) == {"masked", "layout"} and u["masked"].dtype == np.uint64
+        # Read alone, a masked vector is not the client's column sum.
+        alone = u["masked"].view(np.int64)[:4] / 2.0**secagg.FRACTION_BITS
+        own = X[_data()[2] == client].sum(axis=0)
+        assert np.all(np.abs(alone - own) > 1.0)
+    # And the server side adds masked vectors only.
+    with pytest.raises(ValueError, match="not a masked vector"):
+        secagg.unmask_sum([{"plain": X[:1]}, uploads[1]])
+
+
+def test_a_transport_that_hands_over_plain_uploads_is_refused(monkeypatch):
+    _, _, fed = _masked_federation()
+    run = type(fed.transport).run
+
+    def unmasking(self, call, client_ids, messages):
+        options = {k: v for k, v in call.options.items() if k != secagg.MASK_OPTION}
+        return run(self, call._replace(options=options), client_ids, messages)
+
+    with fed:
+        fed.run_round("stats", statistics, disclosure=SUM_ONLY)  # keys
+        monkeypatch.setattr(type(fed.transport), "run", unmasking)
+        with pytest.raises(ValueError, match="not a masked vector"):
+            fed.run_round("stats", statistics, disclosure=SUM_ONLY)
+
+
+def test_a_client_failing_in_a_masked_round_fails_the_fit():
+    _, _, fed = _masked_federation(on_client_error="drop")
+    step = functools.partial(fail_on, bad=1)
+    with fed:
+        with pytest.raises(ClientStepError, match="masks"):
+            fed.run_round("sizes", step, disclosure=SUM_ONLY)
+        # Unmasked, the same failure drops the client.
+        fed.secure_aggregation = False
+        assert fed.run_round("sizes", step, disclosure=SUM_ONLY) == 200.0
+
+
+def test_clients_dropped_before_a_masked_round_leave_masks_that_cancel():
+    X, ids, fed = _masked_federation(4)
+    with fed:
+        fed.run_round("stats", statistics, disclosure=SUM_ONLY)  # keys for 4
+        fed.drop([2], "left")
+        total = fed.run_round("stats", statistics, disclosure=SUM_ONLY)
+    np.testing.assert_allclose(total[0], X[ids != 2].sum(axis=0), atol=1e-8)
+
+
+def test_values_beyond_the_fixed_point_range_are_refused():
+    # 2^31 / 3 clients is the largest magnitude three clients can add.
+    secagg._encode_fixed(np.array([7e8, -7e8]), 3)
+    for bad in (1e9, np.nan, np.inf):
+        with pytest.raises(ValueError, match="fixed point"):
+            secagg._encode_fixed(np.array([0.0, bad]), 3)
+
+
+def test_masked_uploads_and_the_mask_option_survive_the_codec():
+    X, _, fed = _masked_federation()
+    with fed:
+        fed.run_round("stats", statistics, disclosure=SUM_ONLY)
+        client = fed.transport.client(0).with_storage(fed.transport._storage[0])
+    spec = {"round": 7, "alive": [0, 1, 2]}
+    text, arrays = dumps(spec)
+    assert loads(text, arrays) == spec
+    masked = secagg.mask_upload(client, (X[0], {"n": 3}), spec)
+    text, arrays = dumps(masked)
+    back = loads(text, arrays)
+    np.testing.assert_array_equal(back["masked"], masked["masked"])
+    assert back["layout"] == masked["layout"]
+
+
+@pytest.mark.parametrize(
+    "name, attrs",
+    [
+        ("DistributedKMeans", ("cluster_centers_", "inertia_")),
+        pytest.param(
+            "FederatedKernelKMeans",
+            ("cluster_centers_", "eigenvalues_", "inertia_"),
+            # Run to convergence: an unsettled iterate's nearly equal
+            # eigenvalues let any rounding rotate the embedding.
+            marks=pytest.mark.slow,
+        ),
+        ("DistributedKernelPCA", ("dual_coef_", "eigenvalues_")),
+    ],
+)
+def test_masked_fit_is_the_unmasked_model_within_the_precision(name, attrs):
+    plain = _fit(name)
+    masked = _fit(name, secure_aggregation=True)
+    for attr in attrs:
+        a, b = getattr(plain, attr), getattr(masked, attr)
+        scale = max(1.0, float(np.max(np.abs(a))))
+        np.testing.assert_allclose(b, a, rtol=0, atol=1e-8 * scale)
+    if hasattr(plain, "labels_"):
+        np.testing.assert_array_equal(masked.labels_, plain.labels_)
+    kinds = {d["name"]: d["disclosure"] for d in masked.communication_.disclosure()}
+    assert "secure aggregation keys" in kinds
+    # Masking adds only the key exchange: 4 floats up per client.
+    extra = masked.communication_.upload_floats - plain.communication_.upload_floats
+    assert extra == 4 * 3
+
+
+@pytest.mark.parametrize(
+    "name, params",
+    [
+        ("KFed", {}),
+        ("FederatedRKHSClassifier", {}),
+        ("DistributedKernelPCA", {"center": False}),
+    ],
+)
+def test_secure_aggregation_without_a_sum_only_round_warns(name, params):
+    X, y, ids = _data()
+    est = ESTIMATORS[name](secure_aggregation=True, **params)
+    with pytest.warns(UserWarning, match="nothing to mask"):
+        if name == "FederatedRKHSClassifier":
+            est.fit(X, y, partitions=ids)
+        else:
+            est.fit(X, partitions=ids)
+    assert not any(
+        r.name.startswith("secure aggregation") for r in est.communication_.records
+    )
