@@ -230,11 +230,23 @@ def keys_step(client, state, message):
 @client_step("secure_aggregation.peers")
 def peers_step(client, state, message):
     """Client: keep every client's public key and its own place among them
-    (``message`` = (public keys as an (M, 4) uint64 array, own index))."""
+    (``message`` = (public keys as an (M, 4) uint64 array, own index)), and
+    derive the pairwise keys with its neighbours on the ring of all M
+    clients once (one X25519 agreement each, not one per round)."""
     keys, index = message
     state = dict(state)
     state["public_keys"] = np.asarray(keys, dtype=np.uint64)
     state["index"] = int(index)
+    private = _private_key(state)
+    peers = neighbours(int(index), len(keys))
+    state["peers"] = np.asarray(peers, dtype=np.int64)
+    state["pair_keys"] = np.array(
+        [
+            np.frombuffer(_pair_key(private, state["public_keys"][j]), dtype=np.uint8)
+            for j in peers
+        ],
+        dtype=np.uint8,
+    ).reshape(len(peers), 32)
     return state, None
 
 
@@ -250,12 +262,21 @@ def neighbours(position, n_alive):
     return sorted({(position + d) % n_alive for d in range(-half, half + 1) if d != 0})
 
 
-def _pair_stream(private, peer_public, round_index, n_words):
-    """s_ij for this round: ChaCha20 keystream under HKDF(X25519(i, j))."""
-    shared = private.exchange(X25519PublicKey.from_public_bytes(peer_public))
-    key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_HKDF_INFO).derive(
-        shared
-    )
+def _private_key(state):
+    return X25519PrivateKey.from_private_bytes(state["private"].tobytes())
+
+
+def _pair_key(private, peer_public):
+    """The ChaCha20 key of a pair: HKDF-SHA256 over their X25519 secret."""
+    shared = private.exchange(X25519PublicKey.from_public_bytes(peer_public.tobytes()))
+    return HKDF(
+        algorithm=hashes.SHA256(), length=32, salt=None, info=_HKDF_INFO
+    ).derive(shared)
+
+
+def _pair_stream(key, round_index, n_words):
+    """s_ij for this round: the pair key's ChaCha20 keystream, with the
+    round's index as nonce (a fresh stream every round)."""
     # ChaCha20's 16-byte nonce: a zero block counter, then the round index.
     nonce = bytes(4) + int(round_index).to_bytes(12, "little")
     stream = Cipher(algorithms.ChaCha20(key, nonce), mode=None).encryptor()
@@ -297,12 +318,14 @@ def mask_upload(client, upload, spec):
     alive = [int(i) for i in spec["alive"]]
     position = alive.index(keys["index"])
     encoded = _encode_fixed(values, len(alive))
-    private = X25519PrivateKey.from_private_bytes(keys["private"].tobytes())
-    public = keys["public_keys"]
+    cached = {int(j): key for j, key in zip(keys["peers"], keys["pair_keys"])}
     for j in neighbours(position, len(alive)):
-        s = _pair_stream(
-            private, public[alive[j]].tobytes(), spec["round"], encoded.size
-        )
+        peer = alive[j]
+        if peer in cached:
+            key = cached[peer].tobytes()
+        else:  # the ring closed over a client that dropped out
+            key = _pair_key(_private_key(keys), keys["public_keys"][peer])
+        s = _pair_stream(key, spec["round"], encoded.size)
         # uint64 arithmetic wraps: this is addition modulo 2^64.
         if j > position:
             encoded = encoded + s
