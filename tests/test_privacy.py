@@ -7,6 +7,7 @@ import warnings
 import numpy as np
 import pytest
 from sklearn.datasets import make_blobs
+from sklearn.metrics import adjusted_rand_score
 
 import skfed
 from skfed import _secure_aggregation as secagg
@@ -363,8 +364,8 @@ def test_masked_fit_is_the_unmasked_model_within_the_precision(name, attrs):
         a, b = getattr(plain, attr), getattr(masked, attr)
         scale = max(1.0, float(np.max(np.abs(a))))
         np.testing.assert_allclose(b, a, rtol=0, atol=1e-8 * scale)
-    if hasattr(plain, "labels_"):
-        np.testing.assert_array_equal(masked.labels_, plain.labels_)
+    if hasattr(plain, "labels_"):  # the same clustering, numbers aside
+        assert adjusted_rand_score(plain.labels_, masked.labels_) == 1.0
     kinds = {d["name"]: d["disclosure"] for d in masked.communication_.disclosure()}
     assert "secure aggregation keys" in kinds
     # Masking adds only the key exchange: 4 floats up per client.
