@@ -16,6 +16,7 @@ from skfed._federation import ClientStepError, Federation
 from skfed._ledger import PER_CLIENT, RAW_ROWS, SUM_ONLY, Disclosure, raw_rows_of
 from skfed._testing import fail_on, first_rows, statistics
 from skfed._validation import check_partitions
+from skfed.kernel import federated_gamma
 
 ESTIMATORS = {
     "KFed": lambda **kw: skfed.KFed(n_clusters=3, random_state=0, **kw),
@@ -50,8 +51,9 @@ def _fit(name, **params):
         return est.fit(X, partitions=ids)
 
 
-def _federation(n_clients=3):
+def _federation(n_clients=3, offset=0.0):
     X, _, ids = _data()
+    X = X + offset
     ids = np.arange(X.shape[0]) % n_clients
     p = check_partitions(ids, X.shape[0])
     return X, ids, Federation.from_arrays(X, None, p, random_state=0)
@@ -231,8 +233,8 @@ def test_a_refusing_federation_sends_no_raw_round():
 # -- 3. Secure aggregation ---------------------------------------------------
 
 
-def _masked_federation(n_clients=3, **settings):
-    X, ids, fed = _federation(n_clients)
+def _masked_federation(n_clients=3, offset=0.0, **settings):
+    X, ids, fed = _federation(n_clients, offset)
     fed.secure_aggregation = True
     for key, value in settings.items():
         setattr(fed, key, value)
@@ -377,7 +379,7 @@ def test_masked_fit_is_the_unmasked_model_within_the_precision(name, attrs):
     "name, params",
     [
         ("KFed", {}),
-        ("FederatedRKHSClassifier", {}),
+        ("FederatedRKHSClassifier", {"widths": [0.5, 1.0, 2.0]}),
         ("DistributedKernelPCA", {"center": False}),
     ],
 )
@@ -392,3 +394,28 @@ def test_secure_aggregation_without_a_sum_only_round_warns(name, params):
     assert not any(
         r.name.startswith("secure aggregation") for r in est.communication_.records
     )
+
+
+@pytest.mark.parametrize("offset", [0.0, 1e3])
+def test_masked_kernel_width_is_the_per_client_one(offset):
+    _, _, plain = _federation(4, offset)
+    _, _, masked = _masked_federation(4, offset)
+    with plain:
+        expected = federated_gamma(plain, "width")
+    with masked:
+        got = federated_gamma(masked, "width")
+    np.testing.assert_allclose(got, expected, rtol=1e-9)
+    kinds = {d["name"]: d["disclosure"] for d in masked.log.disclosure()}
+    assert kinds["width (mean)"] == kinds["width (spread)"] == SUM_ONLY
+    assert {d["disclosure"] for d in plain.log.disclosure()} == {PER_CLIENT}
+
+
+def test_the_masked_rkhs_classifier_has_the_plain_widths_and_predictions():
+    X, y, _ = _data()
+    plain = _fit("FederatedRKHSClassifier")
+    masked = _fit("FederatedRKHSClassifier", secure_aggregation=True)
+    np.testing.assert_allclose(masked.widths_, plain.widths_, rtol=1e-9)
+    np.testing.assert_array_equal(masked.predict(X), plain.predict(X))
+    kinds = {d["name"]: d["disclosure"] for d in masked.communication_.disclosure()}
+    assert kinds["data scale (mean)"] == kinds["data scale (spread)"] == SUM_ONLY
+    assert kinds["critical samples"] == RAW_ROWS

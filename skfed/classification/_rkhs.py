@@ -171,8 +171,10 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         exchange (4 floats up per client, 4 per client down to each), and
         rounds each summed number to a multiple of 2^-32 (the model is the
         unmasked one within that precision); a client that fails in a
-        masked round fails the fit. This estimator has no such round
-        (its server solves on samples): it is ignored, with a warning.
+        masked round fails the fit. Masked here: only the data scale of an
+        int ``widths``, then in two rounds of sums (the global mean, then
+        the spread around it); the samples the server solves on are sent
+        as they are. With explicit widths it is ignored, with a warning.
 
     Attributes
     ----------
@@ -289,8 +291,8 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
     )
 
     def _has_sum_only_rounds(self):
-        # Widths from per-client moments, then samples: nothing to mask.
-        return False
+        # Only the data scale behind an int ``widths``; then samples.
+        return isinstance(self.widths, numbers.Integral)
 
     _parameter_constraints: dict = {
         "sparsity": [StrictInterval(numbers.Real, 0, 1, closed="left")],

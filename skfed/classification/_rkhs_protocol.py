@@ -15,10 +15,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._ledger import PER_CLIENT, RAW_ROWS, Disclosure, raw_rows_of
+from .._ledger import RAW_ROWS, Disclosure, raw_rows_of
 from .._protocol import client_step
 from .._rows import canonical_row_order
-from ..kernel import gamma_from_moments, moments_step
+from ..kernel import ZeroSpreadError, federated_gamma
 from ._sparse_dual import (
     AtomDictionary,
     active_set_dual,
@@ -131,9 +131,8 @@ refinement_margin, max_iter, tol
     dtype = fed.dtype
     message = None
     if isinstance(widths, numbers.Integral):
-        # The widths use each client's mean (see gamma_from_moments).
-        uploads = fed.run_round("data scale", moments_step, disclosure=PER_CLIENT)
-        widths = _server_widths(uploads, widths)
+        # Each client's mean and spread, or their sums when masked.
+        widths = _server_widths(fed, widths)
         message = widths
     if fed.n_clients == 1:
         uploads = fed.run_round(
@@ -508,16 +507,17 @@ def _model_message(model):
     return (model["centers"], model["widths"], model["coef"], model["intercept"])
 
 
-def _server_widths(uploads, n_widths):
+def _server_widths(fed, n_widths):
     """Server: widths log-spaced around the root mean squared distance.
 
-    ``gamma_from_moments`` gives 1 / (2 · mean squared distance); it sums
-    the clients' moments in an order fixed by their values, so renaming
-    clients cannot move the widths by a rounding error.
+    ``federated_gamma`` gives 1 / (2 · mean squared distance) (round
+    ``"data scale"``); it sums the clients' moments in an order fixed by
+    their values, so renaming clients cannot move the widths by a rounding
+    error.
     """
     try:
-        rms = np.sqrt(0.5 / gamma_from_moments(uploads))
-    except ValueError as exc:
+        rms = np.sqrt(0.5 / federated_gamma(fed, "data scale"))
+    except ZeroSpreadError as exc:
         # The shared message speaks of ``gamma``; here the knob is ``widths``.
         raise ValueError(
             "All samples are identical, so the data scale that an int "

@@ -198,7 +198,9 @@ class FederatedKernelKMeans(
         unmasked one within that precision); a client that fails in a
         masked round fails the fit. Masked here: the summed Gram
         triangles or Lanczos products, the baseline's projections, the
-        coreset's Lloyd sums and total cost.
+        coreset's Lloyd sums and total cost, and the kernel width
+        (``gamma=None``), then in two rounds of sums (the global mean, then
+        the spread around it) instead of each client's moments.
 
     Attributes
     ----------

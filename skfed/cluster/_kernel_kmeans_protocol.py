@@ -30,8 +30,7 @@ from .._lanczos import block_lanczos, lanczos
 from .._ledger import NO_UPLOAD, PER_CLIENT, SUM_ONLY
 from .._protocol import client_step
 from ..kernel import (
-    gamma_from_moments,
-    moments_step,
+    federated_gamma,
     random_fourier_features,
     sample_fourier_weights,
 )
@@ -204,10 +203,8 @@ verbose
     lanczos_rng = np.random.RandomState(random_state.randint(_SEED_MAX))
 
     if gamma is None:
-        gamma = gamma_from_moments(
-            # γ uses each client's mean (for precision far from the origin).
-            fed.run_round("kernel width", moments_step, disclosure=PER_CLIENT)
-        )
+        # Each client's mean and spread, or their sums when masked.
+        gamma = federated_gamma(fed, "kernel width")
     else:
         gamma = float(gamma)
     fed.run_round(
