@@ -25,9 +25,10 @@ et al., 2020) without their dropout recovery:
 
 Precision: each client's number is rounded to a multiple of 2^-32, an
 error of at most 2^-33 ≈ 1.2e-10 per client, so a sum over M clients is
-within M · 1.2e-10 of the exact one. Range: every partial sum must stay
-below 2^31 ≈ 2.1e9 in magnitude; a client whose value could overflow it
-raises ``ValueError`` (scale the data) rather than let the sum wrap.
+within M · 1.2e-10 of the exact one. Range: each client's values must stay
+below 2^31 / M in magnitude (2^31 ≈ 2.1e9), so that no sum over the M
+clients can wrap; a client with a larger one raises ``ValueError`` (scale
+the data) rather than let the sum wrap.
 
 A client that fails in a masked round leaves its masks in the others'
 vectors: the sum is noise, so the fit fails (no dropout recovery).
