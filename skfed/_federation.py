@@ -28,6 +28,7 @@ the clients or on their names.
 
 import hashlib
 import sys
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from types import MappingProxyType
 
@@ -38,9 +39,21 @@ from joblib.parallel import get_active_backend
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import validate_data
 
-from ._ledger import DOWNLOAD, UPLOAD, CommunicationLog, count_payload
+from . import _secure_aggregation as secagg
+from ._ledger import (
+    DOWNLOAD,
+    NO_UPLOAD,
+    PER_CLIENT,
+    RAW_ROWS,
+    SUM_ONLY,
+    UPLOAD,
+    CommunicationLog,
+    as_disclosure,
+    count_payload,
+)
 from ._processes import ProcessTransport, resident_processes_pay
 from ._protocol import as_step_call, client_step, stream_key
+from ._reduce import content_sorted
 from ._remote import RemoteArray, is_dask_collection, is_remote
 from ._rows import rounded_row_hashes
 from ._transport import JoblibTransport, StepFailure
@@ -300,7 +313,17 @@ class Federation:
         ``failed_clients`` that failed (not those dropped by :meth:`drop`).
         Decide on failures by the exception's type, never by the reason's
         text.
+    secure_aggregation : bool
+        Whether the clients mask the uploads of ``"sum_only"`` rounds with
+        pairwise masks (``skfed._secure_aggregation``); False unless set
+        (by ``FederatedMixin._federation`` from the estimator).
+    raw_rows : {"allow", "refuse"}
+        With "refuse", a round declared ``"raw_rows"`` raises before
+        anything is sent.
     """
+
+    secure_aggregation = False
+    raw_rows = "allow"
 
     def __init__(
         self,
@@ -605,7 +628,16 @@ class Federation:
                 )
             random_state.set_state(saved)
 
-    def run_round(self, name, step, message=None, *, messages=None, tolerate=None):
+    def run_round(
+        self,
+        name,
+        step,
+        message=None,
+        *,
+        messages=None,
+        tolerate=None,
+        disclosure=None,
+    ):
         """One round: the server sends, every client runs ``step``, uploads.
 
         Parameters
@@ -627,21 +659,44 @@ class Federation:
             later rounds and recorded in ``failed_clients`` and
             ``client_errors``; if False its error is raised. None follows
             ``on_client_error``.
+        disclosure : {"raw_rows", "per_client", "sum_only"} or Disclosure
+            What the uploads reveal to the server
+            (:class:`skfed._ledger.Disclosure`), recorded in the ledger with
+            the raw rows per client. For ``"sum_only"`` the round returns
+            only the sum over clients (:func:`skfed._secure_aggregation.sum_uploads`),
+            masked by the clients when ``secure_aggregation`` is on. None
+            records the round as undeclared (toy steps in tests).
 
         Returns
         -------
-        uploads : list
+        uploads : list or sum
             One upload per client that answered, aligned with ``client_ids``
-            after the round.
+            after the round; for a ``"sum_only"`` round, their sum alone.
 
         Raises
         ------
         ClientStepError
             When a client step raised and the round does not tolerate it (a
             ``ClientValueError``, also a ``ValueError``, when the client's
-            error was a ``ValueError``).
+            error was a ``ValueError``); always when a client fails in a
+            masked round (its masks cannot cancel).
+        ValueError
+            Before anything is sent, for a ``"raw_rows"`` round when
+            ``raw_rows`` is "refuse".
         """
+        disclosure = as_disclosure(disclosure)
+        kind = None if disclosure is None else disclosure.kind
+        if kind == RAW_ROWS and self.raw_rows == "refuse":
+            raise ValueError(
+                f"Round {name!r} would send raw rows of the clients' data, "
+                "which raw_rows='refuse' forbids."
+            )
         call = as_step_call(step)
+        empty = disclosure is not None and disclosure.empty
+        masked = self.secure_aggregation and kind == SUM_ONLY and not empty
+        if masked:
+            alive = self._secure_aggregation_keys()
+            tolerate = False
         if tolerate is None:
             tolerate = self.on_client_error == "drop"
         ids = list(self.client_ids)
@@ -657,6 +712,12 @@ class Federation:
         else:
             down = [count_payload(m) for m in messages]
         rnd = self.log.new_round()
+        if masked:
+            spec = {"round": rnd, "alive": [alive[c] for c in ids]}
+            call = call._replace(options={**call.options, secagg.MASK_OPTION: spec})
+        forwarded = None
+        if disclosure is not None and disclosure.forwarded is not None:
+            forwarded = {c: disclosure.forwarded(m) for c, m in zip(ids, messages)}
         if any(f or b for f, b in down):
             self.log.record(
                 name,
@@ -664,12 +725,23 @@ class Federation:
                 {c: f for c, (f, _) in zip(ids, down)},
                 bytes={c: b for c, (_, b) in zip(ids, down)},
                 round=rnd,
+                disclosure=kind or "",
+                raw_rows=forwarded,
             )
         results = self.transport.run(call, ids, list(messages))
         self._record_wire(name, rnd)
         uploads, up = [], {}
         for cid, result in zip(ids, results):
             if isinstance(result, StepFailure):
+                if masked:
+                    self._raise(
+                        cid,
+                        name,
+                        result,
+                        note=" Under secure aggregation a client that drops "
+                        "out of a round leaves its masks in the others' "
+                        "uploads, so the sum cannot be recovered.",
+                    )
                 if not tolerate:
                     self._raise(cid, name, result)
                 self.failed_clients[cid] = (
@@ -684,12 +756,25 @@ class Federation:
         self._answered.update(self.client_ids)
         if ids and not self.client_ids:
             self._raise_none_left(name)
+        if empty and any(u is not None for u in uploads):
+            raise RuntimeError(
+                f"Round {name!r} is declared to upload nothing, but clients "
+                "uploaded something: declare what it reveals."
+            )
+        rows = None
+        if disclosure is not None and disclosure.rows is not None:
+            answered = [c for c in ids if c in up]
+            rows = {c: int(disclosure.rows(u)) for c, u in zip(answered, uploads)}
+            if kind == PER_CLIENT and any(rows.values()):
+                kind = RAW_ROWS  # a statistic that degenerated into rows
         self.log.record(
             name,
             UPLOAD,
             {c: f for c, (f, _) in up.items()},
             bytes={c: b for c, (_, b) in up.items()},
             round=rnd,
+            disclosure=kind or "",
+            raw_rows=rows,
         )
         if self.verbose:
             print(
@@ -698,7 +783,39 @@ class Federation:
                 f"down {sum(f for f, _ in down):,} floats",
                 file=sys.stderr,
             )
+        if masked:
+            # The server's step receives the sum, never a masked vector.
+            return secagg.unmask_sum(uploads)
+        if kind == SUM_ONLY:
+            # Added in an order set by their content: renamed clients give
+            # the same sum, bit for bit.
+            return secagg.sum_uploads(content_sorted(uploads))
         return uploads
+
+    def _secure_aggregation_keys(self):
+        """Run the key exchange once per fit (two rounds: each client's
+        public key up, all public keys down); the key index of every client
+        that took part."""
+        keys = getattr(self, "_key_index", None)
+        if keys is not None:
+            return keys
+        ids = list(self.client_ids)
+        publics = self.run_round(
+            "secure aggregation keys",
+            secagg.keys_step,
+            tolerate=False,
+            disclosure=PER_CLIENT,
+        )
+        table = np.stack(publics)
+        self.run_round(
+            "secure aggregation peers",
+            secagg.peers_step,
+            messages=[(table, i) for i in range(len(ids))],
+            tolerate=False,
+            disclosure=NO_UPLOAD,
+        )
+        self._key_index = {c: i for i, c in enumerate(ids)}
+        return self._key_index
 
     def _record_wire(self, name, rnd):
         """Move the bytes the transport measured on its wire, if it does
@@ -710,14 +827,15 @@ class Federation:
 
     def broadcast(self, name, message):
         """A download with no answer (e.g. the final model)."""
-        self.run_round(name, _receive, message)
+        self.run_round(name, _receive, message, disclosure=NO_UPLOAD)
 
     @staticmethod
-    def _raise(cid, name, failure):
+    def _raise(cid, name, failure, note=""):
         exc = failure.exc
         cls = ClientValueError if isinstance(exc, ValueError) else ClientStepError
         raise cls(
-            f"Client {cid!r} failed in round {name!r}: {type(exc).__name__}: {exc}",
+            f"Client {cid!r} failed in round {name!r}: {type(exc).__name__}: "
+            f"{exc}{note}",
             client_id=cid,
             round_name=name,
         ) from exc
@@ -810,6 +928,39 @@ class FederatedMixin:
     # worker processes (see skfed._processes); False for a protocol whose
     # uploads outweigh the clients' work.
     _clients_in_processes = True
+
+    # The rounds that send rows of X as they are (raw_rows="refuse" raises
+    # before the first round, naming them) and what to use instead.
+    _raw_row_rounds = ()
+    _raw_rows_alternative = ""
+
+    def _has_sum_only_rounds(self):
+        """Whether a fit with these parameters has a round that
+        ``secure_aggregation`` masks (an estimator without says False)."""
+        return True
+
+    def _check_privacy_settings(self):
+        """Refuse a fit that would send raw rows against ``raw_rows``, and
+        say when ``secure_aggregation`` has nothing to mask, before any
+        round."""
+        if getattr(self, "raw_rows", "allow") == "refuse" and self._raw_row_rounds:
+            rounds = ", ".join(repr(r) for r in self._raw_row_rounds)
+            raise ValueError(
+                f"{type(self).__name__} sends rows of X as they are in round(s) "
+                f"{rounds}, which raw_rows='refuse' forbids. "
+                f"{self._raw_rows_alternative}"
+            )
+        if getattr(self, "secure_aggregation", False) and not (
+            self._has_sum_only_rounds()
+        ):
+            warnings.warn(
+                f"secure_aggregation=True has no effect on {type(self).__name__} "
+                "with these parameters: none of its rounds uploads only a sum "
+                "(see communication_.disclosure()), so there is nothing to "
+                "mask.",
+                UserWarning,
+                stacklevel=4,
+            )
 
     def _client_input_checks(self):
         """What each client checks on its rows when the data is a dask
@@ -909,6 +1060,7 @@ class FederatedMixin:
         federation : Federation
             Not yet entered; use it in a ``with`` block.
         """
+        self._check_privacy_settings()
         if is_remote(X):
             if sample_weight is not None:
                 raise ValueError(
@@ -916,7 +1068,7 @@ class FederatedMixin:
                     "Flower) data yet; weight the rows before fitting, or fit "
                     "in memory."
                 )
-            return Federation.from_remote(
+            fed = Federation.from_remote(
                 X,
                 y,
                 partitions,
@@ -927,13 +1079,14 @@ class FederatedMixin:
                 log=log,
                 on_client_error=getattr(self, "on_client_error", "raise"),
             )
+            return self._privacy_settings(fed)
         partitioning = check_partitions(
             partitions,
             X.shape[0],
             random_state=random_state,
             min_samples=min_samples,
         )
-        return Federation.from_arrays(
+        fed = Federation.from_arrays(
             X,
             y,
             partitioning,
@@ -945,3 +1098,11 @@ class FederatedMixin:
             on_client_error=getattr(self, "on_client_error", "raise"),
             in_processes=self._clients_in_processes,
         )
+        return self._privacy_settings(fed)
+
+    def _privacy_settings(self, fed):
+        """Hand the estimator's ``secure_aggregation`` and ``raw_rows`` to
+        the network (off and "allow" for an estimator without them)."""
+        fed.secure_aggregation = bool(getattr(self, "secure_aggregation", False))
+        fed.raw_rows = getattr(self, "raw_rows", "allow")
+        return fed

@@ -6,15 +6,101 @@ formula, so ``communication_`` on a fitted estimator is the ground truth that
 the formulas in the documentation are tested against.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["CommunicationLog", "RoundRecord", "count_payload"]
+__all__ = [
+    "DISCLOSURES",
+    "NO_UPLOAD",
+    "PER_CLIENT",
+    "RAW_ROWS",
+    "SUM_ONLY",
+    "CommunicationLog",
+    "Disclosure",
+    "RoundRecord",
+    "count_payload",
+]
 
 UPLOAD = "upload"
 DOWNLOAD = "download"
+
+# What a round's uploads reveal to the server, in three words shared by the
+# ledger, the documentation and the protocols (see doc/privacy.rst):
+RAW_ROWS = "raw_rows"  # rows of X or y as they are (counted per client)
+PER_CLIENT = "per_client"  # a statistic of one client's rows, seen alone
+SUM_ONLY = "sum_only"  # the server receives only the sum over clients
+DISCLOSURES = (RAW_ROWS, PER_CLIENT, SUM_ONLY)
+
+
+class Disclosure(NamedTuple):
+    """What a round's uploads reveal, and how to count the raw rows in them.
+
+    Parameters
+    ----------
+    kind : {"raw_rows", "per_client", "sum_only"}
+        ``"raw_rows"``: uploads carry rows of X or y as they are;
+        ``"per_client"``: a statistic of one client's rows that the server
+        sees individually; ``"sum_only"``: the server step uses only the
+        sum over clients, and :meth:`~skfed._federation.Federation.run_round`
+        hands it only that sum.
+    rows : callable, default=None
+        ``rows(upload) -> int``: the rows of X (or samples of y) one upload
+        carries as they are, read from the upload's arrays (exact: it is
+        what crossed). Required for ``"raw_rows"``; for ``"per_client"`` a
+        round whose statistic can degenerate into rows (k-FED's local
+        centers of a client with at most k distinct rows) counts them here,
+        and the ledger then records the round as ``"raw_rows"``.
+    forwarded : callable, default=None
+        ``forwarded(message) -> int``: rows of X in one download, which the
+        server forwards from the clients that sent them to every client it
+        broadcasts them to (disKPCA's representatives, the RKHS model's
+        support vectors).
+    empty : bool, default=False
+        The round uploads nothing (a download the clients keep): recorded
+        as ``"sum_only"``, since the server sees nothing of any client, and
+        never masked.
+    """
+
+    kind: str
+    rows: Callable = None
+    forwarded: Callable = None
+    empty: bool = False
+
+
+def _rows_of_array(upload):
+    return int(upload.shape[0])
+
+
+#: A round that uploads nothing (the server only sends).
+NO_UPLOAD = Disclosure(SUM_ONLY, empty=True)
+
+
+def raw_rows_of(position=None):
+    """A ``"raw_rows"`` :class:`Disclosure` whose uploads carry their rows
+    as an array, the whole upload or its item at ``position``."""
+    if position is None:
+        return Disclosure(RAW_ROWS, rows=_rows_of_array)
+    return Disclosure(RAW_ROWS, rows=lambda upload: int(upload[position].shape[0]))
+
+
+def as_disclosure(disclosure):
+    """A :class:`Disclosure` from one, a word, or None (undeclared)."""
+    if disclosure is None or isinstance(disclosure, Disclosure):
+        kind = None if disclosure is None else disclosure.kind
+    else:
+        kind, disclosure = disclosure, Disclosure(disclosure)
+    if kind is not None and kind not in DISCLOSURES:
+        raise ValueError(f"A round's disclosure is one of {DISCLOSURES}, got {kind!r}.")
+    if kind == RAW_ROWS and disclosure.rows is None:
+        raise ValueError(
+            "A 'raw_rows' round must say how many rows each upload carries "
+            "(Disclosure(RAW_ROWS, rows=...))."
+        )
+    return disclosure
 
 
 def count_payload(payload):
@@ -90,6 +176,12 @@ class RoundRecord:
         Floats sent to or by each client.
     bytes : tuple of int
         Bytes sent to or by each client.
+    disclosure : str
+        What the round's uploads reveal: ``"raw_rows"``, ``"per_client"``
+        or ``"sum_only"`` (empty for a record made without one).
+    raw_rows : tuple of int
+        Rows of X or y each client sent as they are (upload), or received
+        from other clients through the server (download); empty when none.
     """
 
     round: int
@@ -98,6 +190,13 @@ class RoundRecord:
     clients: tuple
     floats: tuple
     bytes: tuple = field(default=())
+    disclosure: str = ""
+    raw_rows: tuple = field(default=())
+
+    @property
+    def total_raw_rows(self):
+        """Raw rows summed over clients."""
+        return int(sum(self.raw_rows))
 
     @property
     def total_floats(self):
@@ -119,6 +218,8 @@ class RoundRecord:
             "floats": self.total_floats,
             "floats_per_client_max": max(self.floats, default=0),
             "bytes": self.total_bytes,
+            "disclosure": self.disclosure,
+            "raw_rows": self.total_raw_rows,
         }
 
 
@@ -160,7 +261,17 @@ class CommunicationLog:
         self._n_rounds += 1
         return self._n_rounds - 1
 
-    def record(self, name, direction, floats, *, bytes=None, round=None):
+    def record(
+        self,
+        name,
+        direction,
+        floats,
+        *,
+        bytes=None,
+        round=None,
+        disclosure="",
+        raw_rows=None,
+    ):
         """Add what one round sent in one direction.
 
         Parameters
@@ -176,6 +287,11 @@ class CommunicationLog:
             Mapping client id -> bytes; 8 bytes per float when omitted.
         round : int, default=None
             Index of the round; a new round is opened when omitted.
+        disclosure : str, default=""
+            What the round's uploads reveal (see :class:`Disclosure`).
+        raw_rows : dict, default=None
+            Mapping client id -> rows of X or y sent by (upload) or
+            forwarded to (download) that client; none when omitted.
         """
         if direction not in (UPLOAD, DOWNLOAD):
             raise ValueError(
@@ -189,8 +305,20 @@ class CommunicationLog:
             n_bytes = self._shared(tuple(8 * f for f in n_floats))
         else:
             n_bytes = self._shared(tuple(int(bytes[c]) for c in clients))
+        rows = ()
+        if raw_rows and any(raw_rows.get(c, 0) for c in clients):
+            rows = self._shared(tuple(int(raw_rows.get(c, 0)) for c in clients))
         self.records.append(
-            RoundRecord(round, str(name), direction, clients, n_floats, n_bytes)
+            RoundRecord(
+                round,
+                str(name),
+                direction,
+                clients,
+                n_floats,
+                n_bytes,
+                str(disclosure or ""),
+                rows,
+            )
         )
 
     def _shared(self, counts):
@@ -293,6 +421,67 @@ class CommunicationLog:
                 totals[r.name] = totals.get(r.name, 0) + r.total_floats
         return totals
 
+    @property
+    def raw_rows(self):
+        """Rows of X or y that left the clients as they are, in all."""
+        return self._total(UPLOAD, "total_raw_rows")
+
+    def raw_rows_by_client(self, direction=UPLOAD):
+        """Raw rows per client over the fit.
+
+        Parameters
+        ----------
+        direction : {"upload", "download"}, default="upload"
+            Rows a client sent, or rows of other clients' it received
+            through the server.
+
+        Returns
+        -------
+        rows : dict
+            Client id -> rows, for every client that sent (received) any.
+        """
+        rows = {}
+        for r in self.records:
+            if r.direction == direction and r.raw_rows:
+                for c, n in zip(r.clients, r.raw_rows):
+                    if n:
+                        rows[c] = rows.get(c, 0) + n
+        return rows
+
+    def disclosure(self):
+        """What each round revealed to the server, one dict per round.
+
+        Returns
+        -------
+        rounds : list of dict
+            In the order of the rounds that uploaded anything, each with
+            ``round``, ``name``, ``disclosure`` (``"raw_rows"``,
+            ``"per_client"`` or ``"sum_only"``), ``floats`` (uploaded),
+            ``raw_rows`` (client id -> rows of X or y it sent as they are,
+            only clients that sent some) and ``forwarded_rows`` (client id
+            -> raw rows of other clients it received in that round's
+            download).
+        """
+        down = {r.round: r for r in self.records if r.direction == DOWNLOAD}
+        rounds = []
+        for r in self.records:
+            if r.direction != UPLOAD:
+                continue
+            d = down.get(r.round)
+            rounds.append(
+                {
+                    "round": r.round,
+                    "name": r.name,
+                    "disclosure": r.disclosure,
+                    "floats": r.total_floats,
+                    "raw_rows": {c: n for c, n in zip(r.clients, r.raw_rows) if n},
+                    "forwarded_rows": {}
+                    if d is None
+                    else {c: n for c, n in zip(d.clients, d.raw_rows) if n},
+                }
+            )
+        return rounds
+
     def to_records(self):
         """The ledger as a list of plain dicts, one per round and direction.
 
@@ -301,23 +490,49 @@ class CommunicationLog:
         return [r.as_dict() for r in self.records]
 
     def summary(self):
-        """A readable table of the ledger, one line per round name."""
+        """A readable table of the ledger, one line per round name.
+
+        Beside the floats, each line says what the round's uploads revealed
+        (``raw_rows``, ``per_client`` or ``sum_only``; several words when
+        rounds of one name differed) and how many rows of X or y crossed
+        as they are: sent by the clients (upload) or forwarded by the
+        server to other clients (download). The last line gives the raw
+        rows each client sent.
+        """
         rows = {}
         for r in self.records:
             key = (r.name, r.direction)
-            count, floats = rows.get(key, (0, 0))
-            rows[key] = (count + 1, floats + r.total_floats)
+            count, floats, kinds, raw = rows.get(key, (0, 0, (), 0))
+            if r.direction == UPLOAD and r.disclosure not in kinds:
+                kinds = kinds + (r.disclosure,)
+            raw += r.total_raw_rows
+            rows[key] = (count + 1, floats + r.total_floats, kinds, raw)
         width = max([len(name) for name, _ in rows] + [5])
-        lines = [f"{'round':<{width}}  {'direction':<9}  {'times':>5}  {'floats':>12}"]
-        for (name, direction), (count, floats) in rows.items():
-            lines.append(f"{name:<{width}}  {direction:<9}  {count:>5}  {floats:>12,}")
+        lines = [
+            f"{'round':<{width}}  {'direction':<9}  {'times':>5}  {'floats':>12}"
+            f"  {'raw rows':>8}  disclosure"
+        ]
+        for (name, direction), (count, floats, kinds, raw) in rows.items():
+            shown = "/".join(k or "undeclared" for k in kinds)
+            lines.append(
+                f"{name:<{width}}  {direction:<9}  {count:>5}  {floats:>12,}"
+                f"  {raw:>8,}  {shown}".rstrip()
+            )
         lines.append(
             f"{'total':<{width}}  {'up':<9}  {'':>5}  {self.upload_floats:>12,}"
+            f"  {self.raw_rows:>8,}"
         )
         lines.append(
             f"{'':<{width}}  {'down':<9}  {'':>5}  {self.download_floats:>12,}"
         )
         lines.append(f"{self.n_rounds} rounds, {self.n_upload_rounds} with uploads")
+        by_client = self.raw_rows_by_client()
+        if by_client:
+            shown = ", ".join(f"{c!r}: {n:,}" for c, n in list(by_client.items())[:10])
+            more = f" and {len(by_client) - 10} more" if len(by_client) > 10 else ""
+            lines.append(f"raw rows sent per client: {shown}{more}")
+        else:
+            lines.append("no raw rows left any client")
         return "\n".join(lines)
 
     def __repr__(self):

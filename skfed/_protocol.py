@@ -161,11 +161,35 @@ class StepCall(NamedTuple):
         """Call the step: its ``(new_state, upload)``, or the generator of a
         step that hands over shared work (see the module)."""
         step = resolve_step(self.name, self.module)
-        return step(client, state, message, **self.options)
+        options = self.options
+        if _MASK_OPTION in options:
+            # A sum-only round under secure aggregation: the client masks
+            # what the step uploads before it leaves (see
+            # skfed._secure_aggregation); the step itself does not know.
+            options = dict(options)
+            spec = options.pop(_MASK_OPTION)
+            started = step(client, state, message, **options)
+            return _masked(started, client, spec)
+        return step(client, state, message, **options)
 
     def run(self, client, state, message):
         """Run the step here, alone: ``(new_state, upload)``."""
         return run_alone(self.start(client, state, message))
+
+
+_MASK_OPTION = "_secure_aggregation"
+
+
+def _masked(started, client, spec):
+    """The called step's ``(new_state, upload)`` with the upload masked, as
+    a generator step so that shared work it hands over still passes."""
+    from ._secure_aggregation import mask_upload
+
+    if inspect.isgenerator(started):
+        new_state, upload = yield from started
+    else:
+        new_state, upload = started
+    return new_state, mask_upload(client, upload, spec)
 
 
 class Raised(NamedTuple):

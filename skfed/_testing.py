@@ -326,3 +326,17 @@ def rkhs_paper_data(n, *, noise=0.05, n_clients=4, seed=0):
     inside = (X[:, :1] >= lo) & (X[:, :1] <= lo + width)
     partitions = np.array([rng.choice(np.flatnonzero(row)) for row in inside])
     return X + noise * rng.standard_normal(X.shape), y, partitions
+
+
+@client_step("testing.statistics")
+def statistics(client, state, message):
+    """Upload a column sum (array), a row count (int) and a sum of squares
+    (float): a structure a sum-only round adds up."""
+    X = np.asarray(client.X, dtype=np.float64)
+    return state, (X.sum(axis=0), {"n": int(X.shape[0]), "ss": float((X**2).sum())})
+
+
+@client_step("testing.first_rows")
+def first_rows(client, state, message):
+    """Upload the client's first ``message`` rows as they are."""
+    return state, client.X[: int(message)]

@@ -128,3 +128,23 @@ def test_every_protocol_runs_through_the_codec(name, monkeypatch):
                 getattr(got, method)(X), getattr(expected, method)(X)
             )
     assert got.communication_.to_records() == expected.communication_.to_records()
+
+
+def test_secure_aggregation_runs_through_the_codec(monkeypatch):
+    # The mask option, the key exchange and the masked uploads are plain
+    # data and arrays too; the sums are exact in the ring, so the model is
+    # the masked in-memory one.
+    X, _ = make_blobs(n_samples=240, centers=3, n_features=4, random_state=1)
+    partitions = np.arange(240) % 6
+    params = dict(
+        INTEGRATION_CASES["DistributedKMeans"][0],
+        refine_iter=2,
+        secure_aggregation=True,
+    )
+    expected = skfed.DistributedKMeans(**params).fit(X, partitions=partitions)
+    monkeypatch.setattr(_federation, "JoblibTransport", _ThroughCodec)
+    got = skfed.DistributedKMeans(**params).fit(X, partitions=partitions)
+    np.testing.assert_array_equal(got.cluster_centers_, expected.cluster_centers_)
+    assert got.inertia_ == expected.inertia_
+    assert got.communication_.to_records() == expected.communication_.to_records()
+    assert "secure aggregation keys" in got.communication_.floats_by_name()

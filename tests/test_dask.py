@@ -97,6 +97,25 @@ def test_estimators_on_dask_match_the_sequential_fit(name, dask_client):
     assert shipped == 6
 
 
+def test_secure_aggregation_on_dask_matches_the_sequential_fit(dask_client):
+    # Each worker masks its clients' sums with the keys it keeps for them.
+    X, _ = make_blobs(n_samples=240, centers=3, n_features=4, random_state=1)
+    partitions = np.arange(240) % 6
+    params = dict(
+        INTEGRATION_CASES["DistributedKMeans"][0],
+        random_state=2024,
+        refine_iter=2,
+        secure_aggregation=True,
+    )
+    with threadpool_limits(limits=1):
+        expected = skfed.DistributedKMeans(**params).fit(X, partitions=partitions)
+        with parallel_config(backend="dask"):
+            got = skfed.DistributedKMeans(**params).fit(X, partitions=partitions)
+    np.testing.assert_array_equal(got.predict(X), expected.predict(X))
+    np.testing.assert_array_equal(got.cluster_centers_, expected.cluster_centers_)
+    assert got.communication_.to_records() == expected.communication_.to_records()
+
+
 # --------------------------------------------------------------------------
 # Data resident on the workers: X is a dask array built there, never here.
 

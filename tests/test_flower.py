@@ -179,6 +179,11 @@ def _check_wire(log):
     assert log.wire_download_bytes >= log.download_bytes
 
 
+SECURE = dict(
+    INTEGRATION_CASES["DistributedKMeans"][0], refine_iter=2, secure_aggregation=True
+)
+
+
 @pytest.fixture(scope="module")
 def simulated(tmp_path_factory):
     """All five estimators fitted in one Flower simulation (one start of its
@@ -196,6 +201,8 @@ def simulated(tmp_path_factory):
         for name, (params, _, _) in INTEGRATION_CASES.items():
             est = getattr(skfed, name)(**params)
             fitted[name] = fit_on_grid(est, grid, n_nodes=N_NODES, timeout=120)
+        secure = skfed.DistributedKMeans(**SECURE)
+        fitted["secure"] = fit_on_grid(secure, grid, n_nodes=N_NODES, timeout=120)
         try:
             fit_on_grid(skfed.KFed(n_clusters=N_NODES * NODE_ROWS + 1), grid, n_nodes=1)
         except ValueError as exc:
@@ -235,6 +242,16 @@ def test_simulation_gives_the_in_memory_model(name, simulated):
     _same_model(got, expected, X)
     assert got.n_clients_ == N_NODES
     _check_wire(got.communication_)
+
+
+def test_secure_aggregation_on_flower_nodes_gives_the_in_memory_model(simulated):
+    # Each node keeps its key in its context and masks its sums there.
+    X, y, fitted, _ = simulated
+    parts = np.repeat(np.arange(N_NODES), NODE_ROWS)
+    with threadpool_limits(limits=1):
+        expected = skfed.DistributedKMeans(**SECURE).fit(X, partitions=parts)
+    _same_model(fitted["secure"], expected, X)
+    _check_wire(fitted["secure"].communication_)
 
 
 def test_simulation_reports_errors_like_the_in_memory_fit(simulated):

@@ -63,6 +63,8 @@ def test_totals_rounds_and_records():
         "floats": 30,
         "floats_per_client_max": 20,
         "bytes": 240,
+        "disclosure": "",
+        "raw_rows": 0,
     }
     assert log.floats_by_name("download") == {"seed": 2, "model": 10}
 

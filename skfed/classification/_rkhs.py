@@ -160,6 +160,26 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
     verbose : int, default=0
         Print one line per round.
 
+    raw_rows : {"allow", "refuse"}, default="allow"
+        Whether rows of X (and y) may leave a client as they are. The
+        server solves on the clients' critical samples, rows of X with
+        their labels (round ``"critical samples"``), so "refuse" raises
+        ``ValueError`` before the first round. See the privacy page of the
+        documentation.
+
+    secure_aggregation : bool, default=False
+        Whether the clients mask the uploads of the rounds whose server
+        step needs only their sum (``"sum_only"`` in ``communication_``)
+        with pairwise masks that cancel in the sum, so that the server
+        learns the sum and nothing of any one client's upload. Adds a key
+        exchange (4 floats up per client, 4 per client down to each), and
+        rounds each summed number to a multiple of 2^-32 (the model is the
+        unmasked one within that precision); a client that fails in a
+        masked round fails the fit. Masked here: only the data scale of an
+        int ``widths``, then in two rounds of sums (the global mean, then
+        the spread around it); the samples the server solves on are sent
+        as they are. With explicit widths it is ignored, with a warning.
+
     Attributes
     ----------
     classes_ : ndarray of shape (n_classes,)
@@ -267,6 +287,17 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
     (True, True)
     """
 
+    _raw_row_rounds = ("critical samples", "violating samples")
+    _raw_rows_alternative = (
+        "The server solves on the clients' critical samples (rows of X with "
+        "their labels) and its model is a kernel expansion over them; no "
+        "variant without them exists yet."
+    )
+
+    def _has_sum_only_rounds(self):
+        # Only the data scale behind an int ``widths``; then samples.
+        return isinstance(self.widths, numbers.Integral)
+
     _parameter_constraints: dict = {
         "sparsity": [StrictInterval(numbers.Real, 0, 1, closed="left")],
         "widths": [
@@ -288,6 +319,8 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         "on_client_error": [StrOptions({"raise", "drop"})],
         "n_jobs": [numbers.Integral, None],
         "verbose": ["verbose"],
+        "raw_rows": [StrOptions({"allow", "refuse"})],
+        "secure_aggregation": ["boolean"],
     }
 
     def __init__(
@@ -307,6 +340,8 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         on_client_error="raise",
         n_jobs=None,
         verbose=0,
+        raw_rows="allow",
+        secure_aggregation=False,
     ):
         self.sparsity = sparsity
         self.widths = widths
@@ -322,6 +357,8 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         self.on_client_error = on_client_error
         self.n_jobs = n_jobs
         self.verbose = verbose
+        self.raw_rows = raw_rows
+        self.secure_aggregation = secure_aggregation
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, *, partitions=None):

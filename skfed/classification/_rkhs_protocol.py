@@ -15,9 +15,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .._ledger import RAW_ROWS, Disclosure, raw_rows_of
 from .._protocol import client_step
 from .._rows import canonical_row_order
-from ..kernel import gamma_from_moments, moments_step
+from ..kernel import ZeroSpreadError, federated_gamma
 from ._sparse_dual import (
     AtomDictionary,
     active_set_dual,
@@ -130,11 +131,13 @@ refinement_margin, max_iter, tol
     dtype = fed.dtype
     message = None
     if isinstance(widths, numbers.Integral):
-        uploads = fed.run_round("data scale", moments_step)
-        widths = _server_widths(uploads, widths)
+        # Each client's mean and spread, or their sums when masked.
+        widths = _server_widths(fed, widths)
         message = widths
     if fed.n_clients == 1:
-        uploads = fed.run_round("all samples", _send_all_step)
+        uploads = fed.run_round(
+            "all samples", _send_all_step, disclosure=raw_rows_of(0)
+        )
     else:
         uploads = fed.run_round(
             "critical samples",
@@ -145,6 +148,7 @@ refinement_margin, max_iter, tol
                 **options,
             ),
             message,
+            disclosure=raw_rows_of(0),
         )
     sent = fed.local_results("rkhs", "sent")
     critical = {c: np.sort(idx) for c, idx in sent.items()}
@@ -189,6 +193,12 @@ refinement_margin, max_iter, tol
             "violating samples",
             partial(_violations_step, threshold=margin),
             _model_message(model),
+            # The model's centers are rows of X, forwarded to every client.
+            disclosure=Disclosure(
+                RAW_ROWS,
+                rows=_rows_of_first,
+                forwarded=_rows_of_first,
+            ),
         )
         if sum(len(u[1]) for u in uploads) == 0:
             break
@@ -487,21 +497,27 @@ def _reserve_violations(reserve, model, threshold):
     return (X[out], y_code[out], index[out]), (X[stay], y_code[stay], index[stay])
 
 
+def _rows_of_first(payload):
+    """Rows of X in an upload or message whose first item is rows of X."""
+    return int(payload[0].shape[0])
+
+
 def _model_message(model):
     """Server: the model the clients check their samples against."""
     return (model["centers"], model["widths"], model["coef"], model["intercept"])
 
 
-def _server_widths(uploads, n_widths):
+def _server_widths(fed, n_widths):
     """Server: widths log-spaced around the root mean squared distance.
 
-    ``gamma_from_moments`` gives 1 / (2 · mean squared distance); it sums
-    the clients' moments in an order fixed by their values, so renaming
-    clients cannot move the widths by a rounding error.
+    ``federated_gamma`` gives 1 / (2 · mean squared distance) (round
+    ``"data scale"``); it sums the clients' moments in an order fixed by
+    their values, so renaming clients cannot move the widths by a rounding
+    error.
     """
     try:
-        rms = np.sqrt(0.5 / gamma_from_moments(uploads))
-    except ValueError as exc:
+        rms = np.sqrt(0.5 / federated_gamma(fed, "data scale"))
+    except ZeroSpreadError as exc:
         # The shared message speaks of ``gamma``; here the knob is ``widths``.
         raise ValueError(
             "All samples are identical, so the data scale that an int "

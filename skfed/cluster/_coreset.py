@@ -39,6 +39,7 @@ from sklearn.utils.extmath import row_norms, safe_sparse_dot
 from .._blocks import row_blocks
 from .._federation import FederatedMixin
 from .._fixes import check_sample_weight as _check_sample_weight
+from .._ledger import NO_UPLOAD, PER_CLIENT, RAW_ROWS, SUM_ONLY, Disclosure
 from .._protocol import client_step
 from .._remote import distinct_values, is_remote
 from .._rows import canonical_row_order, row_hashes, rows_equal
@@ -173,6 +174,24 @@ class DistributedKMeans(
     verbose : int, default=0
         Print one line per round and per server restart when positive.
 
+    raw_rows : {"allow", "refuse"}, default="allow"
+        Whether rows of X may leave a client as they are. The coreset is
+        made of rows of X (round ``"coreset sampling"``), so "refuse"
+        raises ``ValueError`` before the first round: use
+        :class:`~skfed.KFed`, which uploads local centers only. See the
+        privacy page of the documentation.
+
+    secure_aggregation : bool, default=False
+        Whether the clients mask the uploads of the rounds whose server
+        step needs only their sum (``"sum_only"`` in ``communication_``)
+        with pairwise masks that cancel in the sum, so that the server
+        learns the sum and nothing of any one client's upload. Adds a key
+        exchange (4 floats up per client, 4 per client down to each), and
+        rounds each summed number to a multiple of 2^-32 (the model is the
+        unmasked one within that precision); a client that fails in a
+        masked round fails the fit. Masked here: the Lloyd refinement's
+        sums (``refine_iter``) and the total cost.
+
     Attributes
     ----------
     cluster_centers_ : ndarray of shape (n_clusters, n_features)
@@ -283,6 +302,12 @@ class DistributedKMeans(
     3
     """
 
+    _raw_row_rounds = ("coreset sampling",)
+    _raw_rows_alternative = (
+        "Use KFed, which uploads each client's local centers and never its "
+        "rows (a client with at most k distinct rows is refused there too)."
+    )
+
     _parameter_constraints: dict = {
         "n_clusters": [StrictInterval(numbers.Integral, 1, None, closed="left")],
         "coreset_size": [StrictInterval(numbers.Integral, 1, None, closed="left")],
@@ -295,6 +320,8 @@ class DistributedKMeans(
         "on_client_error": [StrOptions({"raise", "drop"})],
         "n_jobs": [numbers.Integral, None],
         "verbose": ["verbose"],
+        "raw_rows": [StrOptions({"allow", "refuse"})],
+        "secure_aggregation": ["boolean"],
     }
 
     def __init__(
@@ -311,6 +338,8 @@ class DistributedKMeans(
         on_client_error="raise",
         n_jobs=None,
         verbose=0,
+        raw_rows="allow",
+        secure_aggregation=False,
     ):
         self.n_clusters = n_clusters
         self.coreset_size = coreset_size
@@ -323,6 +352,8 @@ class DistributedKMeans(
         self.on_client_error = on_client_error
         self.n_jobs = n_jobs
         self.verbose = verbose
+        self.raw_rows = raw_rows
+        self.secure_aggregation = secure_aggregation
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, *, partitions=None, sample_weight=None):
@@ -555,7 +586,15 @@ def federated_coreset_kmeans(
         stay on the clients: ``fed.assemble("coreset", "labels", n_samples)``.
     """
     common = {"rows": None if rows is None else tuple(rows), "weighted": weighted}
+    # The drawn rows are rows of X, or per-sample rows of another protocol's
+    # output (kernel k-means' spectral embedding: not X, but one row per
+    # sample, so a statistic of one client seen alone).
+    sampled = Disclosure(
+        RAW_ROWS if rows is None else PER_CLIENT,
+        rows=_coreset_rows if rows is None else None,
+    )
 
+    # The allocation t_m ∝ cost_m needs each client's cost.
     costs = fed.run_round(
         "coreset local cost",
         partial(
@@ -565,6 +604,7 @@ def federated_coreset_kmeans(
             tol=tol,
             **common,
         ),
+        disclosure=PER_CLIENT,
     )
     sample_counts = allocate_samples(np.asarray(costs, dtype=np.float64), coreset_size)
     asked = list(fed.client_ids)
@@ -572,6 +612,7 @@ def federated_coreset_kmeans(
         "coreset sampling",
         partial(_coreset_step, **common),
         messages=[int(t) for t in sample_counts],
+        disclosure=sampled,
     )
     # A client dropped in this round (on_client_error="drop") sent nothing.
     sample_counts = np.array(
@@ -592,7 +633,10 @@ def federated_coreset_kmeans(
     n_refine_iter = 0
     for _ in range(refine_iter):
         stats = fed.run_round(
-            "lloyd refinement", partial(_cluster_sums_step, **common), centers
+            "lloyd refinement",
+            partial(_cluster_sums_step, **common),
+            centers,
+            disclosure=SUM_ONLY,
         )
         centers, shift = lloyd_update(centers, stats)
         n_refine_iter += 1
@@ -603,13 +647,14 @@ def federated_coreset_kmeans(
             )
         if shift <= tol_abs:
             break
-    inertias = fed.run_round(
+    # The total cost is a sum (of exact floats, fsum'd: order-free).
+    inertia = fed.run_round(
         "coreset labels",
         partial(_label_step, exact_inertia=exact_inertia, **common),
         centers,
+        disclosure=SUM_ONLY if exact_inertia else NO_UPLOAD,
     )
-    # fsum: exact, so the total does not depend on the order of the clients.
-    inertia = math.fsum(inertias) if exact_inertia else coreset_inertia
+    inertia = inertia if exact_inertia else coreset_inertia
     return CoresetKMeansResult(
         cluster_centers=centers,
         inertia=inertia,
@@ -832,6 +877,11 @@ def allocate_samples(costs, coreset_size):
     return counts
 
 
+def _coreset_rows(upload):
+    """Rows of X in a coreset upload (local centers, sample, weights)."""
+    return int(upload[1].shape[0])
+
+
 def merge_coresets(coresets):
     """Server: the union of the clients' coresets, in a canonical order.
 
@@ -899,8 +949,9 @@ def lloyd_update(centers, stats):
     ----------
     centers : ndarray of shape (k, s)
         The centers the clients assigned against.
-    stats : list of (sums, totals)
-        Per-client ``(k, s)`` weighted sums and ``(k,)`` weights.
+    stats : (sums, totals)
+        The ``(k, s)`` weighted sums and ``(k,)`` weights, summed over
+        clients (a sum-only round).
 
     Returns
     -------
@@ -909,9 +960,7 @@ def lloyd_update(centers, stats):
     shift : float
         Squared distance moved, summed over centers.
     """
-    # Summing sorted values makes the total independent of client order.
-    sums = np.sort(np.stack([s for s, _ in stats]), axis=0).sum(axis=0)
-    totals = np.sort(np.stack([t for _, t in stats]), axis=0).sum(axis=0)
+    sums, totals = stats
     new = centers.copy()
     movable = totals > 0
     new[movable] = sums[movable] / totals[movable, None]

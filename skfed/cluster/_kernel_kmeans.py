@@ -213,6 +213,27 @@ class FederatedKernelKMeans(
     verbose : int, default=0
         1 prints one line per iteration; 2 also one line per round.
 
+    raw_rows : {"allow", "refuse"}, default="allow"
+        Whether rows of X may leave a client as they are. No round of this
+        estimator sends rows of X (the coreset's rows are rows of the
+        spectral embedding, one per sample, counted as ``"per_client"``),
+        so "refuse" changes nothing. See the privacy page of the
+        documentation.
+
+    secure_aggregation : bool, default=False
+        Whether the clients mask the uploads of the rounds whose server
+        step needs only their sum (``"sum_only"`` in ``communication_``)
+        with pairwise masks that cancel in the sum, so that the server
+        learns the sum and nothing of any one client's upload. Adds a key
+        exchange (4 floats up per client, 4 per client down to each), and
+        rounds each summed number to a multiple of 2^-32 (the model is the
+        unmasked one within that precision); a client that fails in a
+        masked round fails the fit. Masked here: the summed Gram
+        triangles or Lanczos products, the baseline's projections, the
+        coreset's Lloyd sums and total cost, and the kernel width
+        (``gamma=None``), then in two rounds of sums (the global mean, then
+        the spread around it) instead of each client's moments.
+
     Attributes
     ----------
     algorithm_ : {"one_shot", "dspgd"}
@@ -341,6 +362,8 @@ class FederatedKernelKMeans(
         "random_state": ["random_state"],
         "n_jobs": [numbers.Integral, None],
         "verbose": ["verbose"],
+        "raw_rows": [StrOptions({"allow", "refuse"})],
+        "secure_aggregation": ["boolean"],
     }
 
     def __init__(
@@ -365,6 +388,8 @@ class FederatedKernelKMeans(
         random_state=None,
         n_jobs=None,
         verbose=0,
+        raw_rows="allow",
+        secure_aggregation=False,
     ):
         self.n_clusters = n_clusters
         self.gamma = gamma
@@ -385,6 +410,8 @@ class FederatedKernelKMeans(
         self.random_state = random_state
         self.n_jobs = n_jobs
         self.verbose = verbose
+        self.raw_rows = raw_rows
+        self.secure_aggregation = secure_aggregation
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, *, partitions=None):

@@ -31,15 +31,15 @@ from scipy.linalg import eigh
 from sklearn.exceptions import ConvergenceWarning
 
 from .._blocks import row_blocks
+from .._ledger import NO_UPLOAD, SUM_ONLY
 from .._protocol import client_step
 from ..kernel import (
-    gamma_from_moments,
-    moments_step,
+    federated_gamma,
     random_fourier_features,
     sample_fourier_weights,
 )
 from ._coreset import federated_coreset_kmeans
-from ._kernel_kmeans_protocol import _CHUNK, _ROUNDOFF, _SEED_MAX, _signs, _sum_uploads
+from ._kernel_kmeans_protocol import _CHUNK, _ROUNDOFF, _SEED_MAX, _signs
 
 __all__ = ["OneShotResult", "one_shot_embedding", "run_one_shot"]
 
@@ -122,19 +122,19 @@ def run_one_shot(
     # Drawn first, so that the map does not depend on whether γ is given.
     seed = int(random_state.randint(_SEED_MAX))
     if gamma is None:
-        gamma = gamma_from_moments(fed.run_round("kernel width", moments_step))
+        # Each client's mean and spread, or their sums when masked.
+        gamma = federated_gamma(fed, "kernel width")
     else:
         gamma = float(gamma)
 
-    uploads = fed.run_round(
+    # The server step below reads nothing but the sum of the clients'
+    # statistics, so the round is sum-only (and may be masked).
+    total = fed.run_round(
         "random feature statistics",
         partial(_statistics_step, n_features=n_random_features),
         (seed, gamma),
+        disclosure=SUM_ONLY,
     )
-    # Sum-only round: the server step below reads nothing but the sum of
-    # the clients' uploads, so the round may run under secure aggregation.
-    total = _sum_uploads(uploads)
-    del uploads  # a thousand clients' triangles: hundreds of MB
     eigenvalues, basis, shift = feature_covariance_basis(
         total, fed.n_samples, n_random_features, n_components
     )
@@ -148,7 +148,7 @@ def run_one_shot(
             ConvergenceWarning,
             stacklevel=3,
         )
-    fed.run_round("embedding", _embedding_step, (basis, shift))
+    fed.run_round("embedding", _embedding_step, (basis, shift), disclosure=NO_UPLOAD)
 
     coreset = federated_coreset_kmeans(
         fed,

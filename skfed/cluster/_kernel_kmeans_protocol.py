@@ -27,11 +27,10 @@ from sklearn.exceptions import ConvergenceWarning
 
 from .._blocks import row_blocks
 from .._lanczos import block_lanczos, lanczos
+from .._ledger import NO_UPLOAD, PER_CLIENT, SUM_ONLY
 from .._protocol import client_step
-from .._reduce import order_free_sum
 from ..kernel import (
-    gamma_from_moments,
-    moments_step,
+    federated_gamma,
     random_fourier_features,
     sample_fourier_weights,
 )
@@ -204,10 +203,13 @@ verbose
     lanczos_rng = np.random.RandomState(random_state.randint(_SEED_MAX))
 
     if gamma is None:
-        gamma = gamma_from_moments(fed.run_round("kernel width", moments_step))
+        # Each client's mean and spread, or their sums when masked.
+        gamma = federated_gamma(fed, "kernel width")
     else:
         gamma = float(gamma)
-    fed.run_round("kernel width broadcast", _receive_gamma_step, gamma)
+    fed.run_round(
+        "kernel width broadcast", _receive_gamma_step, gamma, disclosure=NO_UPLOAD
+    )
 
     dspgd = _dspgd_cem if use_cem else _dspgd_no_cem
     it = dspgd(fed, opts, n_samples, feature_seeds, lanczos_rng)
@@ -239,7 +241,7 @@ verbose
         )
     scales = np.sqrt(eigvals[:s])
     if use_cem:
-        fed.run_round("embedding", _embedding_step, scales)
+        fed.run_round("embedding", _embedding_step, scales, disclosure=NO_UPLOAD)
     else:
         # The server holds U and sends each client its rows of H.
         H = it.server_U[:, :s] * scales
@@ -247,6 +249,7 @@ verbose
             "embedding",
             _receive_embedding_step,
             messages=np.split(H, np.cumsum(fed.client_sizes)[:-1]),
+            disclosure=NO_UPLOAD,
         )
 
     coreset = federated_coreset_kmeans(
@@ -313,24 +316,26 @@ def _dspgd_cem(fed, opts, n_samples, feature_seeds, lanczos_rng):
         dim = D + r
         # Not before λ and a largest eigenvalue are known, nor with λ = 0.
         float32 = bool(lam and largest and eta * lam >= _FLOAT32_THRESHOLD * largest)
-        uploads = fed.run_round(
+        # The server needs only Σ_m W[m]ᵀW[m] (its upper triangle).
+        total = fed.run_round(
             "random features",
             partial(_random_features_step, n_features=D, upload_gram=gram),
             (int(feature_seeds[t - 1]), eta, float32),
+            disclosure=SUM_ONLY if gram else NO_UPLOAD,
         )
         if gram:
-            mu, V = _eigh_descending(_sum_triangles(uploads, dim))
-            # Not held through the next two rounds: 1,000 clients'
-            # triangles are 450 MB, and the next iteration's arrive before
-            # the name is rebound (peak 1.92 GB at N = 1M over 1,000 clients).
-            del uploads
+            mu, V = _eigh_descending(_triangle_to_matrix(total, dim))
+            del total
             n_steps = 0
         else:
-            step = partial(fed.run_round, "lanczos", _gram_matvec_step)
+            # Each product needs only Σ_m W[m]ᵀ(W[m] c).
+            step = partial(
+                fed.run_round, "lanczos", _gram_matvec_step, disclosure=SUM_ONLY
+            )
             # No max_iter: at worst Lanczos spans all dim directions,
             # where its Ritz pairs are exact, so it always converges.
             res = _eigen_solve(
-                lambda c, step=step: _sum_uploads(step(c)),
+                lambda c, step=step: step(c),
                 dim,
                 opts,
                 n_components=s + 2 if lam is None else None,
@@ -342,7 +347,9 @@ def _dspgd_cem(fed, opts, n_samples, feature_seeds, lanczos_rng):
             lam = default_threshold(mu, s)
         largest = float(np.max(mu, initial=0.0))
         basis, shrink, kept = soft_threshold(mu, V, eta * lam)
-        fed.run_round("eigenpairs", _eigenpairs_step, (basis, shrink))
+        fed.run_round(
+            "eigenpairs", _eigenpairs_step, (basis, shrink), disclosure=NO_UPLOAD
+        )
         replay.append((int(feature_seeds[t - 1]), eta, basis, shrink))
         ranks.append(r)
         steps.append(n_steps)
@@ -380,6 +387,7 @@ def _dspgd_no_cem(fed, opts, n_samples, feature_seeds, lanczos_rng):
             "random features",
             partial(_random_features_step, n_features=D, with_memory=False),
             (int(feature_seeds[t - 1]), eta),
+            disclosure=NO_UPLOAD,
         )
 
         # The Lanczos vectors c_j (orthonormal) and the features' part
@@ -389,15 +397,19 @@ def _dspgd_no_cem(fed, opts, n_samples, feature_seeds, lanczos_rng):
         vectors, projections = [], []
 
         def matvec(c, B=B, eta=eta, vectors=vectors, projections=projections):
-            parts = fed.run_round(
+            projected = fed.run_round(
                 "lanczos project",
                 _project_step,
                 messages=np.split(c, splits, axis=-1),
+                disclosure=SUM_ONLY,
             )
-            projected = _sum_uploads(parts)
             vectors.append(c.copy())
             projections.append(projected)
-            expanded = fed.run_round("lanczos expand", _expand_step, projected)
+            # Each client's rows of the product: per-sample values the
+            # server assembles into its N-vector (the baseline holds U).
+            expanded = fed.run_round(
+                "lanczos expand", _expand_step, projected, disclosure=PER_CLIENT
+            )
             memory = (1.0 - eta) * ((c @ B) @ B.T if c.ndim == 2 else B @ (B.T @ c))
             return np.concatenate(expanded, axis=-1) + memory
 
@@ -724,18 +736,9 @@ def _receive_embedding_step(client, state, H_part):
 # Server steps
 
 
-def _sum_uploads(uploads):
-    """Server: the sum of the clients' vectors, in an order set by their
-    content (renamed clients give the same sum, bit for bit)."""
-    return order_free_sum(uploads)
-
-
-def _sum_triangles(uploads, dim):
-    """Server: G = Σ_m W[m]ᵀW[m] from the clients' upper triangles."""
-    # Added one client at a time, in an order set by their content (not
-    # the clients' names): stacking a thousand triangles first held them
-    # all at once (440 MB).
-    total = order_free_sum(uploads)
+def _triangle_to_matrix(total, dim):
+    """Server: G = Σ_m W[m]ᵀW[m] from the sum of the clients' upper
+    triangles (the federation adds them one client at a time)."""
     G = np.zeros((dim, dim))
     G[np.triu_indices(dim)] = total
     return G + np.triu(G, 1).T

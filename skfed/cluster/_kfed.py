@@ -178,6 +178,25 @@ class KFed(
     verbose : int, default=0
         Print one line per round when positive.
 
+    raw_rows : {"allow", "refuse"}, default="allow"
+        Whether rows of X may leave a client as they are. k-FED uploads
+        local centers, never rows, except from a client holding at most
+        k(z) distinct samples, whose centers would be those rows: with
+        "refuse" such a client uploads nothing and the fit raises
+        ``ValueError`` (as ``allow_raw_upload=False``). See the privacy
+        page of the documentation.
+
+    secure_aggregation : bool, default=False
+        Whether the clients mask the uploads of the rounds whose server
+        step needs only their sum (``"sum_only"`` in ``communication_``)
+        with pairwise masks that cancel in the sum, so that the server
+        learns the sum and nothing of any one client's upload. Adds a key
+        exchange (4 floats up per client, 4 per client down to each), and
+        rounds each summed number to a multiple of 2^-32 (the model is the
+        unmasked one within that precision); a client that fails in a
+        masked round fails the fit. k-FED has no such round (its server
+        needs each client's centers): it is ignored, with a warning.
+
     Attributes
     ----------
     cluster_centers_ : ndarray of shape (n_clusters, n_features)
@@ -295,6 +314,10 @@ class KFed(
     1
     """
 
+    def _has_sum_only_rounds(self):
+        # The server needs each client's local centers.
+        return False
+
     _parameter_constraints: dict = {
         "n_clusters": [StrictInterval(Integral, 1, None, closed="left")],
         "n_local_clusters": [
@@ -315,6 +338,8 @@ class KFed(
         "n_jobs": [Integral, None],
         "random_state": ["random_state"],
         "verbose": ["verbose"],
+        "raw_rows": [StrOptions({"allow", "refuse"})],
+        "secure_aggregation": ["boolean"],
     }
 
     def __init__(
@@ -335,6 +360,8 @@ class KFed(
         n_jobs=None,
         random_state=None,
         verbose=0,
+        raw_rows="allow",
+        secure_aggregation=False,
     ):
         self.n_clusters = n_clusters
         self.n_local_clusters = n_local_clusters
@@ -351,6 +378,8 @@ class KFed(
         self.n_jobs = n_jobs
         self.random_state = random_state
         self.verbose = verbose
+        self.raw_rows = raw_rows
+        self.secure_aggregation = secure_aggregation
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, *, partitions=None, sample_weight=None):
@@ -574,6 +603,10 @@ class KFed(
 
     def _local_options(self):
         """The client-side options of :func:`run_kfed`."""
-        return KFedLocalOptions(
-            **{name: getattr(self, name) for name in KFedLocalOptions._fields}
+        options = {name: getattr(self, name) for name in KFedLocalOptions._fields}
+        # raw_rows="refuse" is allow_raw_upload=False: the rows of a client
+        # with at most k(z) distinct samples stay there.
+        options["allow_raw_upload"] = (
+            self.allow_raw_upload and getattr(self, "raw_rows", "allow") == "allow"
         )
+        return KFedLocalOptions(**options)

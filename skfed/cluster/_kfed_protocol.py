@@ -31,6 +31,7 @@ from sklearn.utils.extmath import randomized_svd, row_norms
 from threadpoolctl import ThreadpoolController
 
 from .._federation import ClientStepError, ClientValueError
+from .._ledger import NO_UPLOAD, PER_CLIENT, Disclosure
 from .._protocol import client_step
 from .._rows import row_hashes, rows_equal
 from ._batched_kmeans import SMALL_ROWS, KMeansProblem
@@ -227,7 +228,9 @@ def _finish(fed, ids, centers, center_labels, cluster_centers, weights, n_sample
         {"center_labels": labels, "cluster_centers": cluster_centers}
         for labels in center_labels
     ]
-    fed.run_round("cluster map", _induce_labels_step, messages=messages)
+    fed.run_round(
+        "cluster map", _induce_labels_step, messages=messages, disclosure=NO_UPLOAD
+    )
     kept = fed.local_results("kfed", ("raw", "inertia", "n_iter"))
     # Per-sample labels and inertia shares stay on the clients in a
     # deployment; the simulation gathers them for the fitted attributes.
@@ -294,7 +297,15 @@ def _local_round(fed, name, options):
     )
     # Simulated dropout must pass whatever on_client_error says, so the
     # round tolerates every failure and the exceptions' types decide.
-    uploads = fed.run_round(name, step, tolerate=True)
+    # Local centers are a per-client statistic, except on a client with at
+    # most k(z) distinct rows, which uploads those rows (under "rows"): the
+    # ledger counts them as raw rows.
+    uploads = fed.run_round(
+        name,
+        step,
+        tolerate=True,
+        disclosure=Disclosure(PER_CLIENT, rows=_raw_rows_uploaded),
+    )
     errors = fed.client_errors
     refused = [c for c, e in errors.items() if isinstance(e, _RawUploadRefused)]
     if refused:
@@ -302,20 +313,25 @@ def _local_round(fed, name, options):
         raise ValueError(
             f"Client(s) {shown} hold at most k(z) distinct samples, so "
             "their local centers would be their raw rows, which "
-            "allow_raw_upload=False forbids. Merge these clients with "
-            "others, leave them out, or set allow_raw_upload=True."
+            "allow_raw_upload=False (or raw_rows='refuse') forbids. Merge "
+            "these clients with others, leave them out, or allow raw rows."
         )
     if fed.on_client_error == "raise":
         for cid, exc in errors.items():  # the first in canonical order
             if not isinstance(exc, _SimulatedDropout):
                 raise _client_step_error(cid, name, exc) from exc
-    centers = [u["centers"] for u in uploads]
+    centers = [u["centers"] if "centers" in u else u["rows"] for u in uploads]
     if options.center_weighting == "size":
         weights = [np.asarray(u["sizes"], dtype=np.float64) for u in uploads]
     else:
         weights = [np.ones(len(c)) for c in centers]
     ids = list(fed.client_ids)
     return ids, centers, weights, sum(k_local[c] for c in ids)
+
+
+def _raw_rows_uploaded(upload):
+    """Rows of X in a local-centers upload (a client's distinct rows)."""
+    return int(upload["rows"].shape[0]) if "rows" in upload else 0
 
 
 def _client_step_error(client_id, round_name, exc):
@@ -471,7 +487,9 @@ def _local_step(
         "raw": distinct is not None,
         "n_iter": n_iter,
     }
-    upload = {"centers": centers}
+    # A client's own rows travel under their own name, so that the ledger
+    # counts them as raw rows (they are not a statistic of the client).
+    upload = {"rows" if distinct is not None else "centers": centers}
     if send_sizes:
         upload["sizes"] = np.bincount(
             sorted_labels, weights=weights, minlength=len(centers)

@@ -148,6 +148,25 @@ class DistributedKernelPCA(
     verbose : int, default=0
         Print one line per round.
 
+    raw_rows : {"allow", "refuse"}, default="allow"
+        Whether rows of X may leave a client as they are. The
+        representatives are rows of X that the server forwards to every
+        client (rounds ``"uniform sample"``, ``"leverage sample"``,
+        ``"adaptive sample"``), so "refuse" raises ``ValueError`` before
+        the first round. See the privacy page of the documentation.
+
+    secure_aggregation : bool, default=False
+        Whether the clients mask the uploads of the rounds whose server
+        step needs only their sum (``"sum_only"`` in ``communication_``)
+        with pairwise masks that cancel in the sum, so that the server
+        learns the sum and nothing of any one client's upload. Adds a key
+        exchange (4 floats up per client, 4 per client down to each), and
+        rounds each summed number to a multiple of 2^-32 (the model is the
+        unmasked one within that precision); a client that fails in a
+        masked round fails the fit. Masked here: the feature mean
+        (``center=True``); with ``center=False`` no round is sum-only and it
+        is ignored, with a warning.
+
     Attributes
     ----------
     representatives_ : {ndarray, sparse matrix} of shape \
@@ -306,6 +325,23 @@ class DistributedKernelPCA(
     (300, 3)
     """
 
+    _raw_row_rounds = (
+        "uniform sample",
+        "leverage sample",
+        "adaptive sample",
+        "median sample (d <= 64 or the laplacian kernel)",
+    )
+    _raw_rows_alternative = (
+        "Its components are combinations of κ(y, ·) over representatives y, "
+        "rows of X that the server forwards to every client; no variant "
+        "without them exists yet. FederatedKernelKMeans' spectral embedding "
+        "works from shared random features and sends no rows of X."
+    )
+
+    def _has_sum_only_rounds(self):
+        # The feature mean is the only sum-only round.
+        return bool(self.center)
+
     _parameter_constraints: dict = {
         "n_components": [StrictInterval(numbers.Integral, 1, None, closed="left")],
         "kernel": [StrOptions({"rbf", "laplacian", "poly", "linear"})],
@@ -329,6 +365,8 @@ class DistributedKernelPCA(
         "random_state": ["random_state"],
         "n_jobs": [None, numbers.Integral],
         "verbose": ["verbose"],
+        "raw_rows": [StrOptions({"allow", "refuse"})],
+        "secure_aggregation": ["boolean"],
     }
 
     def __init__(
@@ -353,6 +391,8 @@ class DistributedKernelPCA(
         random_state=None,
         n_jobs=None,
         verbose=0,
+        raw_rows="allow",
+        secure_aggregation=False,
     ):
         self.n_components = n_components
         self.kernel = kernel
@@ -373,6 +413,8 @@ class DistributedKernelPCA(
         self.random_state = random_state
         self.n_jobs = n_jobs
         self.verbose = verbose
+        self.raw_rows = raw_rows
+        self.secure_aggregation = secure_aggregation
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, *, partitions=None):

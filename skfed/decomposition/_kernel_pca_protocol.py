@@ -21,6 +21,7 @@ from sklearn.metrics.pairwise import pairwise_kernels
 from sklearn.utils import check_random_state
 
 from .._blocks import row_blocks
+from .._ledger import PER_CLIENT, SUM_ONLY, Disclosure, raw_rows_of
 from .._protocol import client_step
 from .._reduce import content_sorted, order_free_sum
 from ..kernel._median import (
@@ -209,20 +210,31 @@ lowrank_upload, lowrank_sketch_size
         "sketch_width": n_rep if lowrank_sketch_size is None else lowrank_sketch_size,
     }
     mean = None
+    # The representatives Y (rows of some clients' X) go to every client.
+    forwards_y = {"forwarded": _forwarded_representatives}
     if center:
-        sums = fed.run_round(
-            "feature mean", partial(_project_step, **project), (Y, R, gamma)
+        # The mean needs only Σ_m Σ_a Qᵀφ(a).
+        mean = (
+            fed.run_round(
+                "feature mean",
+                partial(_project_step, **project),
+                (Y, R, gamma),
+                disclosure=Disclosure(SUM_ONLY, **forwards_y),
+            )
+            / n_samples
         )
-        mean = order_free_sum(sums) / n_samples
-        factors = fed.run_round("disLR", _lowrank_step, mean)
+        factors = fed.run_round("disLR", _lowrank_step, mean, disclosure=PER_CLIENT)
     else:
         factors = fed.run_round(
             "disLR",
             partial(_project_and_lowrank_step, project=project),
             (Y, R, gamma),
+            disclosure=Disclosure(PER_CLIENT, **forwards_y),
         )
     W = _lowrank_solve(factors, k)
-    stats = fed.run_round("error", _error_step, W)
+    # Sums of traces and energies, and each client's extreme projections
+    # (for the signs): not a sum alone.
+    stats = fed.run_round("error", _error_step, W, disclosure=PER_CLIENT)
 
     trace, energy, top, bottom = _error_totals(stats)
     # KernelPCA's convention (svd_flip on its eigenvectors): the training
@@ -297,6 +309,11 @@ def _server_gamma(fed, opts, rng):
             stream="kernel_pca.median_sample",
         ),
         messages=[(seed, int(s)) for s in quota],
+        # Rows are sent as they are unless randomly projected (the server
+        # knows the projection: per-sample values all the same).
+        disclosure=raw_rows_of()
+        if metric == "manhattan" or fed.n_features <= _MEDIAN_PROJECTIONS
+        else PER_CLIENT,
     )
     med = median_distance(uploads, metric=metric)
     sigma = opts.median_factor * med
@@ -311,6 +328,7 @@ def _uniform_sample(fed, opts):
         "uniform sample",
         partial(_sample_step, scores_key=None, stream="kernel_pca.uniform"),
         messages=[int(s) for s in quota],
+        disclosure=raw_rows_of(),
     )
     return _stack_rows(rows)
 
@@ -337,10 +355,14 @@ def _leverage_adaptive_sample(fed, opts, rng, spec, n_rep):
                 sketch_size=opts.sketch_size,
             ),
             (seed, spec["gamma"]),
+            disclosure=PER_CLIENT,
         )
         Z = _leverage_basis(sketches, opts.embedding_dim)
         summaries = fed.run_round(
-            "leverage scores", partial(_leverage_step, budget=m1), Z
+            "leverage scores",
+            partial(_leverage_step, budget=m1),
+            Z,
+            disclosure=PER_CLIENT,
         )
         quota = _inclusion_quota(summaries, m1, sizes)
         rows = fed.run_round(
@@ -351,6 +373,7 @@ def _leverage_adaptive_sample(fed, opts, rng, spec, n_rep):
                 stream="kernel_pca.leverage",
             ),
             messages=[int(s) for s in quota],
+            disclosure=raw_rows_of(),
         )
         P = _unique_rows(_stack_rows(rows))
     if m2 == 0:
@@ -364,6 +387,7 @@ def _leverage_adaptive_sample(fed, opts, rng, spec, n_rep):
         "adaptive residuals",
         partial(_residual_step, spec=spec, budget=m2),
         (P, R_P, spec["gamma"]),
+        disclosure=Disclosure(PER_CLIENT, forwarded=_forwarded_representatives),
     )
     # Points already taken have zero residual, so they cannot be drawn
     # again and count for nothing in the expected shares.
@@ -372,6 +396,7 @@ def _leverage_adaptive_sample(fed, opts, rng, spec, n_rep):
         "adaptive sample",
         partial(_sample_step, scores_key="kpca_scores", stream="kernel_pca.adaptive"),
         messages=[int(s) for s in quota2],
+        disclosure=raw_rows_of(),
     )
     new = _stack_rows(rows)
     return new if P is None else _vstack([P, new])
@@ -444,6 +469,12 @@ def _span_basis(K):
     lam, U = lam[keep][::-1], U[:, keep][:, ::-1]
     signs = np.sign(U[np.argmax(np.abs(U), axis=0), np.arange(U.shape[1])])
     return U * (signs / np.sqrt(lam))
+
+
+def _forwarded_representatives(message):
+    """Rows of X a client receives with a message whose first item is the
+    representatives drawn so far (None before any)."""
+    return 0 if message[0] is None else int(message[0].shape[0])
 
 
 def _stack_rows(uploads):

@@ -8,6 +8,8 @@ from ._median import (
     median_sample_step,
 )
 from ._random_features import (
+    ZeroSpreadError,
+    federated_gamma,
     gamma_from_moments,
     mean_from_moments,
     moments_step,
@@ -23,9 +25,11 @@ from ._sketch import (
 )
 
 __all__ = [
+    "ZeroSpreadError",
     "allocate_quota",
     "canonical_row_order",
     "count_sketch_matrix",
+    "federated_gamma",
     "gamma_from_moments",
     "mean_from_moments",
     "median_distance",

@@ -8,6 +8,7 @@ import scipy.sparse as sp
 from sklearn.utils import check_random_state
 
 from .._blocks import row_blocks
+from .._ledger import PER_CLIENT, SUM_ONLY
 from .._protocol import client_step
 
 
@@ -198,6 +199,10 @@ class _CosineScratch:
             out *= np.float32(scale)
 
 
+class ZeroSpreadError(ValueError):
+    """Every sample is the same point: no distance to scale a kernel by."""
+
+
 @client_step("kernel.moments")
 def moments_step(client, state, message):
     """Client step: (n_m, Σ x, S_m) with S_m = Σ ‖x − x̄_m‖² of its rows.
@@ -207,7 +212,27 @@ def moments_step(client, state, message):
     taken around the client's own mean, not the origin, so that data far
     from the origin does not lose its spread to cancellation.
     """
-    X = client.X
+    return state, _moments(client.X)
+
+
+@client_step("kernel.count_and_sum")
+def count_and_sum_step(client, state, message):
+    """Client step: (n_m, Σ x), for a sum-only round (the global mean)."""
+    n, total, _ = _moments(client.X)
+    return state, (n, total)
+
+
+@client_step("kernel.spread")
+def spread_step(client, state, mean):
+    """Client step: Σ ‖x − x̄‖² of its rows around the global mean x̄ (the
+    message), for a sum-only round: S_m + n_m ‖x̄_m − x̄‖², with S_m taken
+    around the client's own mean (see :func:`moments_step`)."""
+    n, total, ss = _moments(client.X)
+    return state, ss + n * float(np.sum((total / n - mean) ** 2))
+
+
+def _moments(X):
+    """(n, Σ x, Σ ‖x − x̄‖²) of the rows X, in float64."""
     n = X.shape[0]
     total = np.asarray(X.sum(axis=0), dtype=np.float64).ravel()
     mean = total / n
@@ -220,7 +245,7 @@ def moments_step(client, state, message):
     else:
         centred = np.asarray(X, dtype=np.float64) - mean
         ss = float(np.einsum("ij,ij->", centred, centred))
-    return state, (float(n), total, ss)
+    return float(n), total, ss
 
 
 def _ordered_moments(uploads):
@@ -268,10 +293,35 @@ def gamma_from_moments(uploads):
         u[0] * float(np.sum((u[1] / u[0] - mean) ** 2)) for u in uploads
     )
     ss = math.fsum(u[2] for u in uploads) + between
-    # Identical rows leave only the rounding of their mean (relative 1e-16).
-    if not ss > n * (1e-10 * float(np.sqrt(mean @ mean))) ** 2:
-        raise ValueError(
+    return _gamma(n, mean, ss)
+
+
+def _gamma(n, mean, ss, floor=0.0):
+    """γ = N / (4 S) from the total spread S around the mean."""
+    # Identical rows leave only the rounding of their mean (relative 1e-16),
+    # and under secure aggregation that of the fixed point (``floor``).
+    if not ss > max(n * (1e-10 * float(np.sqrt(mean @ mean))) ** 2, floor):
+        raise ZeroSpreadError(
             "All samples are identical, so the average-distance kernel width "
             "is undefined; set the kernel width explicitly or check the data."
         )
     return n / (4 * ss)
+
+
+def federated_gamma(fed, name):
+    """Server: γ = N² / (2 Σ_ij ‖x_i − x_j‖²) over the federation ``fed``.
+
+    One round ``name`` of :func:`moments_step` (``per_client``: the server
+    sees each client's mean and spread). Under secure aggregation, two
+    ``sum_only`` rounds instead, ``name + " (mean)"`` (N and Σ x, so x̄) and
+    ``name + " (spread)"`` (Σ ‖x − x̄‖², x̄ sent to every client), whose
+    masked sums give the same γ within the fixed-point precision.
+    """
+    if not fed.secure_aggregation:
+        return gamma_from_moments(
+            fed.run_round(name, moments_step, disclosure=PER_CLIENT)
+        )
+    n, total = fed.run_round(f"{name} (mean)", count_and_sum_step, disclosure=SUM_ONLY)
+    mean = total / n
+    ss = fed.run_round(f"{name} (spread)", spread_step, mean, disclosure=SUM_ONLY)
+    return _gamma(n, mean, ss, floor=fed.n_clients * 2.0**-32)

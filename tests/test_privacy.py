@@ -1,0 +1,421 @@
+"""What leaves a site: disclosure per round, raw rows by consent, and
+secure aggregation of sum-only rounds."""
+
+import functools
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.datasets import make_blobs
+from sklearn.metrics import adjusted_rand_score
+
+import skfed
+from skfed import _secure_aggregation as secagg
+from skfed._codec import dumps, loads
+from skfed._federation import ClientStepError, Federation
+from skfed._ledger import PER_CLIENT, RAW_ROWS, SUM_ONLY, Disclosure, raw_rows_of
+from skfed._testing import fail_on, first_rows, statistics
+from skfed._validation import check_partitions
+from skfed.kernel import federated_gamma
+
+ESTIMATORS = {
+    "KFed": lambda **kw: skfed.KFed(n_clusters=3, random_state=0, **kw),
+    "DistributedKMeans": lambda **kw: skfed.DistributedKMeans(
+        n_clusters=3, refine_iter=2, random_state=0, **kw
+    ),
+    "FederatedKernelKMeans": lambda **kw: skfed.FederatedKernelKMeans(
+        n_clusters=3, random_state=0, **kw
+    ),
+    "DistributedKernelPCA": lambda **kw: skfed.DistributedKernelPCA(
+        n_components=2, random_state=0, **kw
+    ),
+    "FederatedRKHSClassifier": lambda **kw: skfed.FederatedRKHSClassifier(
+        random_state=0, **kw
+    ),
+}
+
+
+def _data():
+    X, y = make_blobs(300, centers=3, n_features=4, random_state=0)
+    ids = np.arange(300) % 3
+    return X, (y == 0).astype(int), ids
+
+
+def _fit(name, **params):
+    X, y, ids = _data()
+    est = ESTIMATORS[name](**params)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if name == "FederatedRKHSClassifier":
+            return est.fit(X, y, partitions=ids)
+        return est.fit(X, partitions=ids)
+
+
+def _federation(n_clients=3, offset=0.0):
+    X, _, ids = _data()
+    X = X + offset
+    ids = np.arange(X.shape[0]) % n_clients
+    p = check_partitions(ids, X.shape[0])
+    return X, ids, Federation.from_arrays(X, None, p, random_state=0)
+
+
+# -- 1. Disclosure -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(ESTIMATORS))
+def test_every_round_of_every_estimator_declares_its_disclosure(name):
+    log = _fit(name).communication_
+    kinds = {r.disclosure for r in log.records if r.direction == "upload"}
+    assert kinds <= {RAW_ROWS, PER_CLIENT, SUM_ONLY}
+    assert all(r.disclosure for r in log.records)
+    assert [d["name"] for d in log.disclosure()] == [
+        r.name for r in log.records if r.direction == "upload"
+    ]
+    assert "disclosure" in log.summary()
+
+
+def test_the_coreset_ledger_counts_the_rows_each_client_sampled():
+    est = _fit("DistributedKMeans")
+    log = est.communication_
+    (sampling,) = [d for d in log.disclosure() if d["name"] == "coreset sampling"]
+    assert sampling["disclosure"] == RAW_ROWS
+    # Each client draws t_m rows (or sends all its rows when t_m covers them).
+    sizes = np.bincount(_data()[2])
+    expected = np.minimum(est.coreset_sample_counts_, sizes)
+    assert [sampling["raw_rows"].get(c, 0) for c in range(3)] == list(expected)
+    assert log.raw_rows == expected.sum()
+    assert log.raw_rows_by_client() == {c: int(n) for c, n in enumerate(expected) if n}
+    # The Lloyd sums and the total cost are sums only.
+    kinds = {d["name"]: d["disclosure"] for d in log.disclosure()}
+    assert kinds["lloyd refinement"] == kinds["coreset labels"] == SUM_ONLY
+    assert kinds["coreset local cost"] == PER_CLIENT
+
+
+def test_the_rkhs_ledger_counts_the_samples_sent_and_the_support_forwarded():
+    est = _fit("FederatedRKHSClassifier")
+    log = est.communication_
+    assert log.raw_rows == est.n_samples_sent_
+    assert log.raw_rows_by_client() == {
+        c: len(s) for c, s in est.sent_samples_.items() if len(s)
+    }
+    forwarded = [d for d in log.disclosure() if d["name"] == "violating samples"]
+    assert forwarded
+    for d in forwarded:  # every client receives the model's centers alike
+        assert len(d["forwarded_rows"]) == 3
+        assert len(set(d["forwarded_rows"].values())) == 1
+        assert min(d["forwarded_rows"].values()) > 0
+
+
+def test_kernel_kmeans_sends_no_raw_rows():
+    log = _fit("FederatedKernelKMeans").communication_
+    assert log.raw_rows == 0
+    kinds = {d["name"]: d["disclosure"] for d in log.disclosure()}
+    # Embedded rows (one per sample, not rows of X): per client.
+    assert kinds["coreset sampling"] == PER_CLIENT
+    assert kinds["lanczos"] == SUM_ONLY
+
+
+def test_disclosure_of_kernel_pca_counts_representatives_forwarded():
+    est = _fit("DistributedKernelPCA")
+    log = est.communication_
+    rounds = {d["name"]: d for d in log.disclosure()}
+    for name in ("leverage sample", "adaptive sample"):
+        assert rounds[name]["disclosure"] == RAW_ROWS
+    # Every client receives every representative for the feature mean.
+    n_rep = est.representatives_.shape[0] if hasattr(est, "representatives_") else None
+    forwarded = set(rounds["feature mean"]["forwarded_rows"].values())
+    assert len(forwarded) == 1
+    if n_rep is not None:
+        assert forwarded == {n_rep}
+    assert rounds["feature mean"]["disclosure"] == SUM_ONLY
+
+
+def test_a_sum_only_round_hands_the_server_only_the_sum():
+    X, ids, fed = _federation()
+    with fed:
+        total = fed.run_round("stats", statistics, disclosure=SUM_ONLY)
+        each = fed.run_round("stats", statistics, disclosure=PER_CLIENT)
+    assert isinstance(total, tuple) and len(each) == 3
+    np.testing.assert_allclose(total[0], X.sum(axis=0), rtol=1e-12)
+    assert total[1]["n"] == X.shape[0] and isinstance(total[1]["n"], int)
+    np.testing.assert_allclose(total[1]["ss"], (X**2).sum(), rtol=1e-12)
+
+
+def test_raw_rows_are_counted_exactly_and_must_be_counted():
+    _, _, fed = _federation()
+    with fed:
+        fed.run_round("rows", first_rows, 5, disclosure=raw_rows_of())
+        with pytest.raises(ValueError, match="how many rows"):
+            fed.run_round("rows", first_rows, 5, disclosure=RAW_ROWS)
+        with pytest.raises(ValueError, match="one of"):
+            fed.run_round("rows", first_rows, 5, disclosure="secret")
+    assert fed.log.raw_rows_by_client() == {0: 5, 1: 5, 2: 5}
+    text = fed.log.summary()
+    assert "raw rows sent per client: 0: 5, 1: 5, 2: 5" in text
+
+
+def test_a_per_client_round_that_sends_rows_is_recorded_as_raw_rows():
+    _, _, fed = _federation()
+    with fed:
+        fed.run_round(
+            "rows",
+            first_rows,
+            2,
+            disclosure=Disclosure(PER_CLIENT, rows=lambda u: u.shape[0]),
+        )
+    (record,) = [r for r in fed.log.records if r.direction == "upload"]
+    assert record.disclosure == RAW_ROWS and record.raw_rows == (2, 2, 2)
+
+
+# -- 2. Raw rows only by consent ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, round_name, alternative",
+    [
+        ("DistributedKMeans", "coreset sampling", "Use KFed"),
+        ("DistributedKernelPCA", "leverage sample", "FederatedKernelKMeans"),
+        ("FederatedRKHSClassifier", "critical samples", "no variant"),
+    ],
+)
+def test_refusing_raw_rows_raises_before_the_first_round(
+    name, round_name, alternative, monkeypatch
+):
+    def no_round(*args, **kwargs):
+        raise AssertionError("a round ran")
+
+    monkeypatch.setattr(Federation, "run_round", no_round)
+    with pytest.raises(ValueError, match=f"{round_name}.*raw_rows='refuse'"):
+        _fit(name, raw_rows="refuse")
+    with pytest.raises(ValueError, match=alternative):
+        _fit(name, raw_rows="refuse")
+
+
+@pytest.mark.parametrize("name", ["KFed", "FederatedKernelKMeans"])
+def test_refusing_raw_rows_fits_without_them(name):
+    allowed = _fit(name)
+    refused = _fit(name, raw_rows="refuse")
+    assert refused.communication_.raw_rows == 0
+    np.testing.assert_allclose(
+        refused.cluster_centers_, allowed.cluster_centers_, rtol=1e-12, atol=1e-12
+    )
+
+
+def test_kfed_counts_a_small_clients_rows_and_refuses_them_on_request():
+    X, _, _ = _data()
+    # Client 1 holds 4 distinct rows, at most k(z)=5: its centers are its rows.
+    small = X[:4]
+    Xs = np.vstack([X, small])
+    ids = np.r_[np.zeros(len(X), dtype=int), np.ones(4, dtype=int)]
+    fitted = skfed.KFed(n_clusters=3, n_local_clusters=5, random_state=0).fit(
+        Xs, partitions=ids
+    )
+    assert fitted.communication_.raw_rows_by_client() == {1: 4}
+    (local,) = [
+        d for d in fitted.communication_.disclosure() if d["name"] == "local centers"
+    ]
+    assert local["disclosure"] == RAW_ROWS and local["raw_rows"] == {1: 4}
+    with pytest.raises(ValueError, match="raw_rows='refuse'"):
+        skfed.KFed(
+            n_clusters=3, n_local_clusters=5, random_state=0, raw_rows="refuse"
+        ).fit(Xs, partitions=ids)
+
+
+def test_a_refusing_federation_sends_no_raw_round():
+    _, _, fed = _federation()
+    fed.raw_rows = "refuse"
+    with fed:
+        with pytest.raises(ValueError, match="'rows' would send raw rows"):
+            fed.run_round("rows", first_rows, 5, disclosure=raw_rows_of())
+    assert fed.log.records == []
+
+
+# -- 3. Secure aggregation ---------------------------------------------------
+
+
+def _masked_federation(n_clients=3, offset=0.0, **settings):
+    X, ids, fed = _federation(n_clients, offset)
+    fed.secure_aggregation = True
+    for key, value in settings.items():
+        setattr(fed, key, value)
+    return X, ids, fed
+
+
+@pytest.mark.parametrize("n_clients", [2, 3, 40])
+def test_masked_sum_is_the_sum_within_the_fixed_point_precision(n_clients):
+    X, _, fed = _masked_federation(n_clients)
+    with fed:
+        plain = secagg.sum_uploads(
+            fed.run_round("stats", statistics, disclosure=PER_CLIENT)
+        )
+        masked = fed.run_round("stats", statistics, disclosure=SUM_ONLY)
+    bound = n_clients * 2.0 ** -(secagg.FRACTION_BITS + 1)
+    np.testing.assert_allclose(masked[0], plain[0], rtol=0, atol=bound)
+    assert masked[1]["n"] == plain[1]["n"] == X.shape[0]
+    assert abs(masked[1]["ss"] - plain[1]["ss"]) <= bound
+    # The key exchange, once: 4 floats up per client, M keys (+ an index)
+    # down to each, recorded as such.
+    log = {(r.name, r.direction): r for r in fed.log.records}
+    assert log["secure aggregation keys", "upload"].floats == (4,) * n_clients
+    down = log["secure aggregation peers", "download"].floats
+    assert down == (4 * n_clients + 1,) * n_clients
+
+
+def test_the_server_of_a_masked_round_never_holds_an_individual_upload(monkeypatch):
+    X, _, fed = _masked_federation()
+    seen = []
+    run = type(fed.transport).run
+
+    def spy(self, call, client_ids, messages):
+        out = run(self, call, client_ids, messages)
+        seen.append((call.name, out))
+        return out
+
+    monkeypatch.setattr(type(fed.transport), "run", spy)
+    with fed:
+        fed.run_round("stats", statistics, disclosure=SUM_ONLY)
+    (name, uploads) = seen[-1]
+    assert name == "testing.statistics"
+    for client, u in zip(fed.client_ids, uploads):
+        assert set(u) == {"masked", "layout"} and u["masked"].dtype == np.uint64
+        # Read alone, a masked vector is not the client's column sum.
+        alone = u["masked"].view(np.int64)[:4] / 2.0**secagg.FRACTION_BITS
+        own = X[_data()[2] == client].sum(axis=0)
+        assert np.all(np.abs(alone - own) > 1.0)
+    # And the server side adds masked vectors only.
+    with pytest.raises(ValueError, match="not a masked vector"):
+        secagg.unmask_sum([{"plain": X[:1]}, uploads[1]])
+
+
+def test_a_transport_that_hands_over_plain_uploads_is_refused(monkeypatch):
+    _, _, fed = _masked_federation()
+    run = type(fed.transport).run
+
+    def unmasking(self, call, client_ids, messages):
+        options = {k: v for k, v in call.options.items() if k != secagg.MASK_OPTION}
+        return run(self, call._replace(options=options), client_ids, messages)
+
+    with fed:
+        fed.run_round("stats", statistics, disclosure=SUM_ONLY)  # keys
+        monkeypatch.setattr(type(fed.transport), "run", unmasking)
+        with pytest.raises(ValueError, match="not a masked vector"):
+            fed.run_round("stats", statistics, disclosure=SUM_ONLY)
+
+
+def test_a_client_failing_in_a_masked_round_fails_the_fit():
+    _, _, fed = _masked_federation(on_client_error="drop")
+    step = functools.partial(fail_on, bad=1)
+    with fed:
+        with pytest.raises(ClientStepError, match="masks"):
+            fed.run_round("sizes", step, disclosure=SUM_ONLY)
+        # Unmasked, the same failure drops the client.
+        fed.secure_aggregation = False
+        assert fed.run_round("sizes", step, disclosure=SUM_ONLY) == 200.0
+
+
+def test_clients_dropped_before_a_masked_round_leave_masks_that_cancel():
+    X, ids, fed = _masked_federation(4)
+    with fed:
+        fed.run_round("stats", statistics, disclosure=SUM_ONLY)  # keys for 4
+        fed.drop([2], "left")
+        total = fed.run_round("stats", statistics, disclosure=SUM_ONLY)
+    np.testing.assert_allclose(total[0], X[ids != 2].sum(axis=0), atol=1e-8)
+
+
+def test_values_beyond_the_fixed_point_range_are_refused():
+    # 2^31 / 3 clients is the largest magnitude three clients can add.
+    secagg._encode_fixed(np.array([7e8, -7e8]), 3)
+    for bad in (1e9, np.nan, np.inf):
+        with pytest.raises(ValueError, match="fixed point"):
+            secagg._encode_fixed(np.array([0.0, bad]), 3)
+
+
+def test_masked_uploads_and_the_mask_option_survive_the_codec():
+    X, _, fed = _masked_federation()
+    with fed:
+        fed.run_round("stats", statistics, disclosure=SUM_ONLY)
+        client = fed.transport.client(0).with_storage(fed.transport._storage[0])
+    spec = {"round": 7, "alive": [0, 1, 2]}
+    text, arrays = dumps(spec)
+    assert loads(text, arrays) == spec
+    masked = secagg.mask_upload(client, (X[0], {"n": 3}), spec)
+    text, arrays = dumps(masked)
+    back = loads(text, arrays)
+    np.testing.assert_array_equal(back["masked"], masked["masked"])
+    assert back["layout"] == masked["layout"]
+
+
+@pytest.mark.parametrize(
+    "name, attrs",
+    [
+        ("DistributedKMeans", ("cluster_centers_", "inertia_")),
+        pytest.param(
+            "FederatedKernelKMeans",
+            ("cluster_centers_", "eigenvalues_", "inertia_"),
+            # Run to convergence: an unsettled iterate's nearly equal
+            # eigenvalues let any rounding rotate the embedding.
+            marks=pytest.mark.slow,
+        ),
+        ("DistributedKernelPCA", ("dual_coef_", "eigenvalues_")),
+    ],
+)
+def test_masked_fit_is_the_unmasked_model_within_the_precision(name, attrs):
+    plain = _fit(name)
+    masked = _fit(name, secure_aggregation=True)
+    for attr in attrs:
+        a, b = getattr(plain, attr), getattr(masked, attr)
+        scale = max(1.0, float(np.max(np.abs(a))))
+        np.testing.assert_allclose(b, a, rtol=0, atol=1e-8 * scale)
+    if hasattr(plain, "labels_"):  # the same clustering, numbers aside
+        assert adjusted_rand_score(plain.labels_, masked.labels_) == 1.0
+    kinds = {d["name"]: d["disclosure"] for d in masked.communication_.disclosure()}
+    assert "secure aggregation keys" in kinds
+    # Masking adds only the key exchange: 4 floats up per client.
+    extra = masked.communication_.upload_floats - plain.communication_.upload_floats
+    assert extra == 4 * 3
+
+
+@pytest.mark.parametrize(
+    "name, params",
+    [
+        ("KFed", {}),
+        ("FederatedRKHSClassifier", {"widths": [0.5, 1.0, 2.0]}),
+        ("DistributedKernelPCA", {"center": False}),
+    ],
+)
+def test_secure_aggregation_without_a_sum_only_round_warns(name, params):
+    X, y, ids = _data()
+    est = ESTIMATORS[name](secure_aggregation=True, **params)
+    with pytest.warns(UserWarning, match="nothing to mask"):
+        if name == "FederatedRKHSClassifier":
+            est.fit(X, y, partitions=ids)
+        else:
+            est.fit(X, partitions=ids)
+    assert not any(
+        r.name.startswith("secure aggregation") for r in est.communication_.records
+    )
+
+
+@pytest.mark.parametrize("offset", [0.0, 1e3])
+def test_masked_kernel_width_is_the_per_client_one(offset):
+    _, _, plain = _federation(4, offset)
+    _, _, masked = _masked_federation(4, offset)
+    with plain:
+        expected = federated_gamma(plain, "width")
+    with masked:
+        got = federated_gamma(masked, "width")
+    np.testing.assert_allclose(got, expected, rtol=1e-9)
+    kinds = {d["name"]: d["disclosure"] for d in masked.log.disclosure()}
+    assert kinds["width (mean)"] == kinds["width (spread)"] == SUM_ONLY
+    assert {d["disclosure"] for d in plain.log.disclosure()} == {PER_CLIENT}
+
+
+def test_the_masked_rkhs_classifier_has_the_plain_widths_and_predictions():
+    X, y, _ = _data()
+    plain = _fit("FederatedRKHSClassifier")
+    masked = _fit("FederatedRKHSClassifier", secure_aggregation=True)
+    np.testing.assert_allclose(masked.widths_, plain.widths_, rtol=1e-9)
+    np.testing.assert_array_equal(masked.predict(X), plain.predict(X))
+    kinds = {d["name"]: d["disclosure"] for d in masked.communication_.disclosure()}
+    assert kinds["data scale (mean)"] == kinds["data scale (spread)"] == SUM_ONLY
+    assert kinds["critical samples"] == RAW_ROWS
