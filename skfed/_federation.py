@@ -661,9 +661,9 @@ class Federation:
             ``on_client_error``.
         disclosure : {"raw_rows", "per_client", "sum_only"} or Disclosure
             What the uploads reveal to the server
-            (:class:`skfed._ledger.Disclosure`), recorded in the ledger with
+            (``skfed._ledger.Disclosure``), recorded in the ledger with
             the raw rows per client. For ``"sum_only"`` the round returns
-            only the sum over clients (:func:`skfed._secure_aggregation.sum_uploads`),
+            only the sum over clients (``skfed._secure_aggregation.sum_uploads``),
             masked by the clients when ``secure_aggregation`` is on. None
             records the round as undeclared (toy steps in tests).
 

@@ -288,7 +288,7 @@ class CommunicationLog:
         round : int, default=None
             Index of the round; a new round is opened when omitted.
         disclosure : str, default=""
-            What the round's uploads reveal (see :class:`Disclosure`).
+            What the round's uploads reveal (see ``skfed._ledger.Disclosure``).
         raw_rows : dict, default=None
             Mapping client id -> rows of X or y sent by (upload) or
             forwarded to (download) that client; none when omitted.

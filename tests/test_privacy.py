@@ -418,6 +418,27 @@ def test_masked_kernel_width_is_the_per_client_one(offset):
     assert {d["disclosure"] for d in plain.log.disclosure()} == {PER_CLIENT}
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "params", [{"eigen_solver": "gram"}, {"use_cem": False, "max_iter": 10}]
+)
+def test_masked_kernel_kmeans_solvers_give_the_plain_clustering(params):
+    # The summed Gram triangles, and the baseline's summed projections.
+    plain = _fit("FederatedKernelKMeans", **params)
+    masked = _fit("FederatedKernelKMeans", secure_aggregation=True, **params)
+    assert adjusted_rand_score(plain.labels_, masked.labels_) == 1.0
+    # DSPGD's iterations carry the fixed point's 1e-10 from one eigen-problem
+    # to the next: about 1e-8 of the largest eigenvalue here.
+    top = plain.eigenvalues_.max()
+    np.testing.assert_allclose(
+        masked.eigenvalues_, plain.eigenvalues_, rtol=0, atol=1e-7 * top
+    )
+    kinds = {d["name"]: d["disclosure"] for d in masked.communication_.disclosure()}
+    solver = "random features" if "eigen_solver" in params else "lanczos project"
+    assert kinds[solver] == SUM_ONLY
+    assert masked.communication_.raw_rows == 0
+
+
 def test_the_masked_rkhs_classifier_has_the_plain_widths_and_predictions():
     X, y, _ = _data()
     plain = _fit("FederatedRKHSClassifier")

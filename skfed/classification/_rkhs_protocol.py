@@ -132,7 +132,7 @@ refinement_margin, max_iter, tol
     message = None
     if isinstance(widths, numbers.Integral):
         # Each client's mean and spread, or their sums when masked.
-        widths = _server_widths(fed, widths)
+        widths = _server_widths(_data_scale(fed), widths)
         message = widths
     if fed.n_clients == 1:
         uploads = fed.run_round(
@@ -507,16 +507,21 @@ def _model_message(model):
     return (model["centers"], model["widths"], model["coef"], model["intercept"])
 
 
-def _server_widths(fed, n_widths):
-    """Server: widths log-spaced around the root mean squared distance.
+def _server_widths(gamma, n_widths):
+    """Server: widths log-spaced around the root mean squared distance
+    √(1 / (2γ)), γ from :func:`_data_scale`."""
+    return np.sqrt(0.5 / gamma) * np.geomspace(*_WIDTH_RANGE, num=n_widths)
 
-    ``federated_gamma`` gives 1 / (2 · mean squared distance) (round
-    ``"data scale"``); it sums the clients' moments in an order fixed by
+
+def _data_scale(fed):
+    """Round(s) ``"data scale"``: γ = 1 / (2 · mean squared distance).
+
+    ``federated_gamma`` sums the clients' moments in an order fixed by
     their values, so renaming clients cannot move the widths by a rounding
     error.
     """
     try:
-        rms = np.sqrt(0.5 / federated_gamma(fed, "data scale"))
+        return federated_gamma(fed, "data scale")
     except ZeroSpreadError as exc:
         # The shared message speaks of ``gamma``; here the knob is ``widths``.
         raise ValueError(
@@ -524,7 +529,6 @@ def _server_widths(fed, n_widths):
             "``widths`` derives the kernel widths from is zero; pass widths "
             "as a list of positive floats or check the data."
         ) from exc
-    return rms * np.geomspace(*_WIDTH_RANGE, num=n_widths)
 
 
 def _server_pool(uploads, n_problems, dtype):

@@ -35,6 +35,7 @@ from skfed.classification._sparse_dual import (
     gaussian_atoms,
     threshold,
 )
+from skfed.kernel import gamma_from_moments
 
 
 def svc_score(X, y, X_test, y_test):
@@ -934,7 +935,7 @@ def test_server_widths_are_order_free():
         spread = float(((X - X.mean(axis=0)) ** 2).sum())
         uploads.append((float(len(X)), X.sum(axis=0), spread))
     widths = {
-        tuple(_server_widths([uploads[i] for i in order], 5))
+        tuple(_server_widths(gamma_from_moments([uploads[i] for i in order]), 5))
         for order in itertools.permutations(range(4))
     }
     assert len(widths) == 1
