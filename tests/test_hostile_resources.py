@@ -1,0 +1,111 @@
+"""Hostile input that costs resources, shifts or scales the data, or pushes
+a float parameter to its extremes, for every estimator.
+
+What a fit may start or allocate is bounded by its work, not by a
+parameter alone (``n_jobs``, ``widths``, size parameters); translation and
+scale do not change the model (dense or CSR); a float parameter at either
+end of its range fits or raises a ``ValueError`` naming it.
+"""
+
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+from sklearn.datasets import make_blobs
+
+import skfed
+import skfed._transport as transport_module
+from skfed._processes import resident_workers
+from skfed._transport import worker_count
+
+# Estimator -> what a user must pass, and its kind.
+MINIMUM = {
+    "KFed": ({"n_clusters": 3}, "cluster"),
+    "DistributedKMeans": ({"n_clusters": 3}, "cluster"),
+    "FederatedKernelKMeans": ({"n_clusters": 3}, "cluster"),
+    "DistributedKernelPCA": ({"n_components": 2}, "transform"),
+    "FederatedRKHSClassifier": ({}, "classify"),
+}
+NAMES = list(MINIMUM)
+
+
+def _make(name, **params):
+    return getattr(skfed, name)(**{**MINIMUM[name][0], "random_state": 0, **params})
+
+
+def _blobs(name, n=150, seed=0):
+    X, y = make_blobs(
+        n_samples=n,
+        centers=3,
+        n_features=4,
+        cluster_std=0.6,
+        center_box=(-8, 8),
+        random_state=seed,
+    )
+    if MINIMUM[name][1] == "classify":
+        y = (y == 0).astype(int)
+    return X, y, np.arange(n) % 3
+
+
+def _fit(name, X, y, ids, **params):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return _make(name, **params).fit(X, y, partitions=ids)
+
+
+# --- workers bounded by the clients -------------------------------------
+
+
+class _CountingThreads(ThreadPoolExecutor):
+    """A ThreadPoolExecutor that records the most threads it started."""
+
+    started = []
+
+    def shutdown(self, *args, **kwargs):
+        _CountingThreads.started.append(len(self._threads))
+        super().shutdown(*args, **kwargs)
+
+
+def test_worker_count_is_bounded_by_the_tasks():
+    assert worker_count(32, 3) == 3
+    assert worker_count(10_000, 3) == 3
+    assert worker_count(2, 3) == 2
+    assert worker_count(-1, 1) == 1
+    assert worker_count(32, 0) == 1
+
+
+def test_resident_workers_are_bounded_by_the_clients():
+    # 40 clients of 100 rows can keep two workers busy (16 clients each at
+    # least), not 32.
+    sizes = [1000] * 40
+    assert resident_workers(2, sizes) == 2
+    assert resident_workers(32, sizes) == 2
+    assert resident_workers(32, [1000] * 20) == 0
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("n_jobs", [32, 10_000])
+def test_n_jobs_beyond_the_clients_starts_a_worker_per_client(
+    name, n_jobs, monkeypatch
+):
+    # n_jobs=32 over 3 clients started 32 worker processes (22-27 s for a
+    # fit of 0.02 s); n_jobs=10000 did not return. At most one worker per
+    # client, and no worker processes for a fit of 150 rows.
+    requested = []
+    real_parallel = transport_module.Parallel
+
+    def parallel(*args, **kwargs):
+        requested.append(kwargs.get("n_jobs", args[0] if args else None))
+        return real_parallel(*args, **kwargs)
+
+    _CountingThreads.started = []
+    monkeypatch.setattr(transport_module, "Parallel", parallel)
+    monkeypatch.setattr(transport_module, "ThreadPoolExecutor", _CountingThreads)
+    X, y, ids = _blobs(name)
+    reference = _fit(name, X, y, ids, n_jobs=1)
+    model = _fit(name, X, y, ids, n_jobs=n_jobs)
+    assert all(n is None or 0 < n <= 3 for n in requested), requested
+    assert all(n <= 3 for n in _CountingThreads.started), _CountingThreads.started
+    if MINIMUM[name][1] == "cluster":
+        np.testing.assert_array_equal(model.labels_, reference.labels_)
