@@ -12,6 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from sklearn.datasets import make_blobs
 
 import skfed
@@ -109,3 +112,73 @@ def test_n_jobs_beyond_the_clients_starts_a_worker_per_client(
     assert all(n <= 3 for n in _CountingThreads.started), _CountingThreads.started
     if MINIMUM[name][1] == "cluster":
         np.testing.assert_array_equal(model.labels_, reference.labels_)
+
+
+# --- size parameters bounded by the data ---------------------------------
+
+
+def test_int_widths_beyond_the_samples_are_clipped_with_a_warning():
+    # widths=100000 on 150 rows allocated 1.3 GB and ran 200 s: more widths
+    # than samples give linearly dependent atoms.
+    X, y, ids = _blobs("FederatedRKHSClassifier")
+    with pytest.warns(UserWarning, match="widths=100000 exceeds the 150"):
+        model = _make("FederatedRKHSClassifier", widths=100_000).fit(
+            X, y, partitions=ids
+        )
+    assert len(model.widths_) == 150
+
+
+def test_a_list_of_more_widths_than_samples_is_refused():
+    X, y, ids = _blobs("FederatedRKHSClassifier", n=30)
+    widths = np.geomspace(0.1, 10, 31)
+    with pytest.raises(ValueError, match="31 distinct widths for 30"):
+        _make("FederatedRKHSClassifier", widths=widths).fit(X, y, partitions=ids)
+
+
+# --- the data scale does not depend on where the data sit ------------------
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+@settings(max_examples=10, deadline=None)
+@given(
+    offset=st.floats(1e3, 1e11),
+    scale=st.floats(1e-8, 1e8),
+)
+@example(offset=2e10, scale=1.0)
+def test_gamma_from_moments_is_translation_invariant(sparse, offset, scale):
+    # Rows of spread `scale` at `offset` times it from the origin: one pass
+    # around the rounded mean called rows of unit spread at 2e10 "identical"
+    # (a threshold of 1e-10 of the offset).
+    from skfed._federation import Federation
+    from skfed._validation import check_partitions
+    from skfed.kernel import gamma_from_moments, moments_step
+
+    X = np.random.RandomState(0).standard_normal((40, 3)) * scale
+    ids = np.arange(40) % 4
+
+    def gamma(Z):
+        Z = sp.csr_matrix(Z) if sparse else Z
+        p = check_partitions(ids, Z.shape[0])
+        with Federation.from_arrays(Z, None, p, random_state=0) as fed:
+            return gamma_from_moments(fed.run_round("moments", moments_step))
+
+    # The shifted data are themselves rounded: about 1e-16 of the offset
+    # over the spread, relative.
+    rtol = 1e-13 + 1e-14 * offset
+    np.testing.assert_allclose(gamma(X + offset * scale), gamma(X), rtol=rtol)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_identical_rows_are_refused_at_any_offset(sparse):
+    from skfed._federation import Federation
+    from skfed._validation import check_partitions
+    from skfed.kernel import gamma_from_moments, moments_step
+
+    for offset in [0.0, 0.1, 3.7e9, 1e140]:
+        Z = np.full((30, 3), offset) + np.array([1.0, 0.0, -2.0])
+        Z = sp.csr_matrix(Z) if sparse else Z
+        p = check_partitions(np.arange(30) % 3, 30)
+        with Federation.from_arrays(Z, None, p, random_state=0) as fed:
+            uploads = fed.run_round("moments", moments_step)
+        with pytest.raises(ValueError, match="identical"):
+            gamma_from_moments(uploads)
