@@ -182,3 +182,12 @@ def test_identical_rows_are_refused_at_any_offset(sparse):
             uploads = fed.run_round("moments", moments_step)
         with pytest.raises(ValueError, match="identical"):
             gamma_from_moments(uploads)
+
+
+def test_server_restarts_beyond_the_pooled_centers_are_clipped():
+    # server_n_init=10**6 over 9 pooled centers ran for minutes.
+    X, y, ids = _blobs("KFed")
+    with pytest.warns(UserWarning, match="server_n_init=1000000 exceeds"):
+        model = _make("KFed", server_n_init=10**6).fit(X, partitions=ids)
+    reference = _fit("KFed", X, y, ids, server_n_init=10)
+    np.testing.assert_array_equal(model.labels_, reference.labels_)
