@@ -33,6 +33,7 @@ from threadpoolctl import ThreadpoolController
 from .._federation import ClientStepError, ClientValueError
 from .._protocol import client_step
 from .._rows import row_hashes, rows_equal
+from .._shift import shift_point, shifted_rows
 from .._validation import clip_to_data
 from ._batched_kmeans import SMALL_ROWS, KMeansProblem
 from ._coreset import (
@@ -425,15 +426,13 @@ def _local_step(
         X_kept, w_kept, h_kept = X, weights, hashes
     distinct = _few_distinct_rows(X_kept, h_kept, n_local_clusters)
 
-    # Dense data is clustered around the client's own weighted mean:
+    # The data are clustered around the client's own weighted mean:
     # squared distances expanded on coordinates far from the origin (data
     # at 1e9) cancel. The centers are uploaded in global coordinates, so the
-    # mean costs nothing on the wire. Sparse data stays uncentered, as in
-    # scikit-learn's KMeans (centering would densify it).
-    if sp.issparse(X):
-        mean = None
-    else:
-        mean = ((w_kept @ X_kept) / w_kept.sum()).astype(X.dtype)
+    # mean costs nothing on the wire. CSR rows are shifted only on the
+    # columns they all store, and stay sparse (see skfed._shift).
+    mean = shift_point(np.asarray(w_kept @ X_kept) / w_kept.sum(), X_kept)
+    mean = mean.astype(X.dtype)
 
     if distinct is not None:
         if not allow_raw_upload:
@@ -443,10 +442,10 @@ def _local_step(
         first, kept_labels = distinct
         centers = X_kept[first]
         centers = centers.toarray() if sp.issparse(centers) else centers.copy()
-        offsets = centers if mean is None else centers - mean
+        offsets = centers - mean
         n_iter = 0
     else:
-        rows = X_kept if mean is None else X_kept - mean
+        rows = shifted_rows(X_kept, mean)
         # Only scikit-learn's KMeans (large or sparse clients) runs OpenMP;
         # setting the limit costs 50 us, a tenth of a small client's step.
         limit = single_threaded and not _batched(rows)
@@ -469,14 +468,16 @@ def _local_step(
                 offsets, kept_labels, n_iter = _better_of(
                     rows, w_kept, (offsets, kept_labels, n_iter), plain
                 )
-        centers = offsets if mean is None else offsets + mean
+        centers = offsets + mean
     if X_kept is X:
         sorted_labels = kept_labels
     else:
         sorted_labels = np.empty(X.shape[0], dtype=np.intp)
         sorted_labels[kept] = kept_labels
         zero = np.flatnonzero(weights <= 0)
-        X_zero = X[zero] if mean is None else X[zero] - mean
+        # Dense: these rows need not store the columns the mean shifts.
+        X_zero = X[zero].toarray() if sp.issparse(X) else X[zero]
+        X_zero = X_zero - mean
         sorted_labels[zero] = pairwise_distances_argmin(X_zero, offsets)
     local_labels = np.empty(X.shape[0], dtype=np.intp)
     local_labels[order] = sorted_labels
@@ -814,6 +815,9 @@ def _distinct_above(sorted_hashes, n):
 def _assigned_sq_distance(X, centers, labels, weights=None):
     """Σ_i w_i ‖x_i − c_{labels_i}‖², the client's share of the k-means cost."""
     if sp.issparse(X):
+        # Around the centers' mean, as the assignments (see skfed._shift).
+        reference = shift_point(centers.mean(axis=0), X)
+        X, centers = shifted_rows(X, reference), centers - reference
         cross = np.asarray(X @ centers.T)[np.arange(X.shape[0]), labels]
         sq = (
             row_norms(X, squared=True)
