@@ -253,3 +253,50 @@ def test_translation_and_scale_do_not_change_the_model(name, sparse, offset, sca
 
     rtol = 1e-6 + 1e-13 * abs(offset)
     _assert_same_model(name, fit(X), fit(moved), rtol)
+
+
+# --- float parameters at their extremes ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, params, match",
+    [
+        # The phases X Ω overflowed float32 after their reduction: the
+        # eigen-solver then refused "infs or NaNs".
+        ("FederatedKernelKMeans", {"gamma": 1e300}, "gamma"),
+        ("DistributedKernelPCA", {"gamma": 1e300}, "gamma"),
+        ("DistributedKernelPCA", {"gamma": 1e30}, "gamma"),
+        # 1/(2σ²): ZeroDivisionError and OverflowError.
+        ("DistributedKernelPCA", {"median_factor": 1e-300}, "median_factor"),
+        ("DistributedKernelPCA", {"median_factor": 1e300}, "median_factor"),
+        # (γ<x, y> + c)^q overflowed: "SVD did not converge".
+        ("DistributedKernelPCA", {"kernel": "poly", "coef0": 1e300}, "coef0"),
+    ],
+)
+def test_extreme_float_parameters_raise_a_value_error_naming_them(name, params, match):
+    X, y, ids = _blobs(name, n=60)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        with pytest.raises(ValueError, match=match):
+            _make(name, **params).fit(X, y, partitions=np.arange(60) % 3)
+
+
+@pytest.mark.parametrize(
+    "name, params",
+    [
+        ("FederatedKernelKMeans", {"gamma": 1e-300}),
+        ("DistributedKernelPCA", {"gamma": 1e-300}),
+        ("DistributedKernelPCA", {"median_factor": 1e-3}),
+        ("DistributedKernelPCA", {"median_factor": 1e3}),
+        ("DistributedKernelPCA", {"kernel": "poly", "coef0": 1e3}),
+        ("KFed", {"tol": 1e300}),
+        ("DistributedKMeans", {"tol": 1e-300}),
+        ("FederatedRKHSClassifier", {"C": 1e300}),
+        ("FederatedRKHSClassifier", {"solver": "fista", "step_size": 1e300}),
+    ],
+)
+def test_extreme_float_parameters_within_range_give_finite_output(name, params):
+    X, y, ids = _blobs(name, n=60)
+    model = _fit(name, X, y, np.arange(60) % 3, **params)
+    out = model.predict(X) if hasattr(model, "predict") else model.transform(X)
+    assert np.all(np.isfinite(out))

@@ -75,6 +75,7 @@ def random_fourier_features(X, omega, offset, *, scale=None, out=None):
     """
     if scale is None:
         scale = np.sqrt(2.0 / omega.shape[1])
+    _check_phases(X, omega)
     n_samples, n_components = X.shape[0], omega.shape[1]
     if out is None:
         out = np.empty((n_samples, n_components))
@@ -93,6 +94,38 @@ def random_fourier_features(X, omega, offset, *, scale=None, out=None):
         phase += offset
         scratch.cosines(phase, scale, out[block])
     return out
+
+
+# Largest phase whose cosine float64 still resolves to about 1e-3 (its
+# spacing there is 2**-9 rad); beyond 2**52 the reduction modulo 2π is
+# noise, and beyond float32's range the reduced phase overflowed and the
+# features were NaN ("array must not contain infs or NaNs" from the
+# eigen-solver with gamma=1e300).
+_MAX_PHASE = 2.0**43
+
+
+def _check_phases(X, omega):
+    """Refuse phases X Ω too large for their cosines to mean anything.
+
+    A cheap bound first (largest absolute row sum of X times the largest
+    |ω|); the phases themselves only when the bound is exceeded.
+    """
+    values = X.data if sp.issparse(X) else X
+    if values.size == 0 or omega.size == 0:
+        return
+    row_sums = abs(X).sum(axis=1) if sp.issparse(X) else np.abs(X).sum(axis=1)
+    largest = float(np.max(row_sums)) * float(np.max(np.abs(omega)))
+    if not largest > _MAX_PHASE:
+        return
+    largest = float(np.max(np.abs(X @ omega)))
+    if largest > _MAX_PHASE or not np.isfinite(largest):
+        raise ValueError(
+            f"The random Fourier features' phases reach {largest:.3g} radians, "
+            f"beyond the {_MAX_PHASE:.3g} whose cosines float64 resolves: "
+            "gamma is too large for these data (a kernel narrower than "
+            "their rounding). Use a smaller gamma, e.g. gamma=None to take "
+            "it from the data's spread, or rescale/centre the data."
+        )
 
 
 # Phases whose cosines are taken at once: 20 bytes of scratch per value
