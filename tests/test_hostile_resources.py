@@ -300,3 +300,16 @@ def test_extreme_float_parameters_within_range_give_finite_output(name, params):
     model = _fit(name, X, y, np.arange(60) % 3, **params)
     out = model.predict(X) if hasattr(model, "predict") else model.transform(X)
     assert np.all(np.isfinite(out))
+
+
+@pytest.mark.parametrize(
+    "widths, match",
+    [([1e-300], "below"), ([1e-150], "below"), ([1e-11, 1e30], "spans")],
+)
+def test_kernel_widths_beyond_the_data_resolution_are_refused(widths, match):
+    # They ended in "Input X contains NaN" from the clients' SVC.
+    X, y, ids = _blobs("FederatedRKHSClassifier", n=60)
+    with pytest.raises(ValueError, match=f"widths (has|spans).*{match}|{match}"):
+        _make("FederatedRKHSClassifier", widths=widths).fit(
+            X, y, partitions=np.arange(60) % 3
+        )
