@@ -34,7 +34,6 @@ from types import MappingProxyType
 
 import numpy as np
 import scipy.sparse as sp
-from joblib import effective_n_jobs
 from joblib.parallel import get_active_backend
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import validate_data
@@ -51,12 +50,12 @@ from ._ledger import (
     as_disclosure,
     count_payload,
 )
-from ._processes import ProcessTransport, resident_processes_pay
+from ._processes import ProcessTransport, resident_workers
 from ._protocol import as_step_call, client_step, stream_key
 from ._reduce import content_sorted
 from ._remote import RemoteArray, is_dask_collection, is_remote
 from ._rows import rounded_row_hashes
-from ._transport import JoblibTransport, StepFailure
+from ._transport import JoblibTransport, StepFailure, worker_count
 from ._validation import check_partitions
 
 __all__ = [
@@ -127,8 +126,10 @@ class _SetUpThreads:
     MIN_ROWS_EACH = 2048
 
     def __init__(self, n_jobs, n_rows):
-        workers = effective_n_jobs(n_jobs) if n_rows >= self.MIN_ROWS else 1
-        self._n_workers = max(1, workers)
+        # Each thread gets at least MIN_ROWS_EACH rows to hash: n_jobs
+        # beyond that would start threads for nothing.
+        workers = worker_count(n_jobs, n_rows // self.MIN_ROWS_EACH)
+        self._n_workers = workers if n_rows >= self.MIN_ROWS else 1
         self._pool = None
 
     def __enter__(self):
@@ -451,11 +452,12 @@ class Federation:
                 on_client_error=on_client_error,
             )
         sizes = [c.n_samples for c in clients]
-        if in_processes and resident_processes_pay(n_jobs, sizes):
+        n_workers = resident_workers(n_jobs, sizes) if in_processes else 0
+        if n_workers:
             # Many small clients: each worker process receives its clients
             # once and keeps them (see skfed._processes).
             return cls(
-                transport=ProcessTransport(clients, n_jobs=n_jobs),
+                transport=ProcessTransport(clients, n_jobs=n_workers),
                 n_jobs=n_jobs,
                 verbose=verbose,
                 log=log,

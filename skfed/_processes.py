@@ -10,7 +10,7 @@ state until the fit closes its federation, as a dask worker does
 (``skfed._dask``): a round sends a worker the step's name and options and
 its clients' messages, and only the uploads come back.
 
-:func:`resident_processes_pay` decides, in ``Federation.from_arrays``,
+:func:`resident_workers` decides, in ``Federation.from_arrays``,
 which fits go here: more than one worker, joblib's default backend, and
 many clients of at most ``_SMALL_CLIENT`` rows on average, 32,768 rows or
 more in all. Over 1,000
@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
 import numpy as np
-from joblib import effective_n_jobs, parallel_config
+from joblib import parallel_config
 from joblib.externals.loky import ProcessPoolExecutor
 from joblib.externals.loky.process_executor import BrokenProcessPool
 from joblib.parallel import LokyBackend, get_active_backend
@@ -43,6 +43,7 @@ from sklearn import config_context, get_config
 from threadpoolctl import ThreadpoolController
 
 from ._transport import (
+    _MIN_PROCESS_ROWS,
     _SMALL_CLIENT,
     StepFailure,
     _run_steps,
@@ -50,9 +51,10 @@ from ._transport import (
     kept_after,
     picked,
     server_thread_map,
+    worker_count,
 )
 
-__all__ = ["ProcessTransport", "resident_processes_pay"]
+__all__ = ["ProcessTransport", "resident_processes_pay", "resident_workers"]
 
 # Clients per worker, and rows, from which a fit over small clients goes
 # to resident worker processes. Below them a fit's rounds are short (k-FED
@@ -60,28 +62,35 @@ __all__ = ["ProcessTransport", "resident_processes_pay"]
 # starting the workers, 1.5 to 2 s for a process's first such fit, is not
 # paid back.
 _MIN_CLIENTS_PER_WORKER = 16
-_MIN_ROWS = 2**15
+_MIN_ROWS = _MIN_PROCESS_ROWS
 
 
-def resident_processes_pay(n_jobs, sizes):
-    """Whether a fit's clients (of ``sizes`` rows) go to resident worker
-    processes.
+def resident_workers(n_jobs, sizes):
+    """How many resident worker processes a fit's clients (of ``sizes``
+    rows) go to: 0 when they stay in this process.
 
-    With more than one worker, at least ``_MIN_ROWS`` rows in at least
-    ``_MIN_CLIENTS_PER_WORKER`` clients per worker of at most
-    ``_SMALL_CLIENT`` rows on average, and joblib's default backend or loky
-    chosen explicitly. Threads asked for explicitly
-    (``parallel_config(backend="threading")``) are threads.
+    ``n_jobs`` workers (``joblib.effective_n_jobs``), at most one per
+    ``_MIN_CLIENTS_PER_WORKER`` clients (fewer clients per worker do not pay
+    for its start), when that leaves more than one worker, the clients hold
+    at least ``_MIN_ROWS`` rows, at most ``_SMALL_CLIENT`` on average, and
+    joblib's backend is its default or loky chosen explicitly. Threads asked
+    for explicitly (``parallel_config(backend="threading")``) are threads.
     """
-    n_workers = effective_n_jobs(n_jobs)
-    if n_workers < 2 or len(sizes) < _MIN_CLIENTS_PER_WORKER * n_workers:
-        return False
-    if np.sum(sizes) < _MIN_ROWS:
-        return False
+    n_workers = worker_count(n_jobs, len(sizes) // _MIN_CLIENTS_PER_WORKER)
+    if n_workers < 2 or np.sum(sizes) < _MIN_ROWS:
+        return 0
     # Processes preferred: joblib answers with loky unless a backend was
     # chosen, then with that one.
     backend, _ = get_active_backend(prefer="processes")
-    return type(backend) is LokyBackend and np.mean(sizes) <= _SMALL_CLIENT
+    if type(backend) is not LokyBackend or np.mean(sizes) > _SMALL_CLIENT:
+        return 0
+    return n_workers
+
+
+def resident_processes_pay(n_jobs, sizes):
+    """Whether a fit's clients go to resident worker processes (see
+    :func:`resident_workers`)."""
+    return resident_workers(n_jobs, sizes) > 0
 
 
 _THREAD_POOLS = None
@@ -285,7 +294,8 @@ class ProcessTransport:
     clients : list of ClientData
         In canonical order.
     n_jobs : int
-        The number of worker processes (``joblib.effective_n_jobs``).
+        The number of worker processes (``joblib.effective_n_jobs``), at
+        most one per client.
     """
 
     def __init__(self, clients, *, n_jobs):
@@ -319,7 +329,8 @@ class ProcessTransport:
                 "A ProcessTransport serves one fit: its workers dropped the "
                 "clients when it exited."
             )
-        n_workers = self._n_workers = effective_n_jobs(self.n_jobs)
+        # At most one worker per client (its clients are its only work).
+        n_workers = self._n_workers = worker_count(self.n_jobs, len(self._clients))
         executors = _open_workers(n_workers)
         try:
             self._settle(executors)

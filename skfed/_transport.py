@@ -46,7 +46,7 @@ from threadpoolctl import threadpool_limits
 
 from ._protocol import resolve_step, resume, run_together
 
-__all__ = ["JoblibTransport", "StepFailure"]
+__all__ = ["JoblibTransport", "StepFailure", "worker_count"]
 
 # Seconds: a parallel round this short is mostly the pool's dispatch.
 _CHEAP_ROUND = 0.02
@@ -60,6 +60,11 @@ _LONG_ROUND = 0.1
 # (about where skfed's steps leave per-call-bound array code for compiled
 # scikit-learn routines).
 _SMALL_CLIENT = 2048
+# Rows of a round from which a Python-bound step's worker processes can
+# pay for their start (1.5 to 2 s for a session's first, more on a busy
+# machine): below them the round is short whatever runs it (3 clients of
+# 100 rows with n_jobs=2 took 12 s in processes, 0.04 s in one thread).
+_MIN_PROCESS_ROWS = 2**15
 # The first round of a step over at least this many small clients per
 # worker times this share of them in the server's thread (see
 # JoblibTransport._pilot).
@@ -71,6 +76,19 @@ _WAVE_ROWS = 2**16
 # Rows of a pool task, when the round's clients hold more than a task per
 # worker (see _task_shares): a wave's worth.
 _TASK_ROWS = _WAVE_ROWS
+
+
+def worker_count(n_jobs, n_tasks):
+    """The workers to start for ``n_jobs`` over ``n_tasks`` independent
+    pieces of work: ``joblib.effective_n_jobs(n_jobs)``, never more than
+    the pieces, at least one.
+
+    Every transport and set-up pool turns ``n_jobs`` into workers here. A
+    worker with nothing to do still costs its start: ``n_jobs=32`` over 3
+    clients started 32 processes (22-27 s for a fit of 0.02 s), and
+    ``n_jobs=10000`` did not return.
+    """
+    return max(1, min(effective_n_jobs(n_jobs), int(n_tasks)))
 
 
 def _task_shares(sizes, n_workers):
@@ -279,8 +297,9 @@ class JoblibTransport:
     is threads (the default), the threads are an executor of the
     transport's own, which returns a round as soon as its last task ends
     (see __enter__). A step registered as ``python_bound`` runs over
-    clients of at most 2,048 rows on average in worker processes instead
-    (joblib's loky backend), where threads would queue on the GIL: KFed
+    clients of at most 2,048 rows on average, 32,768 rows or more in all,
+    in worker processes instead (joblib's loky backend), where threads
+    would queue on the GIL: KFed
     over 1,000 clients of 100 rows took 2.1 s with one worker, 3.0 s with
     two threads and 1.3 s with two processes; one registered with
     ``in_processes=False`` (its result depends on BLAS's thread count, or
@@ -299,8 +318,9 @@ class JoblibTransport:
     clients : list of ClientData
         In canonical order.
     n_jobs : int, default=None
-        The number of workers (``joblib.effective_n_jobs``); ``None`` lets
-        an enclosing ``joblib.parallel_config`` decide.
+        The number of workers (``joblib.effective_n_jobs``), at most one
+        per client (:func:`worker_count`); ``None`` lets an enclosing
+        ``joblib.parallel_config`` decide.
     """
 
     def __init__(self, clients, *, n_jobs=None):
@@ -333,7 +353,9 @@ class JoblibTransport:
         # threads at once interleave and can leave the process with one
         # thread after the fit. Snapshot them here, restore them on exit.
         self._thread_limits = threadpool_limits(limits=None)
-        self._n_workers = effective_n_jobs(self.n_jobs)
+        # A round has at most one task per client (_task_shares): more
+        # workers than clients would only be started to wait.
+        self._n_workers = worker_count(self.n_jobs, len(self.client_ids))
         self._sequential = self._n_workers == 1
         # Step name -> seconds per client of its first round in the pool and
         # of its second in this thread.
@@ -342,18 +364,23 @@ class JoblibTransport:
         # transport instead; a pool built here serves threads or processes.
         backend, _ = get_active_backend(prefer="threads")
         self._threads = self._parallel = None
-        if isinstance(backend, ThreadingBackend) and not self._sequential:
+        n_threads = effective_n_jobs(self.n_jobs)
+        if isinstance(backend, ThreadingBackend) and n_threads > 1:
             # joblib's own choice, threads, in an executor of our own:
             # joblib's Parallel looks for finished tasks every 10 ms, so a
             # round in its thread pool took at least 10 ms and ended on a
             # multiple of 10 ms (tasks of 20 ms: 31 ms), which an iterative
-            # protocol paid on each of hundreds of rounds.
-            self._threads = ThreadPoolExecutor(self._n_workers)
-        else:
+            # protocol paid on each of hundreds of rounds. It starts a
+            # thread only for a task that finds none idle: a round's tasks
+            # (at most one per client) or server_map's items bound them,
+            # and server work (the RKHS server's chunks) may use n_jobs
+            # threads over one client.
+            self._threads = ThreadPoolExecutor(n_threads)
+        if self._threads is None:
             # batch_size=1: the tasks are already batches of clients (see
             # _task_shares), which joblib's automatic batching would pair.
             self._parallel = Parallel(
-                n_jobs=self.n_jobs, prefer="threads", batch_size=1
+                n_jobs=self._n_workers, prefer="threads", batch_size=1
             )
             self._parallel.__enter__()
         self._open = True
@@ -529,8 +556,11 @@ class JoblibTransport:
 
     def _pool(self, call, calls):
         """The pool for a round: processes for a Python-bound step over
-        small clients, threads otherwise."""
-        if not _python_bound_here(resolve_step(call.name, call.module), calls):
+        small clients holding at least ``_MIN_PROCESS_ROWS`` rows in all,
+        threads otherwise."""
+        step = resolve_step(call.name, call.module)
+        rows = sum(args[1].n_samples for args in calls)
+        if not _python_bound_here(step, calls) or rows < _MIN_PROCESS_ROWS:
             return self._parallel if self._threads is None else self._threads
         if self._processes is None:
             # Entered inside the server's sequential configuration: leave it
@@ -538,7 +568,7 @@ class JoblibTransport:
             self._server_config.__exit__(None, None, None)
             try:
                 self._processes = Parallel(
-                    n_jobs=self.n_jobs, prefer="processes", batch_size=1
+                    n_jobs=self._n_workers, prefer="processes", batch_size=1
                 )
                 self._processes.__enter__()
             finally:

@@ -309,10 +309,12 @@ def _where(X, ids, **config):
     return fed, {pid for pid, _ in answers}, {t for _, t in answers}
 
 
-def test_python_bound_steps_on_small_clients_run_in_processes(data):
+def test_python_bound_steps_on_small_clients_run_in_processes(data, monkeypatch):
     # Threads serialise a Python-bound step on the GIL: with n_jobs=2 and
     # joblib's default backend its rounds over small clients run in worker
-    # processes, and what the clients keep comes back.
+    # processes (from _MIN_PROCESS_ROWS rows in all, lowered here), and
+    # what the clients keep comes back.
+    monkeypatch.setattr(transport_module, "_MIN_PROCESS_ROWS", 0)
     X, ids = data
     fed, pids, _ = _where(X, ids)
     assert os.getpid() not in pids
@@ -320,6 +322,14 @@ def test_python_bound_steps_on_small_clients_run_in_processes(data):
     # An explicit backend still decides.
     _, pids, threads = _where(X, ids, backend="threading")
     assert pids == {os.getpid()} and threading.get_ident() not in threads
+
+
+def test_python_bound_steps_on_few_rows_run_in_threads(data):
+    # Below _MIN_PROCESS_ROWS rows a round is too short to pay for starting
+    # worker processes: threads, whatever the step is marked.
+    X, ids = data
+    _, pids, _ = _where(X, ids)
+    assert pids == {os.getpid()}
 
 
 def test_python_bound_steps_on_large_clients_run_in_threads(monkeypatch):

@@ -1,6 +1,7 @@
 """A real Flower deployment on localhost: a SuperLink, three SuperNodes
 each loading its own client's file, and ``flwr run`` of a Flower App that
-fits KFed and DistributedKMeans with skfed.flower.
+fits KFed, DistributedKMeans and, with secure aggregation of its sum-only
+rounds, FederatedKernelKMeans with skfed.flower.
 
 Every message starts a ClientApp process on its node (Flower's default
 isolation), about 10-15 s per round trip here, so the test takes minutes:
@@ -31,7 +32,12 @@ pytestmark = pytest.mark.deployment
 
 N_NODES = 3
 NODE_ROWS = 120
-ESTIMATORS = ("KFed", "DistributedKMeans")
+# (key, estimator, parameters beyond the integration case's)
+FITS = (
+    ("KFed", "KFed", {}),
+    ("DistributedKMeans", "DistributedKMeans", {}),
+    ("masked kernel k-means", "FederatedKernelKMeans", {"secure_aggregation": True}),
+)
 HOST = "127.0.0.1"
 
 APP = """
@@ -55,9 +61,9 @@ server = ServerApp()
 @server.main()
 def main(grid, context):
     fitted = {{}}
-    for name in {estimators!r}:
-        est = getattr(skfed, name)(**INTEGRATION_CASES[name][0])
-        fitted[name] = fit_on_grid(est, grid, n_nodes={n_nodes}, timeout=300)
+    for key, name, extra in {fits!r}:
+        est = getattr(skfed, name)(**INTEGRATION_CASES[name][0], **extra)
+        fitted[key] = fit_on_grid(est, grid, n_nodes={n_nodes}, timeout=300)
     joblib.dump(fitted, context.run_config["model-path"])
 """
 
@@ -188,7 +194,7 @@ def test_localhost_deployment_gives_the_in_memory_model(federation, tmp_path):
     model_path = tmp_path / "models.joblib"
     (app / "pyproject.toml").write_text(PYPROJECT.format(model_path=model_path))
     (app / "skfed_deploy_app.py").write_text(
-        textwrap.dedent(APP.format(estimators=ESTIMATORS, n_nodes=N_NODES))
+        textwrap.dedent(APP.format(fits=FITS, n_nodes=N_NODES))
     )
     run = subprocess.run(
         ["flwr", "run", str(app), "local", "--stream"],
@@ -201,10 +207,10 @@ def test_localhost_deployment_gives_the_in_memory_model(federation, tmp_path):
     assert model_path.exists(), run.stdout[-3000:] + run.stderr[-3000:]
     fitted = joblib.load(model_path)
     parts = np.repeat(np.arange(N_NODES), NODE_ROWS)
-    for name in ESTIMATORS:
-        params = INTEGRATION_CASES[name][0]
+    for key, name, extra in FITS:
+        params = {**INTEGRATION_CASES[name][0], **extra}
         expected = getattr(skfed, name)(**params).fit(X, partitions=parts)
-        got = fitted[name]
+        got = fitted[key]
         np.testing.assert_array_equal(got.predict(X), expected.predict(X))
         np.testing.assert_array_equal(got.labels_, expected.labels_)
         np.testing.assert_allclose(
@@ -212,5 +218,10 @@ def test_localhost_deployment_gives_the_in_memory_model(federation, tmp_path):
         )
         log = got.communication_
         assert log.to_records() == expected.communication_.to_records()
+        if extra.get("secure_aggregation"):
+            # Its sum-only rounds crossed Flower masked, as in memory.
+            kinds = {d["disclosure"] for d in log.disclosure()}
+            assert "sum_only" in kinds
+            assert any(d["name"] == "secure aggregation keys" for d in log.disclosure())
         # Flower's own bytes were recorded, and cover the protocol's.
         assert log.wire_upload_bytes >= log.upload_bytes > 0

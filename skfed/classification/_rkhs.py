@@ -24,7 +24,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .._blocks import row_blocks
 from .._federation import FederatedMixin
 from .._remote import code_labels, distinct_values, is_remote
-from .._validation import StrictInterval, check_magnitude
+from .._validation import StrictInterval, check_magnitude, clip_to_data
 from ._rkhs_protocol import run_rkhs
 from ._sparse_dual import gaussian_atoms
 
@@ -95,6 +95,13 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         deviations of the Gaussians). An int asks for that many widths
         log-spaced between 0.2 and 1 times the root mean squared distance
         between training samples, computed federatedly (one extra round).
+        Given widths must be at least 1e-12 times the data's largest
+        magnitude (narrower kernels are below the rounding of the data) and
+        within a factor 1e15 of one another.
+        At most N (the training samples): over N samples the atoms of more
+        widths at one center are linearly dependent, so a larger int is
+        clipped to N with a warning and a list of more than N distinct
+        widths is refused.
     epsilon : float in [0, 1), default=0.3
         ε in the paper: margin slack, every sample must satisfy
         y f(x) ≥ 1 − ε (up to the soft-margin slack). A slack lets fewer
@@ -403,9 +410,10 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
             )
         widths = self.widths
         if not isinstance(widths, numbers.Integral):
-            widths = _check_widths(widths)
+            widths = _check_widths(widths, None if is_remote(X) else X)
         rng = check_random_state(self.random_state)
         fed = self._federation(X, y_code, partitions, random_state=rng)
+        widths = _widths_the_data_resolve(widths, fed.n_samples)
         with fed:
             # A client that fails after its first round takes no part (see
             # Federation.run_protocol).
@@ -526,7 +534,39 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         return tags
 
 
-def _check_widths(widths):
+def _widths_the_data_resolve(widths, n_samples):
+    """``widths`` within what ``n_samples`` training samples can tell apart.
+
+    A kernel's atom is seen only through its values at the samples: over N
+    samples the atoms at one center are vectors of N values, so more than N
+    widths give linearly dependent atoms, which only multiply the
+    dictionary (n · n_widths atoms per problem: ``widths=100000`` on 150
+    rows allocated 1.3 GB and ran 200 s). An int is clipped to N with a
+    warning; a list of more than N distinct widths is refused.
+    """
+    if isinstance(widths, numbers.Integral):
+        return clip_to_data("widths", widths, n_samples, "training samples")
+    n_distinct = len(np.unique(widths))
+    if n_distinct > n_samples:
+        raise ValueError(
+            f"widths has {n_distinct} distinct widths for {n_samples} "
+            "training samples: kernels of more widths than samples are "
+            "linearly dependent on the samples and only enlarge the "
+            f"dictionary; pass at most {n_samples} widths."
+        )
+    return widths
+
+
+# Narrowest width, relative to the data's largest magnitude: narrower
+# kernels are below the rounding of the data's coordinates, and their
+# coefficient 1 / (2w²) overflowed the float32 dictionary (widths=[1e-150]
+# ended in "Input X contains NaN").
+_MIN_RELATIVE_WIDTH = 1e-12
+# Widest over narrowest width of one dictionary.
+_MAX_WIDTH_RATIO = 1e15
+
+
+def _check_widths(widths, X=None):
     widths = np.asarray(widths, dtype=np.float64)
     if widths.ndim != 1 or widths.size == 0:
         raise ValueError(
@@ -538,4 +578,23 @@ def _check_widths(widths):
             "widths must be finite and > 0 (standard deviations of the "
             f"Gaussian kernels); got {widths.tolist()}."
         )
+    if widths.max() > _MAX_WIDTH_RATIO * widths.min():
+        # The dictionary measures lengths in one unit near the largest
+        # width: the narrowest's 1 / (2w²) then overflows float32.
+        raise ValueError(
+            f"widths spans {widths.min():.3g} to {widths.max():.3g}, more "
+            f"than a factor {_MAX_WIDTH_RATIO:.0e}: the narrowest kernels "
+            "cannot be held beside the widest in float32. Pass widths "
+            "within a factor 1e15 of one another."
+        )
+    if X is not None and X.size:
+        lowest = _MIN_RELATIVE_WIDTH * max(float(X.max()), -float(X.min()))
+        if widths.min() < lowest:
+            raise ValueError(
+                f"widths has a kernel width of {widths.min():.3g}, below "
+                f"{lowest:.3g}: 1e-12 times the data's largest magnitude, "
+                "under the rounding of their coordinates. Pass widths of at "
+                "least that (about the distances between samples), or an "
+                "int to derive them from the data."
+            )
     return widths

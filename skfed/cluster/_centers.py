@@ -10,12 +10,12 @@ embedding for the third).
 """
 
 import numpy as np
-import scipy.sparse as sp
 from sklearn.base import TransformerMixin
 from sklearn.metrics.pairwise import euclidean_distances
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._fixes import check_sample_weight as _check_sample_weight
+from .._shift import shift_point, shifted_rows
 from .._validation import check_magnitude
 
 __all__ = ["KMeansCentersMixin"]
@@ -162,11 +162,11 @@ class KMeansCentersMixin(TransformerMixin):
         return self.cluster_centers_
 
     def _distances(self, rows):
+        # Around the centers' mean: expanded distances cancel far from the
+        # origin (CSR rows on the columns they all store, see skfed._shift).
         centers = self._centers()
-        if sp.issparse(rows):
-            return euclidean_distances(rows, centers)
-        reference = centers.mean(axis=0)
-        return euclidean_distances(rows - reference, centers - reference)
+        reference = shift_point(centers.mean(axis=0), rows)
+        return euclidean_distances(shifted_rows(rows, reference), centers - reference)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

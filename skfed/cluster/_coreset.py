@@ -43,6 +43,7 @@ from .._ledger import NO_UPLOAD, PER_CLIENT, RAW_ROWS, SUM_ONLY, Disclosure
 from .._protocol import client_step
 from .._remote import distinct_values, is_remote
 from .._rows import canonical_row_order, row_hashes, rows_equal
+from .._shift import shift_point, shifted_rows
 from .._validation import StrictInterval, as_id_array, clip_to_data
 from ._batched_kmeans import (
     SMALL_ROWS,
@@ -1233,16 +1234,22 @@ def _rounding_noise(X):
 
 
 def _centered(X, w=None):
-    """Dense rows minus their (weighted) mean, and that mean.
+    """Rows minus their (weighted) mean, and that mean.
 
     Squared distances are expanded (‖x‖² − 2 x·c + ‖c‖²) for speed; on raw
     coordinates far from the origin the terms cancel (at an offset of 1e9,
     distances of order 1 are lost entirely). Around a point inside the data
-    they are as exact as the data. CSR rows stay as they are (centering
-    would densify them, as in scikit-learn's KMeans), with a zero shift.
+    they are as exact as the data. CSR rows are shifted on the columns
+    every row stores (see ``skfed._shift``): they stay CSR, with the same
+    entries, and data moved far from the origin (which fills those
+    columns) is centred as dense data is.
     """
     if sp.issparse(X):
-        return X, np.zeros(X.shape[1])
+        w = None if w is None or not np.any(w > 0) else np.maximum(w, 0)
+        total = X.shape[0] if w is None else w.sum()
+        mean = np.asarray(X.sum(axis=0) if w is None else w @ X).ravel() / total
+        shift = shift_point(mean, X)
+        return shifted_rows(X, shift), shift
     X64 = np.asarray(X, dtype=np.float64)
     if w is None or not np.any(w > 0):
         shift = X64.mean(axis=0)
@@ -1254,13 +1261,11 @@ def _centered(X, w=None):
 
 def _assign_around_centers(X, centers, *, d2="exact"):
     """:func:`_assign` with rows and centers taken around the centers' mean
-    (see :func:`_centered`)."""
+    (see :func:`_centered`; CSR rows on the columns they all store)."""
     tie = _rounding_noise(centers)
-    if sp.issparse(X):
-        return _assign(X, _sq_norms(X), centers, d2=d2, tie=tie)
     # The mean, without np.mean's dispatch (the same sum and division).
-    reference = centers.sum(axis=0) / len(centers)
-    X = X - reference.astype(X.dtype, copy=False)
+    reference = shift_point(centers.sum(axis=0) / len(centers), X)
+    X = shifted_rows(X, reference)
     return _assign(X, _sq_norms(X), centers - reference, d2=d2, tie=tie)
 
 

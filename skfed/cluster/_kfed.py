@@ -108,7 +108,9 @@ class KFed(
 
     server_n_init : int, default=10
         Restarts of the server's weighted k-means (``merge="kmeans"``);
-        server-side work only, no communication.
+        server-side work only, no communication. At most the number of
+        pooled local centers, or 10 when fewer (more only repeat
+        seedings): a larger value is clipped with a warning.
 
     local_step : {"best", "awasthi-sheffet"}, default="best"
         The clients' local clustering. ``"awasthi-sheffet"`` is the paper's

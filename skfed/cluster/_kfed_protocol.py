@@ -34,6 +34,8 @@ from .._federation import ClientStepError, ClientValueError
 from .._ledger import NO_UPLOAD, PER_CLIENT, Disclosure
 from .._protocol import client_step
 from .._rows import row_hashes, rows_equal
+from .._shift import shift_point, shifted_rows
+from .._validation import clip_to_data
 from ._batched_kmeans import SMALL_ROWS, KMeansProblem
 from ._coreset import (
     _SAME_COST,
@@ -99,6 +101,10 @@ class KFedResult(NamedTuple):
     n_iter: int
 
 
+# KFed's default server_n_init: kept even over fewer pooled centers.
+_SERVER_N_INIT = 10
+
+
 def run_kfed(fed, *, local, random_state, merge, server_n_init, dtype=None):
     """k-FED on an open federation: one upload round and the cluster map.
 
@@ -147,6 +153,16 @@ def run_kfed(fed, *, local, random_state, merge, server_n_init, dtype=None):
     reference = _reference_point(pooled)
     offsets = pooled - reference
     if merge == "kmeans":
+        # More restarts than pooled centers only repeat seedings (as
+        # DistributedKMeans' n_init over its coreset; 1e6 restarts over 9
+        # centers ran for minutes). Up to the default's 10 restarts are
+        # kept whatever the pool, so that small fits keep their model.
+        server_n_init = clip_to_data(
+            "server_n_init",
+            server_n_init,
+            max(len(pooled), _SERVER_N_INIT),
+            "pooled local centers (or 10)",
+        )
         offset_centers, assignment, cluster_weights = _kmeans_merge(
             offsets, pooled_weights, n_clusters, random_state, server_n_init
         )
@@ -426,15 +442,13 @@ def _local_step(
         X_kept, w_kept, h_kept = X, weights, hashes
     distinct = _few_distinct_rows(X_kept, h_kept, n_local_clusters)
 
-    # Dense data is clustered around the client's own weighted mean:
+    # The data are clustered around the client's own weighted mean:
     # squared distances expanded on coordinates far from the origin (data
     # at 1e9) cancel. The centers are uploaded in global coordinates, so the
-    # mean costs nothing on the wire. Sparse data stays uncentered, as in
-    # scikit-learn's KMeans (centering would densify it).
-    if sp.issparse(X):
-        mean = None
-    else:
-        mean = ((w_kept @ X_kept) / w_kept.sum()).astype(X.dtype)
+    # mean costs nothing on the wire. CSR rows are shifted only on the
+    # columns they all store, and stay sparse (see skfed._shift).
+    mean = shift_point(np.asarray(w_kept @ X_kept) / w_kept.sum(), X_kept)
+    mean = mean.astype(X.dtype)
 
     if distinct is not None:
         if not allow_raw_upload:
@@ -444,10 +458,10 @@ def _local_step(
         first, kept_labels = distinct
         centers = X_kept[first]
         centers = centers.toarray() if sp.issparse(centers) else centers.copy()
-        offsets = centers if mean is None else centers - mean
+        offsets = centers - mean
         n_iter = 0
     else:
-        rows = X_kept if mean is None else X_kept - mean
+        rows = shifted_rows(X_kept, mean)
         # Only scikit-learn's KMeans (large or sparse clients) runs OpenMP;
         # setting the limit costs 50 us, a tenth of a small client's step.
         limit = single_threaded and not _batched(rows)
@@ -470,14 +484,16 @@ def _local_step(
                 offsets, kept_labels, n_iter = _better_of(
                     rows, w_kept, (offsets, kept_labels, n_iter), plain
                 )
-        centers = offsets if mean is None else offsets + mean
+        centers = offsets + mean
     if X_kept is X:
         sorted_labels = kept_labels
     else:
         sorted_labels = np.empty(X.shape[0], dtype=np.intp)
         sorted_labels[kept] = kept_labels
         zero = np.flatnonzero(weights <= 0)
-        X_zero = X[zero] if mean is None else X[zero] - mean
+        # Dense: these rows need not store the columns the mean shifts.
+        X_zero = X[zero].toarray() if sp.issparse(X) else X[zero]
+        X_zero = X_zero - mean
         sorted_labels[zero] = pairwise_distances_argmin(X_zero, offsets)
     local_labels = np.empty(X.shape[0], dtype=np.intp)
     local_labels[order] = sorted_labels
@@ -817,6 +833,9 @@ def _distinct_above(sorted_hashes, n):
 def _assigned_sq_distance(X, centers, labels, weights=None):
     """Σ_i w_i ‖x_i − c_{labels_i}‖², the client's share of the k-means cost."""
     if sp.issparse(X):
+        # Around the centers' mean, as the assignments (see skfed._shift).
+        reference = shift_point(centers.mean(axis=0), X)
+        X, centers = shifted_rows(X, reference), centers - reference
         cross = np.asarray(X @ centers.T)[np.arange(X.shape[0]), labels]
         sq = (
             row_norms(X, squared=True)

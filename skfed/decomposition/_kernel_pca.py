@@ -11,6 +11,7 @@ estimator.
 import numbers
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import (
     BaseEstimator,
     ClassNamePrefixFeaturesOutMixin,
@@ -19,6 +20,7 @@ from sklearn.base import (
 )
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import StrOptions
+from sklearn.utils.extmath import row_norms
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._federation import FederatedMixin
@@ -98,6 +100,8 @@ class DistributedKernelPCA(
         hold under 4% of trace(K), and even an exact solve is barely better
         than no projection at all (the error ratio of L = 0 is 1.04). With
         1.0, ``|Y|`` = 400 captures 99.96% of the optimal rank-10 energy there.
+        In [1e-3, 1e3]: beyond, the kernel is a constant or an identity to
+        float64 rounding.
     n_representatives : int, default=400
         ``|Y|``, the number of representative points (before removal of
         duplicates). More than the number of samples is clipped to it with
@@ -348,7 +352,10 @@ class DistributedKernelPCA(
         "gamma": [StrictInterval(numbers.Real, 0, None, closed="neither"), None],
         "degree": [StrictInterval(numbers.Integral, 1, None, closed="left")],
         "coef0": [StrictInterval(numbers.Real, 0, None, closed="left")],
-        "median_factor": [StrictInterval(numbers.Real, 0, None, closed="neither")],
+        # σ beyond 1e3 median distances is a constant kernel to float64
+        # rounding, below 1e-3 an identity on all but near duplicates (and
+        # 1/(2σ²) overflowed or divided by zero at the extremes).
+        "median_factor": [StrictInterval(numbers.Real, 1e-3, 1e3, closed="both")],
         "n_representatives": [StrictInterval(numbers.Integral, 1, None, closed="left")],
         "leverage_fraction": [StrictInterval(numbers.Real, 0, 1, closed="both")],
         "sampling": [StrOptions({"leverage+adaptive", "uniform"})],
@@ -441,6 +448,7 @@ class DistributedKernelPCA(
                 self, X, accept_sparse="csr", dtype=[np.float64, np.float32]
             )
             check_magnitude(X)
+            self._check_poly_range(X)
         n_samples, n_features = X.shape
         k = self.n_components
         n_rep = clip_to_data(
@@ -574,6 +582,31 @@ class DistributedKernelPCA(
     def _n_features_out(self):
         """Number of transformed output features."""
         return self.dual_coef_.shape[1]
+
+    def _check_poly_range(self, X):
+        """Refuse a polynomial kernel whose values overflow on X.
+
+        κ(x, x) = (γ‖x‖² + coef0)^degree is the largest value; the solves
+        square it (Gram products, SVD), so it must stay below the square
+        root of float64's range (coef0=1e300 ended in "SVD did not
+        converge").
+        """
+        if self.kernel != "poly":
+            return
+        gamma = 1.0 / X.shape[1] if self.gamma is None else float(self.gamma)
+        values = X.data if sp.issparse(X) else X
+        sq = float(np.max(row_norms(X, squared=True))) if values.size else 0.0
+        with np.errstate(over="ignore"):
+            largest = np.float64(gamma * sq + self.coef0) ** self.degree
+        limit = float(np.sqrt(np.finfo(np.float64).max))
+        if not largest <= limit:
+            raise ValueError(
+                f"The polynomial kernel (gamma <x, y> + coef0)^degree reaches "
+                f"{largest:.3g} on these data (gamma={gamma:.3g}, "
+                f"coef0={self.coef0:.3g}, degree={self.degree}), beyond the "
+                f"{limit:.3g} that its products can square in float64; lower "
+                "coef0, gamma or degree, or rescale the data."
+            )
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

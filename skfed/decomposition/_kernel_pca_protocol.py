@@ -24,6 +24,7 @@ from .._blocks import row_blocks
 from .._ledger import PER_CLIENT, SUM_ONLY, Disclosure, raw_rows_of
 from .._protocol import client_step
 from .._reduce import content_sorted, order_free_sum
+from .._shift import shift_point, shifted_rows
 from ..kernel._median import (
     allocate_quota,
     canonical_row_order,
@@ -412,15 +413,17 @@ def _kernel(X, Y, spec):
     Shift-invariant kernels are computed on X and Y minus the mean of Y, a
     point every party holding Y gets alike: the squared distances inside
     "rbf" are expanded as ‖x‖² − 2x·y + ‖y‖², which cancels far from the
-    origin (at an offset of 1e9 the kernel was noise). "linear" and "poly"
-    are not shift-invariant and work on the coordinates as given.
+    origin (at an offset of 1e9 the kernel was noise). CSR rows are shifted
+    on the columns both X and Y store in every row (``skfed._shift``), where
+    an offset puts them. "linear" and "poly" are not shift-invariant and
+    work on the coordinates as given.
     """
     X = X.astype(np.float64, copy=False)
     Y = Y.astype(np.float64, copy=False)
     kernel = spec["kernel"]
-    if kernel in ("rbf", "laplacian") and not (sp.issparse(X) or sp.issparse(Y)):
-        reference = Y.mean(axis=0)
-        X, Y = X - reference, Y - reference
+    if kernel in ("rbf", "laplacian"):
+        reference = shift_point(np.asarray(Y.mean(axis=0)), X, Y)
+        X, Y = shifted_rows(X, reference), shifted_rows(Y, reference)
     if kernel == "linear":
         K = X @ Y.T
         return K.toarray() if sp.issparse(K) else np.asarray(K)

@@ -112,6 +112,7 @@ def random_fourier_features(X, omega, offset, *, scale=None, out=None):
     """
     if scale is None:
         scale = np.sqrt(2.0 / omega.shape[1])
+    _check_phases(X, omega)
     n_samples, n_components = X.shape[0], omega.shape[1]
     if out is None:
         out = np.empty((n_samples, n_components))
@@ -130,6 +131,38 @@ def random_fourier_features(X, omega, offset, *, scale=None, out=None):
         phase += offset
         scratch.cosines(phase, scale, out[block])
     return out
+
+
+# Largest phase whose cosine float64 still resolves to about 1e-3 (its
+# spacing there is 2**-9 rad); beyond 2**52 the reduction modulo 2π is
+# noise, and beyond float32's range the reduced phase overflowed and the
+# features were NaN ("array must not contain infs or NaNs" from the
+# eigen-solver with gamma=1e300).
+_MAX_PHASE = 2.0**43
+
+
+def _check_phases(X, omega):
+    """Refuse phases X Ω too large for their cosines to mean anything.
+
+    A cheap bound first (largest absolute row sum of X times the largest
+    |ω|); the phases themselves only when the bound is exceeded.
+    """
+    values = X.data if sp.issparse(X) else X
+    if values.size == 0 or omega.size == 0:
+        return
+    row_sums = abs(X).sum(axis=1) if sp.issparse(X) else np.abs(X).sum(axis=1)
+    largest = float(np.max(row_sums)) * float(np.max(np.abs(omega)))
+    if not largest > _MAX_PHASE:
+        return
+    largest = float(np.max(np.abs(X @ omega)))
+    if largest > _MAX_PHASE or not np.isfinite(largest):
+        raise ValueError(
+            f"The random Fourier features' phases reach {largest:.3g} radians, "
+            f"beyond the {_MAX_PHASE:.3g} whose cosines float64 resolves: "
+            "gamma is too large for these data (a kernel narrower than "
+            "their rounding). Use a smaller gamma, e.g. gamma=None to take "
+            "it from the data's spread, or rescale/centre the data."
+        )
 
 
 # Phases whose cosines are taken at once: 20 bytes of scratch per value
@@ -205,12 +238,18 @@ class ZeroSpreadError(ValueError):
 
 @client_step("kernel.moments")
 def moments_step(client, state, message):
-    """Client step: (n_m, Σ x, S_m) with S_m = Σ ‖x − x̄_m‖² of its rows.
+    """Client step: (n_m, x̄_m, S_m), its rows' count, mean and sum of
+    squares S_m = Σ ‖x − x̄_m‖² around that mean.
 
     Upload: d + 2 floats. From them the server gets the mean squared
-    interpoint distance without seeing any point. The sum of squares is
-    taken around the client's own mean, not the origin, so that data far
-    from the origin does not lose its spread to cancellation.
+    interpoint distance without seeing any point. Both are taken in two
+    passes, around the rounded mean and then corrected by the mean of the
+    residuals, so that they do not depend on where the data sit: identical
+    rows give S_m = 0 and x̄_m equal to their row exactly, whatever their
+    offset, and distinct rows a positive S_m (one pass around the rounded
+    mean left rounding residue of about 1e-16 of the offset, which an
+    "identical" threshold then had to guess at: rows of unit spread at an
+    offset of 2e10 were refused).
     """
     return state, _moments(client.X)
 
@@ -218,8 +257,8 @@ def moments_step(client, state, message):
 @client_step("kernel.count_and_sum")
 def count_and_sum_step(client, state, message):
     """Client step: (n_m, Σ x), for a sum-only round (the global mean)."""
-    n, total, _ = _moments(client.X)
-    return state, (n, total)
+    n, mean, _ = _moments(client.X)
+    return state, (n, n * mean)
 
 
 @client_step("kernel.spread")
@@ -227,25 +266,33 @@ def spread_step(client, state, mean):
     """Client step: Σ ‖x − x̄‖² of its rows around the global mean x̄ (the
     message), for a sum-only round: S_m + n_m ‖x̄_m − x̄‖², with S_m taken
     around the client's own mean (see :func:`moments_step`)."""
-    n, total, ss = _moments(client.X)
-    return state, ss + n * float(np.sum((total / n - mean) ** 2))
+    n, own_mean, ss = _moments(client.X)
+    return state, ss + n * float(np.sum((own_mean - mean) ** 2))
 
 
 def _moments(X):
-    """(n, Σ x, Σ ‖x − x̄‖²) of the rows X, in float64."""
+    """(n, x̄, Σ ‖x − x̄‖²) of the rows X, in float64 (see
+    :func:`moments_step`)."""
     n = X.shape[0]
-    total = np.asarray(X.sum(axis=0), dtype=np.float64).ravel()
-    mean = total / n
+    first = np.asarray(X.sum(axis=0), dtype=np.float64).ravel() / n
     if sp.issparse(X):
-        # Σ_j [Σ_{stored i} (x_ij − μ_j)² + (n − stored_j) μ_j²], still sparse.
+        # Residuals r = x − first, implicitly: stored entries x_ij − first_j,
+        # and −first_j for the n − stored_j entries not stored; still sparse.
         X = sp.csr_matrix(X)
-        diff = X.data.astype(np.float64) - mean[X.indices]
+        diff = X.data.astype(np.float64) - first[X.indices]
         stored = np.bincount(X.indices, minlength=X.shape[1])
-        ss = float(diff @ diff + ((n - stored) * mean**2).sum())
+        unstored = n - stored
+        stored_sum = np.bincount(X.indices, diff, minlength=X.shape[1])
+        fix = (stored_sum - unstored * first) / n
+        diff -= fix[X.indices]
+        ss = float(diff @ diff + (unstored * (first + fix) ** 2).sum())
     else:
-        centred = np.asarray(X, dtype=np.float64) - mean
-        ss = float(np.einsum("ij,ij->", centred, centred))
-    return float(n), total, ss
+        residual = np.asarray(X, dtype=np.float64) - first
+        fix = residual.mean(axis=0)
+        residual -= fix
+        ss = float(np.einsum("ij,ij->", residual, residual))
+    # first + fix is exact for identical rows: fix = row − first exactly.
+    return float(n), first + fix, ss
 
 
 def _ordered_moments(uploads):
@@ -254,8 +301,19 @@ def _ordered_moments(uploads):
     return sorted(uploads, key=lambda u: (u[0], u[2], tuple(u[1])))
 
 
+def _shifted_means(uploads):
+    """The clients' means as offsets from the first one's (in the order of
+    :func:`_ordered_moments`), their sizes, and the global mean's offset
+    from it: sums around a point of the data, not around the origin."""
+    uploads = _ordered_moments(uploads)
+    reference = uploads[0][1]
+    sizes = np.array([u[0] for u in uploads])
+    shifts = np.array([u[1] - reference for u in uploads])
+    return reference, sizes, shifts, sizes @ shifts / math.fsum(sizes)
+
+
 def mean_from_moments(uploads):
-    """Server step: the global mean x̄ = Σ_m Σ x / N from client moments.
+    """Server step: the global mean x̄ = Σ_m n_m x̄_m / N from client moments.
 
     Parameters
     ----------
@@ -269,8 +327,8 @@ def mean_from_moments(uploads):
         every party can agree on, e.g. to work around instead of the origin
         (squared distances expanded on raw coordinates cancel far from it).
     """
-    uploads = _ordered_moments(uploads)
-    return np.sum([u[1] for u in uploads], axis=0) / math.fsum(u[0] for u in uploads)
+    reference, _, _, shift = _shifted_means(uploads)
+    return reference + shift
 
 
 def gamma_from_moments(uploads):
@@ -278,34 +336,38 @@ def gamma_from_moments(uploads):
 
     Σ_ij ‖x_i − x_j‖² = 2 N S, where S = Σ_m S_m + Σ_m n_m ‖x̄_m − x̄‖² is the
     sum of squares around the global mean x̄; so γ = N / (4 S), one over twice
-    the mean squared distance over all ordered pairs. The uploads are summed
-    in an order fixed by their values (as :func:`mean_from_moments`).
+    the mean squared distance over all ordered pairs. The client means enter
+    as offsets from one of them, so that S does not depend on where the data
+    sit (translation changes γ only through the rounding of the data
+    themselves, about 1e-16 of the offset over the spread), and S is zero
+    exactly when every row is the same. The uploads are summed in an order
+    fixed by their values (as :func:`mean_from_moments`).
 
     Raises
     ------
     ValueError
-        If every point is the same (the distance is zero).
+        If every row is the same (the distance is zero), or the rows differ
+        by so little that γ overflows.
     """
     uploads = _ordered_moments(uploads)
     n = math.fsum(u[0] for u in uploads)
-    mean = mean_from_moments(uploads)
-    between = math.fsum(
-        u[0] * float(np.sum((u[1] / u[0] - mean) ** 2)) for u in uploads
-    )
+    _, sizes, shifts, shift = _shifted_means(uploads)
+    between = float(sizes @ np.sum((shifts - shift) ** 2, axis=1))
     ss = math.fsum(u[2] for u in uploads) + between
-    return _gamma(n, mean, ss)
+    return _gamma(n, ss)
 
 
-def _gamma(n, mean, ss, floor=0.0):
+def _gamma(n, ss, floor=0.0):
     """γ = N / (4 S) from the total spread S around the mean."""
-    # Identical rows leave only the rounding of their mean (relative 1e-16),
-    # and under secure aggregation that of the fixed point (``floor``).
-    if not ss > max(n * (1e-10 * float(np.sqrt(mean @ mean))) ** 2, floor):
+    # Identical rows give S = 0 exactly (see moments_step); under secure
+    # aggregation the fixed point leaves up to ``floor`` of rounding.
+    gamma = n / (4 * ss) if ss > floor else np.inf
+    if not np.isfinite(gamma):
         raise ZeroSpreadError(
             "All samples are identical, so the average-distance kernel width "
             "is undefined; set the kernel width explicitly or check the data."
         )
-    return n / (4 * ss)
+    return gamma
 
 
 def federated_gamma(fed, name):
@@ -324,4 +386,4 @@ def federated_gamma(fed, name):
     n, total = fed.run_round(f"{name} (mean)", count_and_sum_step, disclosure=SUM_ONLY)
     mean = total / n
     ss = fed.run_round(f"{name} (spread)", spread_step, mean, disclosure=SUM_ONLY)
-    return _gamma(n, mean, ss, floor=fed.n_clients * 2.0**-32)
+    return _gamma(n, ss, floor=fed.n_clients * 2.0**-32)
