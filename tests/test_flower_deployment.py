@@ -36,7 +36,12 @@ NODE_ROWS = 120
 FITS = (
     ("KFed", "KFed", {}),
     ("DistributedKMeans", "DistributedKMeans", {}),
-    ("masked kernel k-means", "FederatedKernelKMeans", {"secure_aggregation": True}),
+    # γ given: the masked kernel-width rounds are tested in simulation.
+    (
+        "masked kernel k-means",
+        "FederatedKernelKMeans",
+        {"secure_aggregation": True, "gamma": 0.05},
+    ),
 )
 HOST = "127.0.0.1"
 
