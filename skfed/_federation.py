@@ -43,6 +43,7 @@ from ._processes import ProcessTransport, resident_processes_pay
 from ._protocol import as_step_call, client_step, stream_key
 from ._remote import RemoteArray, is_dask_collection, is_remote
 from ._rows import rounded_row_hashes
+from ._threads import close_fit, open_fit
 from ._transport import JoblibTransport, StepFailure
 from ._validation import check_partitions
 
@@ -517,11 +518,21 @@ class Federation:
         )
 
     def __enter__(self):
-        self.transport.__enter__()
+        # The fit's BLAS calls are small: one thread, so that they do not
+        # wait for a core another process holds (see skfed._threads).
+        open_fit()
+        try:
+            self.transport.__enter__()
+        except BaseException:
+            close_fit()
+            raise
         return self
 
     def __exit__(self, *exc_info):
-        return self.transport.__exit__(*exc_info)
+        try:
+            return self.transport.__exit__(*exc_info)
+        finally:
+            close_fit()
 
     @property
     def n_clients(self):

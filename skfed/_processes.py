@@ -40,8 +40,9 @@ from joblib.externals.loky import ProcessPoolExecutor
 from joblib.externals.loky.process_executor import BrokenProcessPool
 from joblib.parallel import LokyBackend, get_active_backend
 from sklearn import config_context, get_config
-from threadpoolctl import ThreadpoolController
 
+from ._protocol import resolve_step
+from ._threads import blas_limits, thread_pools
 from ._transport import (
     _SMALL_CLIENT,
     StepFailure,
@@ -82,18 +83,6 @@ def resident_processes_pay(n_jobs, sizes):
     # chosen, then with that one.
     backend, _ = get_active_backend(prefer="processes")
     return type(backend) is LokyBackend and np.mean(sizes) <= _SMALL_CLIENT
-
-
-_THREAD_POOLS = None
-
-
-def _thread_pools():
-    """This process's BLAS and OpenMP thread pools (found once: looking for
-    them takes about 12 ms)."""
-    global _THREAD_POOLS
-    if _THREAD_POOLS is None:
-        _THREAD_POOLS = ThreadpoolController()
-    return _THREAD_POOLS
 
 
 # -- the worker's side --------------------------------------------------------
@@ -140,7 +129,7 @@ def _limit_threads(limits):
     differently on another number of threads, and a solver with a
     tolerance can turn that into another model. Checked every round (20
     us): a step may have changed them."""
-    pools = _thread_pools()
+    pools = thread_pools()
     if any(
         lib["num_threads"] != limits.get(lib["prefix"], lib["num_threads"])
         for lib in pools.info()
@@ -328,9 +317,10 @@ class ProcessTransport:
             _close_workers(n_workers)
             raise
         # The workers' BLAS and OpenMP threads follow this process's, read
-        # at each fit (a benchmark pins them with threadpool_limits).
+        # at each fit (a benchmark pins them with threadpool_limits); BLAS
+        # is set per round (see run).
         self._limits = {
-            lib["prefix"]: lib["num_threads"] for lib in _thread_pools().info()
+            lib["prefix"]: lib["num_threads"] for lib in thread_pools().info()
         }
         self._threads = ThreadPoolExecutor(n_workers)
         # As the joblib transport: the server's code between rounds must not
@@ -410,11 +400,14 @@ class ProcessTransport:
         """Run ``call`` on each client where it lives; return the uploads
         (or ``StepFailure``). A worker's messages travel as one pickle, so
         a broadcast goes to each worker once."""
+        # BLAS threads as a step has them in this process (see
+        # skfed._threads): one, or the process's for large products.
+        large = getattr(resolve_step(call.name, call.module), "large_products", False)
         answers = self._on_workers(
             partial(_run, call=call),
             client_ids,
             get_config(),
-            self._limits,
+            {**self._limits, **blas_limits(large)},
             values=messages,
         )
         return [answers[c] for c in client_ids]

@@ -45,6 +45,7 @@ from sklearn.utils.parallel import Parallel, delayed
 from threadpoolctl import threadpool_limits
 
 from ._protocol import resolve_step, resume, run_together
+from ._threads import blas_limits, thread_pools
 
 __all__ = ["JoblibTransport", "StepFailure"]
 
@@ -396,7 +397,23 @@ class JoblibTransport:
         ]
         if not self._open:
             results = _run_steps(calls)
-        elif self._sequential or not calls:
+        elif getattr(resolve_step(call.name, call.module), "large_products", False):
+            # The fit runs BLAS on one thread (see skfed._threads); this
+            # step's products are large enough for the process's threads.
+            with thread_pools().limit(limits=blas_limits(True)):
+                results = self._run_open(call, calls)
+        else:
+            results = self._run_open(call, calls)
+        out = []
+        for cid, result in zip(client_ids, results):
+            self._storage[cid], answer = kept_after(call, self._storage[cid], result)
+            out.append(answer)
+        return out
+
+    def _run_open(self, call, calls):
+        """The results of a round's ``calls`` in the open transport: in
+        this thread, or where :meth:`_place` says."""
+        if self._sequential or not calls:
             results = _run_sequential_steps(calls)
         else:
             place = self._place(call, calls)
@@ -415,11 +432,7 @@ class JoblibTransport:
                 timings[place] = (time.perf_counter() - start) / len(calls)
             timings["clients"] = len(results)
             timings["rounds"] += 1
-        out = []
-        for cid, result in zip(client_ids, results):
-            self._storage[cid], answer = kept_after(call, self._storage[cid], result)
-            out.append(answer)
-        return out
+        return results
 
     def _run_at(self, place, call, calls):
         """Run ``calls`` in the server's thread or in the pool."""
