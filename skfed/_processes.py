@@ -22,10 +22,12 @@ The workers are processes of joblib's loky, one single-process executor
 per worker, so that a client's every round runs where its rows are. They
 are started by the first such fit (about 2 s: each imports numpy, scipy,
 scikit-learn) and kept for later fits with as many workers; they stop
-after ``_IDLE_SECONDS`` without an open fit, as joblib's do. Their BLAS and
-OpenMP pools run as many threads as this process's do at each fit, so that
-a step computes what it would compute here: the same seed gives the same
-model whatever ``n_jobs``.
+after ``_IDLE_SECONDS`` without an open fit, as joblib's do. Their OpenMP
+pools run as many threads as this process's do at each fit, and their BLAS
+as many as the round's step has here (one, or this process's for a step
+of large products: see ``skfed._threads``), so that a step computes what
+it would compute here: the same seed gives the same model whatever
+``n_jobs``.
 """
 
 import pickle
