@@ -6,10 +6,11 @@ client's features by a handful of vectors, the server merges a few
 thousand points. With BLAS's default of one thread per core, each such
 call wakes the other threads and waits for them; when another process
 holds a core, the wait is the scheduler's time slice, not the call's
-arithmetic (on 2 cores beside two busy processes, a 2,000 x 20 by 20 x 16
-product took 10 ms on two threads and 0.06 ms on one, and the coreset
-k-means fit of the demo 21 s against 3.3 s). scikit-learn bounds BLAS to
-one thread inside its own Lloyd iterations for the same reason.
+arithmetic (on a 2-core machine running other work, a 2,000 x 20 by
+20 x 16 product took 10 ms on two threads and 0.06 ms on one, the best
+of 90 calls each, and the demo's coreset k-means fit 35 s against 4.7 s).
+scikit-learn bounds BLAS to one thread inside its own Lloyd iterations for
+the same reason.
 
 So while a federation is open (``with fed:``, the rounds and the server's
 steps between them), BLAS runs one thread in this process, and the
@@ -21,9 +22,11 @@ Both are properties of the step, never of ``n_jobs`` or the transport, so
 a step computes the same wherever it runs (BLAS can round differently on
 another number of threads).
 
-The bound is process-wide (BLAS libraries have one setting per process):
+The bound is process-wide (a BLAS library has one setting per process):
 fits open at the same time in several threads share it, and the process's
-own setting comes back when the last of them closes.
+own setting comes back when the last of them closes. Code a fit runs
+outside its federation (input checks, ``predict`` on the training rows)
+keeps the process's setting.
 """
 
 import threading
