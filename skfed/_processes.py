@@ -44,7 +44,7 @@ from joblib.parallel import LokyBackend, get_active_backend
 from sklearn import config_context, get_config
 
 from ._protocol import resolve_step
-from ._threads import blas_limits, thread_pools
+from ._threads import blas_limits, round_uses_process_threads, thread_pools
 from ._transport import (
     _SMALL_CLIENT,
     StepFailure,
@@ -402,9 +402,11 @@ class ProcessTransport:
         """Run ``call`` on each client where it lives; return the uploads
         (or ``StepFailure``). A worker's messages travel as one pickle, so
         a broadcast goes to each worker once."""
-        # BLAS threads as a step has them in this process (see
+        # BLAS threads as the round has them in this process (see
         # skfed._threads): one, or the process's for large products.
-        large = getattr(resolve_step(call.name, call.module), "large_products", False)
+        large = round_uses_process_threads(
+            resolve_step(call.name, call.module), [self._sizes[c] for c in client_ids]
+        )
         answers = self._on_workers(
             partial(_run, call=call),
             client_ids,

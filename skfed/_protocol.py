@@ -83,9 +83,10 @@ def client_step(name, *, python_bound=False, in_processes=True, large_products=F
     large_products : bool, default=False
         The step's time goes to BLAS products large enough for several
         threads (kernel k-means' Gram matrix: blocks of thousands of rows
-        times themselves). Its rounds run with the process's BLAS threads;
-        every other step's with one, whose small products would otherwise
-        wait for cores that other processes hold (see ``skfed._threads``).
+        times themselves). Its rounds over clients of at least 4,096 rows
+        on average run with the process's BLAS threads; every other round
+        with one, whose small products would otherwise wait for cores that
+        other processes hold (see ``skfed._threads``).
 
     Returns
     -------

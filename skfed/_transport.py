@@ -45,7 +45,7 @@ from sklearn.utils.parallel import Parallel, delayed
 from threadpoolctl import threadpool_limits
 
 from ._protocol import resolve_step, resume, run_together
-from ._threads import blas_limits, thread_pools
+from ._threads import blas_limits, round_uses_process_threads, thread_pools
 
 __all__ = ["JoblibTransport", "StepFailure"]
 
@@ -397,9 +397,11 @@ class JoblibTransport:
         ]
         if not self._open:
             results = _run_steps(calls)
-        elif getattr(resolve_step(call.name, call.module), "large_products", False):
+        elif round_uses_process_threads(
+            resolve_step(call.name, call.module), [a[1].n_samples for a in calls]
+        ):
             # The fit runs BLAS on one thread (see skfed._threads); this
-            # step's products are large enough for the process's threads.
+            # round's products are large enough for the process's threads.
             with thread_pools().limit(limits=blas_limits(True)):
                 results = self._run_open(call, calls)
         else:

@@ -10,7 +10,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 from skfed import DistributedKMeans
 from skfed._federation import Federation
 from skfed._testing import blas_threads, blas_threads_large
-from skfed._threads import blas_limits, close_fit, open_fit
+from skfed._threads import LARGE_ROWS, blas_limits, close_fit, open_fit
 from skfed._validation import check_partitions
 
 
@@ -20,9 +20,9 @@ def _blas():
     return {lib["num_threads"] for lib in libs if lib["user_api"] == "blas"}
 
 
-def _federation(n_jobs=None, n_clients=4):
-    X = np.random.RandomState(0).standard_normal((400, 3))
-    ids = check_partitions(np.arange(400) % n_clients, X.shape[0])
+def _federation(n_jobs=None, n_clients=2, rows=LARGE_ROWS):
+    X = np.random.RandomState(0).standard_normal((n_clients * rows, 3))
+    ids = check_partitions(np.arange(X.shape[0]) % n_clients, X.shape[0])
     return Federation.from_arrays(X, None, ids, random_state=0, n_jobs=n_jobs)
 
 
@@ -63,6 +63,15 @@ def test_the_process_gets_its_threads_back_when_the_last_fit_closes():
             with fed:
                 pass
         assert _blas() == {2}
+
+
+def test_large_products_over_small_clients_run_on_one_thread():
+    # Over a block of rows or less a product waits for other threads more
+    # than it computes, on a busy machine.
+    with threadpool_limits(2, user_api="blas"):
+        with _federation(n_clients=4, rows=LARGE_ROWS // 2) as fed:
+            large = fed.run_round("large", blas_threads_large)
+    assert {max(s) for s in large} == {1}
 
 
 def test_a_user_limit_is_kept_for_large_products():
