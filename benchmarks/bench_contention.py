@@ -39,6 +39,7 @@ import json
 import multiprocessing
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -61,10 +62,11 @@ BURNERS = 2
 TARGET = 1.5
 
 
-def _spin(stop):
-    """Pure-Python work until ``stop`` is set: a program that holds a core."""
+def _spin(stop, parent):
+    """Pure-Python work until ``stop`` is set, or the benchmark is gone: a
+    program that holds a core."""
     x = 0
-    while not stop.is_set():
+    while not stop.is_set() and os.getppid() == parent:
         for i in range(100_000):
             x += i
 
@@ -77,7 +79,7 @@ class Burners:
         context = multiprocessing.get_context("spawn")
         self._stop = context.Event()
         self._procs = [
-            context.Process(target=_spin, args=(self._stop,), daemon=True)
+            context.Process(target=_spin, args=(self._stop, os.getpid()), daemon=True)
             for _ in range(n)
         ]
 
@@ -248,6 +250,8 @@ def main():
     parser.add_argument("--out", type=Path, help="the report (markdown)")
     parser.add_argument("--case", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    # Stopped from outside, leave through the burners' __exit__.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     if args.case:
         print(json.dumps(case(args.case, args.quick)))
         return
