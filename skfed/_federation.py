@@ -55,6 +55,7 @@ from ._protocol import as_step_call, client_step, stream_key
 from ._reduce import content_sorted
 from ._remote import RemoteArray, is_dask_collection, is_remote
 from ._rows import rounded_row_hashes
+from ._threads import close_fit, open_fit
 from ._transport import JoblibTransport, StepFailure, worker_count
 from ._validation import check_partitions
 
@@ -547,11 +548,21 @@ class Federation:
         )
 
     def __enter__(self):
-        self.transport.__enter__()
+        # The fit's BLAS calls are small: one thread, so that they do not
+        # wait for a core another process holds (see skfed._threads).
+        open_fit()
+        try:
+            self.transport.__enter__()
+        except BaseException:
+            close_fit()
+            raise
         return self
 
     def __exit__(self, *exc_info):
-        return self.transport.__exit__(*exc_info)
+        try:
+            return self.transport.__exit__(*exc_info)
+        finally:
+            close_fit()
 
     @property
     def n_clients(self):

@@ -22,10 +22,12 @@ The workers are processes of joblib's loky, one single-process executor
 per worker, so that a client's every round runs where its rows are. They
 are started by the first such fit (about 2 s: each imports numpy, scipy,
 scikit-learn) and kept for later fits with as many workers; they stop
-after ``_IDLE_SECONDS`` without an open fit, as joblib's do. Their BLAS and
-OpenMP pools run as many threads as this process's do at each fit, so that
-a step computes what it would compute here: the same seed gives the same
-model whatever ``n_jobs``.
+after ``_IDLE_SECONDS`` without an open fit, as joblib's do. Their OpenMP
+pools run as many threads as this process's do at each fit, and their BLAS
+as many as the round's step has here (one, or this process's for a step
+of large products: see ``skfed._threads``), so that a step computes what
+it would compute here: the same seed gives the same model whatever
+``n_jobs``.
 """
 
 import pickle
@@ -40,8 +42,9 @@ from joblib.externals.loky import ProcessPoolExecutor
 from joblib.externals.loky.process_executor import BrokenProcessPool
 from joblib.parallel import LokyBackend, get_active_backend
 from sklearn import config_context, get_config
-from threadpoolctl import ThreadpoolController
 
+from ._protocol import resolve_step
+from ._threads import blas_limits, round_uses_process_threads, thread_pools
 from ._transport import (
     _MIN_PROCESS_ROWS,
     _SMALL_CLIENT,
@@ -93,18 +96,6 @@ def resident_processes_pay(n_jobs, sizes):
     return resident_workers(n_jobs, sizes) > 0
 
 
-_THREAD_POOLS = None
-
-
-def _thread_pools():
-    """This process's BLAS and OpenMP thread pools (found once: looking for
-    them takes about 12 ms)."""
-    global _THREAD_POOLS
-    if _THREAD_POOLS is None:
-        _THREAD_POOLS = ThreadpoolController()
-    return _THREAD_POOLS
-
-
 # -- the worker's side --------------------------------------------------------
 
 # Fit token -> (client id -> ClientData, client id -> {namespace: state}),
@@ -149,7 +140,7 @@ def _limit_threads(limits):
     differently on another number of threads, and a solver with a
     tolerance can turn that into another model. Checked every round (20
     us): a step may have changed them."""
-    pools = _thread_pools()
+    pools = thread_pools()
     if any(
         lib["num_threads"] != limits.get(lib["prefix"], lib["num_threads"])
         for lib in pools.info()
@@ -339,9 +330,10 @@ class ProcessTransport:
             _close_workers(n_workers)
             raise
         # The workers' BLAS and OpenMP threads follow this process's, read
-        # at each fit (a benchmark pins them with threadpool_limits).
+        # at each fit (a benchmark pins them with threadpool_limits); BLAS
+        # is set per round (see run).
         self._limits = {
-            lib["prefix"]: lib["num_threads"] for lib in _thread_pools().info()
+            lib["prefix"]: lib["num_threads"] for lib in thread_pools().info()
         }
         self._threads = ThreadPoolExecutor(n_workers)
         # As the joblib transport: the server's code between rounds must not
@@ -421,11 +413,16 @@ class ProcessTransport:
         """Run ``call`` on each client where it lives; return the uploads
         (or ``StepFailure``). A worker's messages travel as one pickle, so
         a broadcast goes to each worker once."""
+        # BLAS threads as the round has them in this process (see
+        # skfed._threads): one, or the process's for large products.
+        large = round_uses_process_threads(
+            resolve_step(call.name, call.module), [self._sizes[c] for c in client_ids]
+        )
         answers = self._on_workers(
             partial(_run, call=call),
             client_ids,
             get_config(),
-            self._limits,
+            {**self._limits, **blas_limits(large)},
             values=messages,
         )
         return [answers[c] for c in client_ids]

@@ -54,7 +54,7 @@ __all__ = [
 _REGISTRY = {}
 
 
-def client_step(name, *, python_bound=False, in_processes=True):
+def client_step(name, *, python_bound=False, in_processes=True, large_products=False):
     """Register a module-level client step under ``name``.
 
     Parameters
@@ -80,6 +80,13 @@ def client_step(name, *, python_bound=False, in_processes=True):
         (the coreset's local solution over 1,000 clients of 100 rows:
         0.26 s in the server's thread, 0.43 s in two threads, 0.30 s in
         two processes).
+    large_products : bool, default=False
+        The step's time goes to BLAS products large enough for several
+        threads (kernel k-means' Gram matrix: blocks of thousands of rows
+        times themselves). Its rounds over clients of at least 4,096 rows
+        on average run with the process's BLAS threads; every other round
+        with one, whose small products would otherwise wait for cores that
+        other processes hold (see ``skfed._threads``).
 
     Returns
     -------
@@ -104,6 +111,7 @@ def client_step(name, *, python_bound=False, in_processes=True):
         func.step_name = name
         func.python_bound = python_bound
         func.in_processes = in_processes
+        func.large_products = large_products
         return func
 
     return register

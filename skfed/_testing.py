@@ -135,6 +135,12 @@ def blas_threads(client, state, message):
     ]
 
 
+@client_step("testing.blas_threads_large", large_products=True)
+def blas_threads_large(client, state, message):
+    """:func:`blas_threads` in a step registered with large products."""
+    return blas_threads(client, state, message)
+
+
 class SharedSum(NamedTuple):
     """A toy shared work item: the sum of ``values``, solved for a whole
     batch at once; ``solve_all`` raises on a non-finite value, and records

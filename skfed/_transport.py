@@ -45,6 +45,7 @@ from sklearn.utils.parallel import Parallel, delayed
 from threadpoolctl import threadpool_limits
 
 from ._protocol import resolve_step, resume, run_together
+from ._threads import blas_limits, round_uses_process_threads, thread_pools
 
 __all__ = ["JoblibTransport", "StepFailure", "worker_count"]
 
@@ -423,7 +424,25 @@ class JoblibTransport:
         ]
         if not self._open:
             results = _run_steps(calls)
-        elif self._sequential or not calls:
+        elif round_uses_process_threads(
+            resolve_step(call.name, call.module), [a[1].n_samples for a in calls]
+        ):
+            # The fit runs BLAS on one thread (see skfed._threads); this
+            # round's products are large enough for the process's threads.
+            with thread_pools().limit(limits=blas_limits(True)):
+                results = self._run_open(call, calls)
+        else:
+            results = self._run_open(call, calls)
+        out = []
+        for cid, result in zip(client_ids, results):
+            self._storage[cid], answer = kept_after(call, self._storage[cid], result)
+            out.append(answer)
+        return out
+
+    def _run_open(self, call, calls):
+        """The results of a round's ``calls`` in the open transport: in
+        this thread, or where :meth:`_place` says."""
+        if self._sequential or not calls:
             results = _run_sequential_steps(calls)
         else:
             place = self._place(call, calls)
@@ -442,11 +461,7 @@ class JoblibTransport:
                 timings[place] = (time.perf_counter() - start) / len(calls)
             timings["clients"] = len(results)
             timings["rounds"] += 1
-        out = []
-        for cid, result in zip(client_ids, results):
-            self._storage[cid], answer = kept_after(call, self._storage[cid], result)
-            out.append(answer)
-        return out
+        return results
 
     def _run_at(self, place, call, calls):
         """Run ``calls`` in the server's thread or in the pool."""

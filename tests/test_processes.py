@@ -26,6 +26,7 @@ from skfed._testing import (
     INTEGRATION_CASES,
     TwoArgumentError,
     blas_threads,
+    blas_threads_large,
     client_data_received,
     exit_on,
     fail_on,
@@ -188,16 +189,22 @@ def test_resident_clients_give_the_in_process_model(name, opened):
     assert one.communication_.summary() == two.communication_.summary()
 
 
-@pytest.mark.parametrize("limit", [1, None])
-def test_workers_use_as_many_blas_threads_as_the_server(small_clients, limit):
+@pytest.mark.parametrize("limit", [1, 2])
+def test_workers_run_a_step_on_the_blas_threads_it_has_here(small_clients, limit):
+    # One BLAS thread, as in the server's process (a step of large products
+    # too: the clients are small), so that a step rounds alike wherever it
+    # runs.
     X, ids = small_clients
-    with threadpool_limits(limit):
+    with threadpool_limits(limit, user_api="blas"):
         here = [
             lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"
         ]
         with _federation(X, ids) as fed:
-            seen = fed.run_round("threads", blas_threads)
-    assert {max(s) for s in seen} == {max(here)}
+            assert isinstance(fed.transport, ProcessTransport)
+            ordinary = fed.run_round("threads", blas_threads)
+            large = fed.run_round("large", blas_threads_large)
+    assert max(here) == limit
+    assert {max(s) for s in ordinary} == {max(s) for s in large} == {1}
 
 
 def test_a_failing_client_is_named_and_can_be_dropped(small_clients):

@@ -468,7 +468,9 @@ def _receive_gamma_step(client, state, gamma):
     return state, None
 
 
-@client_step("kernel_kmeans.random_features")
+# The Gram matrix is blocks of up to 4,096 rows times themselves, D + r
+# wide: on large clients, products large enough for several BLAS threads.
+@client_step("kernel_kmeans.random_features", large_products=True)
 def _random_features_step(
     client, state, message, *, n_features, upload_gram=False, with_memory=True
 ):

@@ -28,13 +28,13 @@ from sklearn.metrics import (
     pairwise_distances_argmin,
 )
 from sklearn.utils.extmath import randomized_svd, row_norms
-from threadpoolctl import ThreadpoolController
 
 from .._federation import ClientStepError, ClientValueError
 from .._ledger import NO_UPLOAD, PER_CLIENT, Disclosure
 from .._protocol import client_step
 from .._rows import row_hashes, rows_equal
 from .._shift import shift_point, shifted_rows
+from .._threads import thread_pools
 from .._validation import clip_to_data
 from ._batched_kmeans import SMALL_ROWS, KMeansProblem
 from ._coreset import (
@@ -513,20 +513,13 @@ def _local_step(
     return state, upload
 
 
-_THREADPOOL_CONTROLLER = None
-
-
 def _one_openmp_thread():
     """Limit OpenMP to one thread in the calling thread only.
 
     OpenMP's thread count is per calling thread, so unlike a BLAS limit this
-    is safe from concurrent client threads. The controller is built once:
-    inspecting the loaded libraries costs milliseconds.
+    is safe from concurrent client threads.
     """
-    global _THREADPOOL_CONTROLLER
-    if _THREADPOOL_CONTROLLER is None:
-        _THREADPOOL_CONTROLLER = ThreadpoolController()
-    return _THREADPOOL_CONTROLLER.limit(limits=1, user_api="openmp")
+    return thread_pools().limit(limits=1, user_api="openmp")
 
 
 @client_step("kfed.cluster_map")
