@@ -62,7 +62,7 @@ _LONG_ROUND = 0.1
 # scikit-learn routines).
 _SMALL_CLIENT = 2048
 # Rows of a round from which a Python-bound step's worker processes can
-# pay for their start (1.5 to 2 s for a session's first, more on a busy
+# pay for their start (1.5 to 2 s for a process's first, more on a busy
 # machine): below them the round is short whatever runs it (3 clients of
 # 100 rows with n_jobs=2 took 12 s in processes, 0.04 s in one thread).
 _MIN_PROCESS_ROWS = 2**15
