@@ -2,7 +2,7 @@
 
 ``python -m skfed demo`` fits each estimator in the regime where a user
 should pick it (synthetic data of 10^4 to 2*10^5 rows over 4 to 100
-clients, each client's uploads below its rows) and, with ``--small``, on
+clients, each estimator's uploads below the raw data) and, with ``--small``, on
 small data that ships with scikit-learn split over simulated clients. For
 each, the federated model and the centralized scikit-learn model are
 fitted on the same data; the table reports quality, wall time, the floats
@@ -324,7 +324,8 @@ def _kernel_pca(args):
         # As large as an exact reference still fits this machine: the
         # optimum needs the top eigenvalues of the N x N kernel matrix
         # (800 MB here). Clients of 2,500 rows on average: each client's
-        # messages have a fixed size (about 25,000 floats), below its rows.
+        # messages have a fixed size (about 25,000 floats), below the
+        # 50,000 floats of an average client's rows.
         n = 10_000
         X, y = _mixture(n, 20, 16, args.seed + 2)
         dataset = _label(n, 20, "blobs")
