@@ -100,8 +100,22 @@ def test_default_demo_matches_the_readme_table():
     for name in fresh:
         exact, quality = _deterministic(fresh[name])
         exact_readme, quality_readme = _deterministic(readme[name])
+        if name == "FederatedRKHSClassifier":
+            # Which samples are critical hinges on BLAS's summation order
+            # (its thread count and CPU kernels): a few kernels more or
+            # less from one machine to the next (129 or 137 on this data).
+            assert exact[:4] == exact_readme[:4]
+            assert _floats(exact[4:]) == pytest.approx(
+                _floats(exact_readme[4:]), rel=0.05
+            )
+            assert quality == pytest.approx(quality_readme, abs=0.005)
+            continue
         assert exact == exact_readme, name
         assert quality == pytest.approx(quality_readme, abs=0.0015), name
+
+
+def _floats(cells):
+    return [float(c.replace(",", "").rstrip("x")) for c in cells]
 
 
 def test_readme_table_is_parsed():
