@@ -17,9 +17,9 @@ def build_parser():
         help="run every estimator beside its centralized scikit-learn counterpart",
         description=(
             "Fit each skfed estimator and its centralized scikit-learn "
-            "counterpart on the same data, in the regime the estimator is for "
-            "(synthetic data of 10,000 to 200,000 rows over 10 to 100 clients; "
-            "about a minute on 2 cores), or with --small on data that ships "
+            "counterpart on the same data, in the regime where it is the one "
+            "to pick (synthetic data of 10,000 to 200,000 rows over 4 to 100 "
+            "clients; about a minute on 2 cores), or with --small on data that ships "
             "with scikit-learn (digits, breast_cancer). Prints quality, wall "
             "time, and the floats the federated fit uploaded and downloaded "
             "(from its ledger) against the floats of the raw data."
@@ -28,7 +28,8 @@ def build_parser():
     demo.add_argument(
         "--small",
         action="store_true",
-        help="small data that ships with scikit-learn instead (a few seconds)",
+        help="small data that ships with scikit-learn instead (clients of a "
+        "few hundred rows)",
     )
     demo.add_argument(
         "--clients",

@@ -358,6 +358,10 @@ class Federation:
         self.n_jobs = n_jobs
         self.verbose = verbose
         self.log = CommunicationLog() if log is None else log
+        # What sending the clients' rows to one place would upload (X as a
+        # dense array), for the ledger's comparison with the raw data.
+        raw = self.n_samples * self.n_features
+        self.log.add_raw_data(raw, raw * np.dtype(self.dtype).itemsize)
         # Clients that answered a round of the protocol running now, and
         # those of them that failed or were dropped afterwards (see
         # run_protocol).
@@ -1074,6 +1078,24 @@ class FederatedMixin:
             Not yet entered; use it in a ``with`` block.
         """
         self._check_privacy_settings()
+        fed = self._open_federation(
+            X,
+            y,
+            partitions,
+            random_state=random_state,
+            sample_weight=sample_weight,
+            min_samples=min_samples,
+            log=log,
+        )
+        if y is not None:
+            # The labels are raw data too: one per row (8 bytes each).
+            fed.log.add_raw_data(fed.n_samples, 8 * fed.n_samples)
+        return self._privacy_settings(fed)
+
+    def _open_federation(
+        self, X, y, partitions, *, random_state, sample_weight, min_samples, log
+    ):
+        """The network over remote (dask, Flower) or in-memory data."""
         if is_remote(X):
             if sample_weight is not None:
                 raise ValueError(
@@ -1081,7 +1103,7 @@ class FederatedMixin:
                     "Flower) data yet; weight the rows before fitting, or fit "
                     "in memory."
                 )
-            fed = Federation.from_remote(
+            return Federation.from_remote(
                 X,
                 y,
                 partitions,
@@ -1092,14 +1114,13 @@ class FederatedMixin:
                 log=log,
                 on_client_error=getattr(self, "on_client_error", "raise"),
             )
-            return self._privacy_settings(fed)
         partitioning = check_partitions(
             partitions,
             X.shape[0],
             random_state=random_state,
             min_samples=min_samples,
         )
-        fed = Federation.from_arrays(
+        return Federation.from_arrays(
             X,
             y,
             partitioning,
@@ -1111,7 +1132,6 @@ class FederatedMixin:
             on_client_error=getattr(self, "on_client_error", "raise"),
             in_processes=self._clients_in_processes,
         )
-        return self._privacy_settings(fed)
 
     def _privacy_settings(self, fed):
         """Hand the estimator's ``secure_aggregation`` and ``raw_rows`` to

@@ -239,6 +239,13 @@ class CommunicationLog:
         the wire, in bytes, per round and direction (round -1: the setup
         before the first round and the collection of what clients keep);
         empty for in-process and dask fits.
+    raw_data_floats : int
+        Floats of the data the fit's clients held (N x d for X as a dense
+        array, plus N for labels): what sending the data to one place would
+        upload, recorded by the federation (summed over the fits that
+        continued this ledger); 0 when unknown.
+    raw_data_bytes : int
+        The same data in bytes (X at its dtype's size, 8 bytes per label).
 
     Examples
     --------
@@ -251,10 +258,30 @@ class CommunicationLog:
     60
     """
 
+    # Class defaults: ledgers pickled before the raw data was recorded.
+    raw_data_floats = 0
+    raw_data_bytes = 0
+
     def __init__(self):
         self.records = []
         self.wire_records = []
         self._n_rounds = 0
+        self.raw_data_floats = 0
+        self.raw_data_bytes = 0
+
+    def add_raw_data(self, floats, bytes):
+        """Count data the clients hold: ``floats`` (and ``bytes``) that
+        sending it to one place would upload, for :attr:`upload_ratio`."""
+        self.raw_data_floats += int(floats)
+        self.raw_data_bytes += int(bytes)
+
+    @property
+    def upload_ratio(self):
+        """Floats uploaded over the floats of the raw data (None when the
+        raw data is unknown)."""
+        if not self.raw_data_floats:
+            return None
+        return self.upload_floats / self.raw_data_floats
 
     def new_round(self):
         """Open a new round and return its index."""
@@ -492,40 +519,53 @@ class CommunicationLog:
     def summary(self):
         """A readable table of the ledger, one line per round name.
 
-        Beside the floats, each line says what the round's uploads revealed
-        (``raw_rows``, ``per_client`` or ``sum_only``; several words when
-        rounds of one name differed) and how many rows of X or y crossed
-        as they are: sent by the clients (upload) or forwarded by the
-        server to other clients (download). The last line gives the raw
+        Beside the floats and bytes, each line says what the round's
+        uploads revealed (``raw_rows``, ``per_client`` or ``sum_only``;
+        several words when rounds of one name differed) and how many rows
+        of X or y crossed as they are: sent by the clients (upload) or
+        forwarded by the server to other clients (download). Then the
+        uploads against the raw data, when the ledger knows it, and the raw
         rows each client sent.
         """
         rows = {}
         for r in self.records:
             key = (r.name, r.direction)
-            count, floats, kinds, raw = rows.get(key, (0, 0, (), 0))
+            count, floats, n_bytes, kinds, raw = rows.get(key, (0, 0, 0, (), 0))
             if r.direction == UPLOAD and r.disclosure not in kinds:
                 kinds = kinds + (r.disclosure,)
             raw += r.total_raw_rows
-            rows[key] = (count + 1, floats + r.total_floats, kinds, raw)
+            rows[key] = (
+                count + 1,
+                floats + r.total_floats,
+                n_bytes + r.total_bytes,
+                kinds,
+                raw,
+            )
         width = max([len(name) for name, _ in rows] + [5])
         lines = [
             f"{'round':<{width}}  {'direction':<9}  {'times':>5}  {'floats':>12}"
-            f"  {'raw rows':>8}  disclosure"
+            f"  {'bytes':>13}  {'raw rows':>8}  disclosure"
         ]
-        for (name, direction), (count, floats, kinds, raw) in rows.items():
+        for (name, direction), (count, floats, n_bytes, kinds, raw) in rows.items():
             shown = "/".join(k or "undeclared" for k in kinds)
             lines.append(
                 f"{name:<{width}}  {direction:<9}  {count:>5}  {floats:>12,}"
-                f"  {raw:>8,}  {shown}".rstrip()
+                f"  {n_bytes:>13,}  {raw:>8,}  {shown}".rstrip()
             )
         lines.append(
             f"{'total':<{width}}  {'up':<9}  {'':>5}  {self.upload_floats:>12,}"
-            f"  {self.raw_rows:>8,}"
+            f"  {self.upload_bytes:>13,}  {self.raw_rows:>8,}"
         )
         lines.append(
             f"{'':<{width}}  {'down':<9}  {'':>5}  {self.download_floats:>12,}"
+            f"  {self.download_bytes:>13,}"
         )
         lines.append(f"{self.n_rounds} rounds, {self.n_upload_rounds} with uploads")
+        if self.raw_data_floats:
+            lines.append(
+                f"uploads = {self.upload_ratio:.3g}x the raw data "
+                f"({self.raw_data_floats:,} floats, {self.raw_data_bytes:,} bytes)"
+            )
         by_client = self.raw_rows_by_client()
         if by_client:
             shown = ", ".join(f"{c!r}: {n:,}" for c, n in list(by_client.items())[:10])

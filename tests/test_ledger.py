@@ -123,3 +123,45 @@ def test_totals_are_sums_of_records(rounds):
     assert (log.upload_floats, log.download_floats) == (up, down)
     assert sum(row["floats"] for row in log.to_records()) == up + down
     assert log.n_rounds == len(rounds)
+
+
+def test_summary_shows_bytes_and_uploads_against_the_raw_data():
+    log = CommunicationLog()
+    log.record("centers", "upload", {0: 100, 1: 50}, bytes={0: 400, 1: 200})
+    log.record("centers", "download", {0: 30, 1: 30})
+    assert "upload_ratio" not in log.summary() and log.upload_ratio is None
+    assert "the raw data" not in log.summary()
+    log.add_raw_data(6_000, 48_000)
+    lines = log.summary().splitlines()
+    assert lines[0].split()[:6] == [
+        "round", "direction", "times", "floats", "bytes", "raw"
+    ]  # fmt: skip
+    assert lines[1].split()[:5] == ["centers", "upload", "1", "150", "600"]
+    assert lines[2].split()[:5] == ["centers", "download", "1", "60", "480"]
+    assert log.upload_ratio == pytest.approx(150 / 6_000)
+    assert "uploads = 0.025x the raw data (6,000 floats, 48,000 bytes)" in lines
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_fits_record_their_raw_data_by_formula(dtype):
+    from skfed import FederatedRKHSClassifier, KFed
+
+    rng = np.random.RandomState(0)
+    n, d = 120, 3
+    X = rng.normal(size=(n, d)).astype(dtype)
+    y = (X[:, 0] > 0).astype(int)
+    km = KFed(3, n_local_clusters=3, random_state=0).fit(X, partitions=4)
+    log = km.communication_
+    itemsize = np.dtype(km.cluster_centers_.dtype).itemsize
+    assert (log.raw_data_floats, log.raw_data_bytes) == (n * d, n * d * itemsize)
+    assert f"uploads = {log.upload_floats / (n * d):.3g}x the raw data" in (
+        log.summary()
+    )
+    # A ledger continued by partial_fit counts every batch's rows.
+    km.partial_fit(X[:60], partitions=2)
+    assert km.communication_.raw_data_floats == (n + 60) * d
+    # Labels are raw data too: one float (8 bytes) per row.
+    clf = FederatedRKHSClassifier(random_state=0).fit(X, y, partitions=4)
+    log = clf.communication_
+    assert log.raw_data_floats == n * d + n
+    assert log.raw_data_bytes == n * d * np.dtype(dtype).itemsize + 8 * n

@@ -173,7 +173,8 @@ class DistributedKMeans(
         ``joblib.parallel_config`` decide.
 
     verbose : int, default=0
-        Print one line per round and per server restart when positive.
+        1 prints one line per round; 2 also a summary of the server's
+        k-means restarts on the coreset and each refinement's center shift.
 
     raw_rows : {"allow", "refuse"}, default="allow"
         Whether rows of X may leave a client as they are. The coreset is
@@ -578,7 +579,9 @@ def federated_coreset_kmeans(
         Whether clients upload their exact cost against the final centers in
         round 3 (1 float each).
     verbose : int, default=0
-        Print the cost of every server restart when positive.
+        At 2 and above, a summary of the server's restarts and the center
+        shift of each refinement round (the federation prints one line per
+        round when its own ``verbose`` is positive).
 
     Returns
     -------
@@ -628,7 +631,7 @@ def federated_coreset_kmeans(
         n_init=n_init,
         max_iter=max_iter,
         tol=tol,
-        verbose=verbose,
+        verbose=verbose > 1,
     )
     tol_abs = _tolerance(points, coreset_weights, tol)
     n_refine_iter = 0
@@ -641,7 +644,7 @@ def federated_coreset_kmeans(
         )
         centers, shift = lloyd_update(centers, stats)
         n_refine_iter += 1
-        if verbose:
+        if verbose > 1:
             print(
                 f"[skfed] lloyd refinement {n_refine_iter}: center shift {shift:.3g}",
                 file=sys.stderr,
@@ -1038,13 +1041,13 @@ def weighted_kmeans(
             same_cost=_SAME_COST,
             return_runs=True,
         )
-        for cost, iterations in zip(costs, iters) if verbose else ():
-            _report_restart(iterations, cost)
+        if verbose:
+            _report_restarts(iters, costs)
         return centers + shift, float(sample_weight @ d2), n_iter
     X, shift = _centered(X)
     x_sq = _sq_norms(X)
     tol_abs = _tolerance(X, sample_weight, tol)
-    best = None
+    best, runs = None, []
     for seed in rng.randint(_SEED_MAX, size=n_init):
         init = _weighted_kmeans_plusplus(
             X, sample_weight, n_clusters, x_sq, np.random.RandomState(seed), noise=noise
@@ -1053,21 +1056,28 @@ def weighted_kmeans(
             X, sample_weight, init, x_sq, max_iter, tol_abs, tie=noise
         )
         inertia = float(sample_weight @ d2)
-        if verbose:
-            _report_restart(n_iter, inertia)
+        runs.append((n_iter, inertia))
         # Restarts that reach one solution (its centers in another order)
         # differ in cost by rounding only, which depends on how the arrays
         # lie in memory (a client's rows after transport, say): the first
         # of them is kept, so that the model does not.
         if best is None or inertia < best[1] - _SAME_COST * abs(best[1]):
             best = (centers + shift, inertia, n_iter)
+    if verbose:
+        _report_restarts(*zip(*runs))
     return best
 
 
-def _report_restart(n_iter, cost):
+def _report_restarts(iters, costs):
+    """One line for the server's restarts: restarts that reach one solution
+    would otherwise print the same line again and again."""
+    costs = np.asarray(costs, dtype=float)
+    best = costs.min()
+    n_best = int(np.sum(costs <= best + _SAME_COST * abs(best)))
     print(
-        f"[skfed] coreset k-means restart: {n_iter} iterations, "
-        f"weighted cost {cost:.6g}",
+        f"[skfed] coreset k-means: {len(costs)} restarts, "
+        f"{min(iters)}-{max(iters)} iterations, best weighted cost "
+        f"{best:.6g} (reached by {n_best})",
         file=sys.stderr,
     )
 

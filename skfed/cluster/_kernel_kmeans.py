@@ -211,7 +211,8 @@ class FederatedKernelKMeans(
         Clients run in parallel through joblib; ``None`` lets an enclosing
         ``joblib.parallel_config`` decide (sequential by default).
     verbose : int, default=0
-        1 prints one line per iteration; 2 also one line per round.
+        1 prints one line per round (as every skfed estimator does); 2 also
+        one line per DSPGD iteration (``algorithm="dspgd"``).
 
     raw_rows : {"allow", "refuse"}, default="allow"
         Whether rows of X may leave a client as they are. No round of this
@@ -444,8 +445,6 @@ class FederatedKernelKMeans(
         coreset_size, n_init = self._coreset_sizes(n_samples)
         rng = check_random_state(self.random_state)
         fed = self._federation(X, None, partitions, random_state=rng)
-        # Per-round printing only at verbose >= 2: Lanczos makes many rounds.
-        fed.verbose = max(int(self.verbose) - 1, 0)
         if algorithm == "one_shot":
             with fed:
                 result = run_one_shot(

@@ -16,6 +16,7 @@ steps follow it. Paper: "A Communication Efficient Federated Kernel k-Means"
 (ICLR 2021 submission).
 """
 
+import sys
 import warnings
 from functools import lru_cache, partial
 from typing import NamedTuple
@@ -356,11 +357,12 @@ def _dspgd_cem(fed, opts, n_samples, feature_seeds, lanczos_rng):
         r = kept.shape[0]
         estimate = kept + (1.0 - eta) * lam
         history.append(estimate)
-        if opts.verbose:
+        if opts.verbose > 1:
             print(
-                f"[FederatedKernelKMeans] iteration {t}: η={eta:.3g}, "
+                f"[skfed] dspgd iteration {t}: η={eta:.3g}, "
                 f"rank {ranks[-1]} -> {r}, {n_steps} Lanczos rounds, "
-                f"upload so far {fed.log.upload_floats:,} floats"
+                f"upload so far {fed.log.upload_floats:,} floats",
+                file=sys.stderr,
             )
         if _converged(history, s, opts.tol):
             break
@@ -445,11 +447,12 @@ def _dspgd_no_cem(fed, opts, n_samples, feature_seeds, lanczos_rng):
         B = U * shrink
         estimate = mu[keep] + (1.0 - eta) * lam
         history.append(estimate)
-        if opts.verbose:
+        if opts.verbose > 1:
             print(
-                f"[FederatedKernelKMeans] iteration {t} (no CEM): "
+                f"[skfed] dspgd iteration {t} (no CEM): "
                 f"rank {ranks[-1]} -> {B.shape[1]}, {res.n_calls} Lanczos "
-                f"rounds, upload so far {fed.log.upload_floats:,} floats"
+                f"rounds, upload so far {fed.log.upload_floats:,} floats",
+                file=sys.stderr,
             )
         if _converged(history, s, opts.tol):
             break

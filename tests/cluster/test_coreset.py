@@ -422,8 +422,8 @@ def test_weighted_kmeans_restarts_side_by_side_or_in_turn_are_alike(
     # The reported inertia is the weighted cost of the returned centers.
     d2 = ((X[:, None] - batched[0][None]) ** 2).sum(axis=2).min(axis=1)
     assert batched[1] == pytest.approx(w @ d2, rel=1e-9)
-    # Both report every restart.
-    assert capsys.readouterr().err.count("coreset k-means restart") == 8
+    # Both report their restarts, in one line each.
+    assert capsys.readouterr().err.count("coreset k-means: 4 restarts") == 2
 
 
 @pytest.mark.parametrize("sparse", [False, True])
@@ -673,13 +673,16 @@ def test_methods_agree_with_fitted_attributes(blobs):
     assert km.n_iter_ >= 1
 
 
-def test_verbose_reports_rounds_and_restarts(blobs, capsys):
-    DistributedKMeans(K, coreset_size=50, n_init=2, verbose=1, random_state=0).fit(
-        blobs[0], partitions=2
-    )
+def test_verbose_reports_rounds_then_restarts(blobs, capsys):
+    est = DistributedKMeans(K, coreset_size=50, n_init=2, verbose=1, random_state=0)
+    est.fit(blobs[0], partitions=2)
     err = capsys.readouterr().err
     assert "coreset sampling" in err
-    assert err.count("coreset k-means restart") == 2
+    assert "restarts" not in err
+    # Verbose 2 adds the server's restarts, in one line.
+    est.set_params(verbose=2).fit(blobs[0], partitions=2)
+    err = capsys.readouterr().err
+    assert err.count("[skfed] coreset k-means: 2 restarts") == 1
 
 
 # --------------------------------------------------------------------------

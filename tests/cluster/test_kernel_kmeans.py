@@ -607,13 +607,16 @@ def test_embedding_and_centers_are_consistent(threshold, orthogonal):
     assert np.abs(off).max() < orthogonal * km.eigenvalues_[0]
 
 
-def test_verbose_reports_iterations(capsys):
+def test_verbose_reports_rounds_then_iterations(capsys):
     X, _ = _rings(60)
-    FederatedKernelKMeans(
+    est = FederatedKernelKMeans(
         2, gamma=3.0, n_random_features=10, max_iter=2, tol=0, verbose=1
-    ).set_params(algorithm="dspgd").fit(X)
-    out = capsys.readouterr().out
-    assert out.count("[FederatedKernelKMeans] iteration") == 2
+    ).set_params(algorithm="dspgd")
+    est.fit(X)
+    err = capsys.readouterr().err
+    assert "[skfed] round 0 " in err and "iteration" not in err
+    est.set_params(verbose=2).fit(X)
+    assert capsys.readouterr().err.count("[skfed] dspgd iteration") == 2
 
 
 # ---------------------------------------------------------------- bad input
