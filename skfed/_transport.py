@@ -320,7 +320,7 @@ class JoblibTransport:
         In canonical order.
     n_jobs : int, default=None
         The number of workers (``joblib.effective_n_jobs``), at most one
-        per client (:func:`worker_count`); ``None`` lets an enclosing
+        per client (``worker_count``); ``None`` lets an enclosing
         ``joblib.parallel_config`` decide.
     """
 

@@ -551,7 +551,7 @@ def federated_coreset_kmeans(
     fed : Federation
         Open federation (inside its ``with`` block).
     n_clusters : int
-        k.
+        k, the number of clusters.
     coreset_size : int
         t, points drawn over all clients.
     random_state : RandomState

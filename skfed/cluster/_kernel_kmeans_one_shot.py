@@ -105,7 +105,7 @@ def run_one_shot(
     fed : Federation
         Open federation (inside its ``with`` block).
     n_clusters : int
-        k.
+        k, the number of clusters.
     n_components : int
         s, the columns of the embedding.
     random_state : RandomState

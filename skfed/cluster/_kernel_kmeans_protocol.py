@@ -168,7 +168,7 @@ def run_kernel_kmeans(
     fed : Federation
         Open federation (inside its ``with`` block).
     n_clusters : int
-        k.
+        k, the number of clusters.
     n_components : int
         s, the columns of the embedding.
     random_state : RandomState

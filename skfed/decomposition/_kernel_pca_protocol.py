@@ -144,7 +144,7 @@ def run_kernel_pca(
     fed : Federation
         Open federation (inside its ``with`` block).
     n_components : int
-        k.
+        k, the number of components.
     n_representatives : int
         The number of representatives asked for, already clipped to the
         data.
