@@ -88,10 +88,10 @@ for refine_iter, marker in [(0, "o"), (1, "s")]:
         ).fit(X, partitions=ids)
         uploads.append(fit.communication_.upload_floats)
         ratios.append(fit.inertia_ / reference.inertia_)
-    print(
-        f"refine_iter={refine_iter}:",
-        ", ".join(f"{u:,} floats -> {r:.4f}" for u, r in zip(uploads, ratios)),
-    )
+    # One line per coreset size, so the output reads in a narrow column.
+    print(f"refine_iter={refine_iter}:")
+    for u, r in zip(uploads, ratios):
+        print(f"  {u:>7,} floats up -> cost ratio {r:.4f}")
     ax.plot(uploads, ratios, marker=marker, label=f"refine_iter={refine_iter}")
 ax.axvline(X.size, ls=":", color="k", label="raw data size")
 ax.axhline(1, color="k", lw=0.5)
