@@ -7,6 +7,7 @@ and the benchmarks measure the same thing.
 """
 
 __all__ = [
+    "HOSTILE_MINIMUM",
     "INTEGRATION_CASES",
     "client_data_received",
     "settled_receipts",
@@ -224,6 +225,17 @@ def client_data_received():
 # Estimator name -> (small, fast constructor params, a grid over the
 # estimator for searches, kind: "cluster", "transform" or "classify"); shared
 # by the integration and scale-out tests.
+# Estimator -> (the minimum a user must pass, kind), for the hostile-input
+# tests. Everything else is the public default: the library promises that
+# defaults just work. A new estimator is added here.
+HOSTILE_MINIMUM = {
+    "KFed": ({"n_clusters": 3}, "cluster"),
+    "DistributedKMeans": ({"n_clusters": 3}, "cluster"),
+    "FederatedKernelKMeans": ({"n_clusters": 3}, "cluster"),
+    "DistributedKernelPCA": ({"n_components": 2}, "transform"),
+    "FederatedRKHSClassifier": ({}, "classify"),
+}
+
 INTEGRATION_CASES = {
     "KFed": ({"n_clusters": 3, "random_state": 0}, {"n_clusters": [2, 3]}, "cluster"),
     "DistributedKMeans": (

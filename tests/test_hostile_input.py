@@ -25,16 +25,9 @@ from sklearn.utils._param_validation import Interval, InvalidParameterError
 
 import skfed
 from skfed import ClientStepError, ClientValueError, _transport
+from skfed._testing import HOSTILE_MINIMUM
 
-# Estimator -> (the minimum a user must pass, kind). Everything else is the
-# public default: the library promises that defaults just work.
-MINIMUM = {
-    "KFed": ({"n_clusters": 3}, "cluster"),
-    "DistributedKMeans": ({"n_clusters": 3}, "cluster"),
-    "FederatedKernelKMeans": ({"n_clusters": 3}, "cluster"),
-    "DistributedKernelPCA": ({"n_components": 2}, "transform"),
-    "FederatedRKHSClassifier": ({}, "classify"),
-}
+MINIMUM = HOSTILE_MINIMUM
 NAMES = list(MINIMUM)
 
 

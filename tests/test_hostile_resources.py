@@ -21,16 +21,10 @@ from sklearn.metrics import adjusted_rand_score
 import skfed
 import skfed._transport as transport_module
 from skfed._processes import resident_workers
+from skfed._testing import HOSTILE_MINIMUM
 from skfed._transport import worker_count
 
-# Estimator -> what a user must pass, and its kind.
-MINIMUM = {
-    "KFed": ({"n_clusters": 3}, "cluster"),
-    "DistributedKMeans": ({"n_clusters": 3}, "cluster"),
-    "FederatedKernelKMeans": ({"n_clusters": 3}, "cluster"),
-    "DistributedKernelPCA": ({"n_components": 2}, "transform"),
-    "FederatedRKHSClassifier": ({}, "classify"),
-}
+MINIMUM = HOSTILE_MINIMUM
 NAMES = list(MINIMUM)
 
 
