@@ -46,6 +46,8 @@ import sys
 import time
 from pathlib import Path
 
+from run import _git_commit
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RESULTS = HERE / "results"
@@ -157,20 +159,6 @@ def _blas():
         for lib in threadpool_info()
         if lib["user_api"] == "blas"
     )
-
-
-def _git(code):
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=code,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def _cpu():
@@ -294,7 +282,7 @@ def main():
     ]
     for label, code in codes.items():
         parts += [
-            f"## {label}: skfed from {code} (commit {_git(code)})",
+            f"## {label}: skfed from {code} (commit {_git_commit(code)})",
             table(summaries[label], args.only),
         ]
     if args.baseline is not None:
