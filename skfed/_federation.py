@@ -47,6 +47,7 @@ from ._ledger import (
     SUM_ONLY,
     UPLOAD,
     CommunicationLog,
+    Disclosure,
     as_disclosure,
     count_payload,
 )
@@ -58,6 +59,7 @@ from ._rows import rounded_row_hashes
 from ._threads import close_fit, open_fit
 from ._transport import JoblibTransport, StepFailure, worker_count
 from ._validation import check_partitions
+from .privacy import Accountant, check_privacy
 
 __all__ = [
     "ClientData",
@@ -326,6 +328,8 @@ class Federation:
 
     secure_aggregation = False
     raw_rows = "allow"
+    # The fit's skfed.privacy.Accountant under differential privacy.
+    accountant = None
 
     def __init__(
         self,
@@ -700,6 +704,9 @@ class Federation:
         ValueError
             Before anything is sent, for a ``"raw_rows"`` round when
             ``raw_rows`` is "refuse".
+        RuntimeError
+            Before anything is sent, under differential privacy, for a round
+            whose uploads depend on the rows and declare no noised release.
         """
         disclosure = as_disclosure(disclosure)
         kind = None if disclosure is None else disclosure.kind
@@ -710,6 +717,16 @@ class Federation:
             )
         call = as_step_call(step)
         empty = disclosure is not None and disclosure.empty
+        noised = 0 if disclosure is None else disclosure.noised
+        if self.accountant is not None and not (
+            empty or noised or (disclosure is not None and disclosure.data_free)
+        ):
+            # A safety net under the protocols: nothing computed from the
+            # rows leaves a client without noise that the accountant counts.
+            raise RuntimeError(
+                f"Round {name!r} would upload statistics of the clients' rows "
+                "without noise, which differential privacy forbids."
+            )
         masked = self.secure_aggregation and kind == SUM_ONLY and not empty
         if masked:
             alive = self._secure_aggregation_keys()
@@ -792,7 +809,10 @@ class Federation:
             round=rnd,
             disclosure=kind or "",
             raw_rows=rows,
+            noised=noised,
         )
+        if noised and self.accountant is not None:
+            self.accountant.register(name, noised)
         if self.verbose:
             print(
                 f"[skfed] round {rnd} {name!r}: {len(uploads)} clients, "
@@ -821,7 +841,7 @@ class Federation:
             "secure aggregation keys",
             secagg.keys_step,
             tolerate=False,
-            disclosure=PER_CLIENT,
+            disclosure=Disclosure(PER_CLIENT, data_free=True),
         )
         table = np.stack(publics)
         self.run_round(
@@ -956,10 +976,25 @@ class FederatedMixin:
         ``secure_aggregation`` masks (an estimator without says False)."""
         return True
 
+    # Why the estimator refuses differential privacy, and what to use
+    # instead; empty for an estimator whose rounds can all be noised.
+    _privacy_refusal = ""
+
+    def _privacy_releases(self):
+        """How many noised releases each client makes in a fit with these
+        parameters (see ``skfed.privacy.Accountant``)."""
+        raise NotImplementedError
+
     def _check_privacy_settings(self):
-        """Refuse a fit that would send raw rows against ``raw_rows``, and
-        say when ``secure_aggregation`` has nothing to mask, before any
-        round."""
+        """Refuse a fit that would send raw rows against ``raw_rows``, or
+        that differential privacy cannot cover, and say when
+        ``secure_aggregation`` has nothing to mask, before any round."""
+        privacy = check_privacy(getattr(self, "privacy", None))
+        if privacy is not None and self._privacy_refusal:
+            raise ValueError(
+                f"{type(self).__name__} cannot fit under differential privacy: "
+                f"{self._privacy_refusal}"
+            )
         if getattr(self, "raw_rows", "allow") == "refuse" and self._raw_row_rounds:
             rounds = ", ".join(repr(r) for r in self._raw_row_rounds)
             raise ValueError(
@@ -1138,4 +1173,15 @@ class FederatedMixin:
         the network (off and "allow" for an estimator without them)."""
         fed.secure_aggregation = bool(getattr(self, "secure_aggregation", False))
         fed.raw_rows = getattr(self, "raw_rows", "allow")
+        privacy = getattr(self, "privacy", None)
+        if privacy is not None:
+            fed.accountant = Accountant(
+                privacy, self._privacy_releases(), estimator=type(self).__name__
+            )
         return fed
+
+    def _record_privacy(self, fed):
+        """Set ``privacy_spent_``: the (epsilon, delta) the fit's noised
+        releases spent, from the accountant; None without ``privacy``."""
+        accountant = fed.accountant
+        self.privacy_spent_ = None if accountant is None else accountant.spent()

@@ -63,12 +63,22 @@ class Disclosure(NamedTuple):
         The round uploads nothing (a download the clients keep): recorded
         as ``"sum_only"``, since the server sees nothing of any client, and
         never masked.
+    noised : int, default=0
+        How many differentially private releases (Gaussian mechanisms at the
+        fit's noise multiplier, see :mod:`skfed.privacy`) each client's
+        upload holds. Under ``privacy`` the federation registers them with
+        the fit's accountant and refuses an upload round that declares none.
+    data_free : bool, default=False
+        The uploads do not depend on the clients' rows (secure aggregation's
+        public keys): allowed un-noised under ``privacy``.
     """
 
     kind: str
     rows: Callable = None
     forwarded: Callable = None
     empty: bool = False
+    noised: int = 0
+    data_free: bool = False
 
 
 def _rows_of_array(upload):
@@ -182,6 +192,9 @@ class RoundRecord:
     raw_rows : tuple of int
         Rows of X or y each client sent as they are (upload), or received
         from other clients through the server (download); empty when none.
+    noised : int
+        Differentially private releases in each client's upload (0 for a
+        round without noise).
     """
 
     round: int
@@ -192,6 +205,7 @@ class RoundRecord:
     bytes: tuple = field(default=())
     disclosure: str = ""
     raw_rows: tuple = field(default=())
+    noised: int = 0
 
     @property
     def total_raw_rows(self):
@@ -220,6 +234,7 @@ class RoundRecord:
             "bytes": self.total_bytes,
             "disclosure": self.disclosure,
             "raw_rows": self.total_raw_rows,
+            "noised": self.noised,
         }
 
 
@@ -298,6 +313,7 @@ class CommunicationLog:
         round=None,
         disclosure="",
         raw_rows=None,
+        noised=0,
     ):
         """Add what one round sent in one direction.
 
@@ -319,6 +335,8 @@ class CommunicationLog:
         raw_rows : dict, default=None
             Mapping client id -> rows of X or y sent by (upload) or
             forwarded to (download) that client; none when omitted.
+        noised : int, default=0
+            Differentially private releases in each client's upload.
         """
         if direction not in (UPLOAD, DOWNLOAD):
             raise ValueError(
@@ -345,6 +363,7 @@ class CommunicationLog:
                 n_bytes,
                 str(disclosure or ""),
                 rows,
+                int(noised),
             )
         )
 
@@ -484,6 +503,8 @@ class CommunicationLog:
             In the order of the rounds that uploaded anything, each with
             ``round``, ``name``, ``disclosure`` (``"raw_rows"``,
             ``"per_client"`` or ``"sum_only"``), ``floats`` (uploaded),
+            ``noised`` (differentially private releases per client, 0 for
+            a round without noise),
             ``raw_rows`` (client id -> rows of X or y it sent as they are,
             only clients that sent some) and ``forwarded_rows`` (client id
             -> raw rows of other clients it received in that round's
@@ -501,6 +522,7 @@ class CommunicationLog:
                     "name": r.name,
                     "disclosure": r.disclosure,
                     "floats": r.total_floats,
+                    "noised": r.noised,
                     "raw_rows": {c: n for c, n in zip(r.clients, r.raw_rows) if n},
                     "forwarded_rows": {}
                     if d is None
@@ -531,8 +553,9 @@ class CommunicationLog:
         for r in self.records:
             key = (r.name, r.direction)
             count, floats, n_bytes, kinds, raw = rows.get(key, (0, 0, 0, (), 0))
-            if r.direction == UPLOAD and r.disclosure not in kinds:
-                kinds = kinds + (r.disclosure,)
+            kind = r.disclosure + (" noised" if r.noised else "")
+            if r.direction == UPLOAD and kind not in kinds:
+                kinds = kinds + (kind,)
             raw += r.total_raw_rows
             rows[key] = (
                 count + 1,
