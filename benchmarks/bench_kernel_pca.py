@@ -401,6 +401,40 @@ def plot_timing(rows, path):
     plt.close(fig)
 
 
+def timing_lines(timing, args):
+    """Section 4 of the report: fit time and memory against KernelPCA."""
+    lines = [
+        "",
+        "## 4. Fit time and peak traced memory against sklearn KernelPCA",
+        "",
+        "disKPCA with |Y| = 400 (leverage+adaptive, local SVD, centred as "
+        "KernelPCA). '—': sklearn "
+        f"skipped, its N × N kernel and centred copy need {2 * 8:d} N² bytes "
+        f"(> {args.max_sklearn_gb:g} GB).",
+        "",
+        "| case | N | disKPCA s | arpack s | randomized s | speed-up (arpack, "
+        "randomized) | disKPCA MB | arpack MB | randomized MB | upload floats "
+        "| signs as KernelPCA (of 10) | energy / KernelPCA's |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in timing:
+        speed = [
+            None if r[s + "_time"] is None else r[s + "_time"] / r["fed_time"]
+            for s in ("arpack", "randomized")
+        ]
+        lines.append(
+            f"| {r['case']} | {r['n']:,} | {r['fed_time']:.2f} | "
+            f"{fmt(r['arpack_time'], '.2f')} | {fmt(r['randomized_time'], '.2f')} | "
+            f"{fmt(speed[0], '.1f')}×, {fmt(speed[1], '.1f')}× | "
+            f"{r['fed_mem'] / 1e6:,.0f} | "
+            f"{fmt(mb(r['arpack_mem']), ',.0f')} | "
+            f"{fmt(mb(r['randomized_mem']), ',.0f')} | "
+            f"{r['upload']:,} | {fmt(r.get('signs_agree'), 'd')} | "
+            f"{fmt(r.get('energy_ratio'), '.4f')} |"
+        )
+    return lines
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, 1 seed")
@@ -412,8 +446,32 @@ def main():
         default=8.0,
         help="skip sklearn KernelPCA when its kernel and centred copy exceed this",
     )
+    parser.add_argument(
+        "--timing-only",
+        nargs="+",
+        type=int,
+        metavar="N",
+        help="only section 4 (fit time and memory against KernelPCA) at these N",
+    )
     args = parser.parse_args()
     args.max_sklearn_bytes = args.max_sklearn_gb * 1e9
+    if args.timing_only:
+        with threadpool_limits(1):
+            timing = run_timing(args.timing_only, args)
+        RESULTS.mkdir(exist_ok=True)
+        out = RESULTS / "bench_kernel_pca_timing.md"
+        lines = [
+            "# disKPCA against KernelPCA: fit time and memory",
+            "",
+            "`python benchmarks/bench_kernel_pca.py --timing-only "
+            + " ".join(str(n) for n in args.timing_only)
+            + f"` — {platform.processor() or platform.machine()}, BLAS pinned "
+            f"to 1 thread, {args.n_clients} clients with power-law sizes.",
+        ] + timing_lines(timing, args)
+        out.write_text("\n".join(lines) + "\n")
+        print("\n".join(lines))
+        print(f"\nwrote {out}")
+        return
     profile = "quick" if args.quick else "full"
     seeds = range(1 if args.quick else args.seeds)
     reps = (50, 100) if args.quick else (50, 100, 200, 400)
@@ -551,35 +609,7 @@ def main():
         f"| {name} | {m} | {method} | {ratio:.4f} | {up:,.0f} |"
         for name, m, method, ratio, up in crows
     ]
-    lines += [
-        "",
-        "## 4. Fit time and peak traced memory against sklearn KernelPCA",
-        "",
-        "disKPCA with |Y| = 400 (leverage+adaptive, local SVD, centred as "
-        "KernelPCA). '—': sklearn "
-        f"skipped, its N × N kernel and centred copy need {2 * 8:d} N² bytes "
-        f"(> {args.max_sklearn_gb:g} GB).",
-        "",
-        "| case | N | disKPCA s | arpack s | randomized s | speed-up (arpack, "
-        "randomized) | disKPCA MB | arpack MB | randomized MB | upload floats "
-        "| signs as KernelPCA (of 10) | energy / KernelPCA's |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in timing:
-        speed = [
-            None if r[s + "_time"] is None else r[s + "_time"] / r["fed_time"]
-            for s in ("arpack", "randomized")
-        ]
-        lines.append(
-            f"| {r['case']} | {r['n']:,} | {r['fed_time']:.2f} | "
-            f"{fmt(r['arpack_time'], '.2f')} | {fmt(r['randomized_time'], '.2f')} | "
-            f"{fmt(speed[0], '.1f')}×, {fmt(speed[1], '.1f')}× | "
-            f"{r['fed_mem'] / 1e6:,.0f} | "
-            f"{fmt(mb(r['arpack_mem']), ',.0f')} | "
-            f"{fmt(mb(r['randomized_mem']), ',.0f')} | "
-            f"{r['upload']:,} | {fmt(r.get('signs_agree'), 'd')} | "
-            f"{fmt(r.get('energy_ratio'), '.4f')} |"
-        )
+    lines += timing_lines(timing, args)
     out = RESULTS / f"{stem}.md"
     out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

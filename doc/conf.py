@@ -47,30 +47,20 @@ sphinx_gallery_conf = {
 
 html_theme = "pydata_sphinx_theme"
 html_title = "skfed"
-html_theme_options = {"navigation_with_keys": False}
-# Pages without sub-pages would show an empty "Section Navigation" column;
-# without it the text and code get that width (at 1280 px the article is
-# otherwise about 610 px wide).
-html_sidebars = {
-    page: []
-    for page in (
-        "install",
-        "quickstart",
-        "federation",
-        "privacy",
-        "partition",
-        "deploy",
-        "scaling",
-        "glossary",
-        "help",
-        "related",
-        "citing",
-        "changelog",
-        "contributing",
-        # Gallery pages: their code is formatted for 88 columns.
-        "auto_examples/*",
-    )
+html_theme_options = {
+    "navigation_with_keys": False,
+    # Four section links and a search icon fit on one header row at
+    # 1280 px (the wide search field wrapped to a second row); the other
+    # sections go into the header's "More" menu.
+    "header_links_before_dropdown": 4,
+    "navbar_persistent": ["search-button"],
 }
+# Top-level pages and gallery pages have no sub-pages to list, and would
+# show an empty "Section Navigation" column; without it the text and code
+# get that width (at 1280 px the article is otherwise about 610 px wide).
+# A pattern, not a list, so that a new page gets it too. The API reference
+# lists its generated pages in the column.
+html_sidebars = {"*": [], "auto_examples/*": [], "api": ["sidebar-nav-bs"]}
 templates_path = ["_templates"]
 exclude_patterns = ["_build", "examples", "Thumbs.db", ".DS_Store"]
 nitpicky = True
@@ -117,6 +107,30 @@ def _skip_metadata_request_setters(app, what, name, obj, skip, options):
     return skip
 
 
+def _run_page_examples(app):
+    """Run the pages' ``>>>`` examples, so that a page never prints an
+    output the code no longer gives (the test suite runs them too)."""
+    import doctest
+    from pathlib import Path
+
+    from sphinx.errors import ExtensionError
+
+    failed = []
+    for page in sorted(Path(app.srcdir).rglob("*.rst")):
+        if "_build" in page.parts or ">>> " not in page.read_text(encoding="utf-8"):
+            continue
+        result = doctest.testfile(
+            str(page),
+            module_relative=False,
+            optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE,
+        )
+        if result.failed:
+            failed.append(page.name)
+    if failed:
+        raise ExtensionError(f"examples whose output changed: {', '.join(failed)}")
+
+
 def setup(app):
+    app.connect("builder-inited", _run_page_examples)
     app.connect("autodoc-skip-member", _skip_metadata_request_setters)
     app.connect("missing-reference", _external_reference)
