@@ -200,10 +200,16 @@ def test_infinite_epsilon_is_the_clipped_non_private_fit():
     dp = DifferentialPrivacy(epsilon=math.inf, bounds=BOUNDS)
     free = KFed(5, privacy=dp, random_state=0).fit(X, partitions=5)
     assert adjusted_rand_score(plain.labels_, free.labels_) > 0.999
+    # The same clusters, so the same centers up to Lloyd's convergence
+    # (measured: at most 0.015 apart over three seeds; the blobs' standard
+    # deviation is 0.5).
+    pairs = np.argmin(
+        ((free.cluster_centers_[:, None] - plain.cluster_centers_[None]) ** 2).sum(-1),
+        axis=1,
+    )
+    assert sorted(pairs) == list(range(5))
     np.testing.assert_allclose(
-        np.sort(free.cluster_centers_, axis=0),
-        np.sort(plain.cluster_centers_, axis=0),
-        atol=0.05,
+        free.cluster_centers_, plain.cluster_centers_[pairs], atol=0.05
     )
     assert free.privacy_spent_[0] == math.inf
 
@@ -266,8 +272,8 @@ def test_refusals_name_the_alternative_before_any_round(est, alternative, rounds
 
 
 def test_utility_at_epsilon_10_on_well_separated_blobs():
-    # 10 blobs, 20,000 rows over 10 clients: measured NMI 0.98 to 1.0 over
-    # seeds (non-private 1.0); the threshold leaves room for noise.
+    # 10 blobs, 20,000 rows over 10 clients: measured NMI 1.0 with six
+    # seeds (0.93 to 1.0 at epsilon = 1); the threshold leaves room.
     X, y = make_blobs(20_000, n_features=5, centers=10, random_state=0)
     km = KFed(10, privacy=_dp(epsilon=10.0), random_state=0).fit(X, partitions=10)
     assert normalized_mutual_info_score(y, km.labels_) > 0.8

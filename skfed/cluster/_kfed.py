@@ -230,7 +230,11 @@ class KFed(
         ``privacy``, each one noisy release: the budget is split over T
         releases, so more iterations mean more noise in each. Unused
         without ``privacy``. On a 100,000-row 10-blob mixture over 10
-        clients at epsilon = 1, T = 5 gave NMI 0.99 and T = 3 0.94.
+        clients, T = 3, 5 and 10 gave NMI 0.9998 to 0.9999 at epsilon = 1,
+        and 0.92, 0.90 and 0.85 at epsilon = 0.1: fewer iterations suit
+        small budgets. At epsilon = inf on 5 blobs of standard deviation
+        0.5, T = 3 left centers up to 1.07 from the non-private fit's, T = 5
+        at most 0.015.
 
     Attributes
     ----------
