@@ -108,16 +108,23 @@ def test_grid_search_tunes_epsilon_through_a_pipeline():
 
 def test_noise_std_is_the_accountants_multiplier_times_the_sensitivity(monkeypatch):
     X, _ = _blobs(900, n_features=3)
+    X[::50] *= 1e6  # rows far outside the bounds
     lower, upper = np.array([-15.0, -12.0, -15.0]), np.array([15.0, 15.0, 9.0])
     dp = DifferentialPrivacy(epsilon=1.5, delta=1e-6, bounds=(lower, upper))
-    stds = []
+    stds, largest_row = [], []
     noise = _kfed_private.gaussian_noise
+    statistics = _kfed_private.release_statistics
 
     def recording(value, std, random_state):
         stds.append(std)
         return noise(value, std, random_state)
 
+    def released_rows(rows, centers, count_scale):
+        largest_row.append(np.linalg.norm(rows, axis=1).max())
+        return statistics(rows, centers, count_scale)
+
     monkeypatch.setattr(_kfed_private, "gaussian_noise", recording)
+    monkeypatch.setattr(_kfed_private, "release_statistics", released_rows)
     km = KFed(4, privacy=dp, private_iter=3, random_state=0).fit(X, partitions=3)
     # The sensitivity from the box alone: rows of norm at most R, counts
     # scaled by c = R d^(-1/6); one row moves (sum, c·count) by sqrt(R² + c²).
@@ -129,6 +136,9 @@ def test_noise_std_is_the_accountants_multiplier_times_the_sensitivity(monkeypat
     # Sums and counts of 3 iterations on 3 clients, all at that scale.
     assert len(stds) == 2 * 3 * 3
     np.testing.assert_allclose(stds, expected, rtol=1e-12)
+    # What is summed was clipped into the box: no row beyond its radius.
+    assert len(largest_row) == 3 * 3
+    assert max(largest_row) <= radius * (1 + 1e-12)
     assert km.communication_.disclosure()[0]["noised"] == 3
 
 

@@ -140,7 +140,7 @@ def run_kfed(
         Of the returned centers; None means the clients' (``fed.dtype``).
     private : KFedPrivateOptions or None, default=None
         Under differential privacy, the clients' DP Lloyd (see
-        :mod:`skfed.cluster._kfed_private`) replaces the local step, and
+        ``skfed.cluster._kfed_private``) replaces the local step, and
         its noisy counts weight the merge.
 
     Returns
