@@ -17,8 +17,11 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import FunctionTransformer
 
-from skfed import DistributedKMeans, FederatedRKHSClassifier, KFed
+from skfed import DistributedKMeans, FederatedRKHSClassifier, KFed, _federation
+from skfed._codec import dumps, loads
 from skfed._federation import Federation
+from skfed._protocol import StepCall
+from skfed._transport import JoblibTransport, StepFailure
 from skfed.cluster import _kfed_private
 from skfed.privacy import (
     Accountant,
@@ -202,6 +205,35 @@ def test_same_seed_same_noisy_model_whatever_n_jobs():
     np.testing.assert_array_equal(fits[0].labels_, fits[1].labels_)
     other = KFed(4, privacy=_dp(epsilon=0.5), random_state=8).fit(X, partitions=6)
     assert not np.allclose(other.cluster_centers_, fits[0].cluster_centers_)
+
+
+class _ThroughCodec(JoblibTransport):
+    """The joblib transport with the step call, messages, uploads and kept
+    state passed through the codec, as a deployment across sites carries
+    them (no pickle)."""
+
+    def run(self, call, client_ids, messages):
+        call = StepCall(*_round_trip(tuple(call)))
+        out = super().run(call, client_ids, [_round_trip(m) for m in messages])
+        for c in client_ids:
+            self._storage[c] = _round_trip(self._storage[c])
+        return [u if isinstance(u, StepFailure) else _round_trip(u) for u in out]
+
+
+def _round_trip(value):
+    return loads(*dumps(value))
+
+
+def test_private_fit_runs_through_the_codec(monkeypatch):
+    X, _ = _blobs(600, n_features=3)
+    expected = KFed(4, privacy=_dp(), random_state=0).fit(X, partitions=3)
+    monkeypatch.setattr(_federation, "JoblibTransport", _ThroughCodec)
+    got = KFed(4, privacy=_dp(), random_state=0).fit(X, partitions=3)
+    np.testing.assert_array_equal(got.labels_, expected.labels_)
+    np.testing.assert_allclose(
+        got.cluster_centers_, expected.cluster_centers_, rtol=1e-12
+    )
+    assert got.privacy_spent_ == expected.privacy_spent_
 
 
 def test_infinite_epsilon_is_the_clipped_non_private_fit():
