@@ -23,6 +23,7 @@ import warnings
 from functools import lru_cache
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 from sklearn.utils._param_validation import Interval, StrOptions
 
@@ -84,7 +85,8 @@ class DifferentialPrivacy(BaseEstimator):
     """
 
     _parameter_constraints: dict = {
-        "epsilon": [Interval(numbers.Real, 0, None, closed="neither")],
+        # closed on the right: float("inf") is the clipped, non-private fit.
+        "epsilon": [Interval(numbers.Real, 0, None, closed="right")],
         "delta": [Interval(numbers.Real, 0, 1, closed="neither")],
         "bounds": [tuple, None],
         "noise_multiplier": [Interval(numbers.Real, 0, None, closed="left"), None],
@@ -146,8 +148,11 @@ def feature_bounds(privacy, X, *, estimator):
             PrivacyLeakWarning,
             stacklevel=3,
         )
-        lower = np.asarray(X.min(axis=0), dtype=np.float64).ravel()
-        upper = np.asarray(X.max(axis=0), dtype=np.float64).ravel()
+        lower, upper = X.min(axis=0), X.max(axis=0)
+        if sp.issparse(lower):
+            lower, upper = lower.toarray(), upper.toarray()
+        lower = np.asarray(lower, dtype=np.float64).ravel()
+        upper = np.asarray(upper, dtype=np.float64).ravel()
     else:
         lower, upper = (
             np.broadcast_to(np.asarray(b, dtype=np.float64), (n_features,)).copy()

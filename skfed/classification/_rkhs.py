@@ -25,6 +25,7 @@ from .._blocks import row_blocks
 from .._federation import FederatedMixin
 from .._remote import code_labels, distinct_values, is_remote
 from .._validation import StrictInterval, check_magnitude, clip_to_data
+from ..privacy import DifferentialPrivacy
 from ._rkhs_protocol import run_rkhs
 from ._sparse_dual import gaussian_atoms
 
@@ -187,6 +188,17 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         the spread around it); the samples the server solves on are sent
         as they are. With explicit widths it is ignored, with a warning.
 
+    privacy : :class:`~skfed.privacy.DifferentialPrivacy` or None, \
+            default=None
+        Differential privacy is refused: a ``DifferentialPrivacy`` raises
+        ``ValueError`` before the first round, naming the alternative. The
+        server solves on critical samples, rows of X with their labels, and
+        the model is a kernel expansion over them: no noise of bounded
+        sensitivity releases a row. A private classifier is a
+        differentially private linear model on random Fourier features.
+        Only None is accepted in a fit; the parameter exists so that one
+        search or pipeline can hold every estimator.
+
     Attributes
     ----------
     classes_ : ndarray of shape (n_classes,)
@@ -249,6 +261,8 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         round, the model down to every client (n_kernels · (d + 1) +
         n_problems · (n_kernels + 1) floats) and d + 1 per violating sample
         up.
+    privacy_spent_ : None
+        Always None: the estimator fits without differential privacy.
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (`n_features_in_`,)
 
@@ -295,6 +309,15 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
     """
 
     _raw_row_rounds = ("critical samples", "violating samples")
+    _privacy_refusal = (
+        "the server solves on the clients' critical samples, rows of X with "
+        "their labels, and the model is a kernel expansion over them; no "
+        "noise of bounded sensitivity releases a row. For a private "
+        "classifier, train a differentially private linear model on random "
+        "Fourier features (e.g. DP-SGD, or diffprivlib's LogisticRegression "
+        "on pooled data); for private clustering use "
+        "KFed(privacy=DifferentialPrivacy(...))."
+    )
     _raw_rows_alternative = (
         "The server solves on the clients' critical samples (rows of X with "
         "their labels) and its model is a kernel expansion over them; no "
@@ -328,6 +351,7 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         "verbose": ["verbose"],
         "raw_rows": [StrOptions({"allow", "refuse"})],
         "secure_aggregation": ["boolean"],
+        "privacy": [DifferentialPrivacy, None],
     }
 
     def __init__(
@@ -349,6 +373,7 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         verbose=0,
         raw_rows="allow",
         secure_aggregation=False,
+        privacy=None,
     ):
         self.sparsity = sparsity
         self.widths = widths
@@ -366,6 +391,7 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         self.verbose = verbose
         self.raw_rows = raw_rows
         self.secure_aggregation = secure_aggregation
+        self.privacy = privacy
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, *, partitions=None):
@@ -454,6 +480,7 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         self.primal_objective_ = model["primal_traces"]
         self.n_iter_ = int(max(model["n_iter"]))
         self.communication_ = fed.log
+        self._record_privacy(fed)
         if not all(model["converged"]):
             warnings.warn(
                 f"The dual ascent did not converge in max_iter={self.max_iter} "

@@ -45,6 +45,7 @@ from .._remote import distinct_values, is_remote
 from .._rows import canonical_row_order, row_hashes, rows_equal
 from .._shift import shift_point, shifted_rows
 from .._validation import StrictInterval, as_id_array, clip_to_data
+from ..privacy import DifferentialPrivacy
 from ._batched_kmeans import (
     SMALL_ROWS,
     WEIGHT_EPS,
@@ -194,6 +195,18 @@ class DistributedKMeans(
         masked round fails the fit. Masked here: the Lloyd refinement's
         sums (``refine_iter``) and the total cost.
 
+    privacy : :class:`~skfed.privacy.DifferentialPrivacy` or None, \
+            default=None
+        Differential privacy is refused: a ``DifferentialPrivacy`` raises
+        ``ValueError`` before the first round, naming the alternative. The
+        coreset is made of rows of X drawn by D² sampling, and a row has no
+        noisy version of bounded sensitivity; the noisy analogue of a
+        client's local solution is :class:`~skfed.KFed` with ``privacy``
+        (DP Lloyd's noisy local centers and counts), whose utility the
+        privacy page of the documentation reports. Only None is accepted
+        in a fit; the parameter exists so that one search or pipeline can
+        hold every estimator.
+
     Attributes
     ----------
     cluster_centers_ : ndarray of shape (n_clusters, n_features)
@@ -247,6 +260,9 @@ class DistributedKMeans(
 
     coreset_size_ : int
         Number of weighted points the server clustered.
+
+    privacy_spent_ : None
+        Always None: the estimator fits without differential privacy.
 
     communication_ : CommunicationLog
         What crossed the network. Client m uploads 1 float (its local cost),
@@ -305,6 +321,12 @@ class DistributedKMeans(
     """
 
     _raw_row_rounds = ("coreset sampling",)
+    _privacy_refusal = (
+        "its coreset is made of rows of X drawn by D² sampling (round "
+        "'coreset sampling'), and a row has no noisy version of bounded "
+        "sensitivity. Use KFed(privacy=DifferentialPrivacy(...)): its clients "
+        "upload noisy local centers and counts (DP Lloyd)."
+    )
     _raw_rows_alternative = (
         "Use KFed, which uploads each client's local centers and never its "
         "rows (a client with at most k distinct rows is refused there too)."
@@ -324,6 +346,7 @@ class DistributedKMeans(
         "verbose": ["verbose"],
         "raw_rows": [StrOptions({"allow", "refuse"})],
         "secure_aggregation": ["boolean"],
+        "privacy": [DifferentialPrivacy, None],
     }
 
     def __init__(
@@ -342,6 +365,7 @@ class DistributedKMeans(
         verbose=0,
         raw_rows="allow",
         secure_aggregation=False,
+        privacy=None,
     ):
         self.n_clusters = n_clusters
         self.coreset_size = coreset_size
@@ -356,6 +380,7 @@ class DistributedKMeans(
         self.verbose = verbose
         self.raw_rows = raw_rows
         self.secure_aggregation = secure_aggregation
+        self.privacy = privacy
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, *, partitions=None, sample_weight=None):
@@ -450,6 +475,7 @@ class DistributedKMeans(
         self.coreset_weights_ = result.coreset_weights
         self.coreset_size_ = result.coreset_size
         self.communication_ = fed.log
+        self._record_privacy(fed)
         self._n_features_out = self.n_clusters
 
         distinct = len(distinct_values(self.labels_))

@@ -35,8 +35,14 @@ from .._federation import FederatedMixin
 from .._fixes import check_sample_weight as _check_sample_weight
 from .._remote import is_remote
 from .._validation import StrictInterval
+from ..privacy import DifferentialPrivacy, check_privacy, feature_bounds
 from ._centers import KMeansCentersMixin
-from ._kfed_protocol import KFedLocalOptions, run_kfed, run_kfed_update
+from ._kfed_protocol import (
+    KFedLocalOptions,
+    KFedPrivateOptions,
+    run_kfed,
+    run_kfed_update,
+)
 
 __all__ = ["KFed"]
 
@@ -199,6 +205,37 @@ class KFed(
         masked round fails the fit. k-FED has no such round (its server
         needs each client's centers): it is ignored, with a warning.
 
+    privacy : :class:`~skfed.privacy.DifferentialPrivacy` or None, \
+            default=None
+        Sample-level (epsilon, delta)-differential privacy for the whole
+        fit (see the privacy page of the documentation). With it each
+        client replaces the local step by DP Lloyd: its rows are clipped
+        into ``privacy.bounds``, ``private_iter`` Lloyd iterations start
+        from centers drawn uniformly in that box, and each iteration
+        releases the per-cluster sums and counts with Gaussian noise
+        calibrated by the fit's accountant. The uploaded local centers and
+        their weights (the noisy counts, whatever ``center_weighting``
+        says) come from the last release only; the server's merge and the
+        cluster map are post-processing. ``n_local_clusters=None`` then
+        means 2·``n_clusters`` (over-clustering takes the losses of random
+        starts; the merge brings them back to k); ``local_step``,
+        ``n_init``, ``max_iter``, ``tol`` and ``allow_raw_upload`` are
+        unused (no client uploads raw rows) and ``sample_weight`` is
+        refused (a weight would scale a row's influence). What was spent is
+        in ``privacy_spent_``. ``partial_fit`` spends a new budget on the
+        rows it is given. None: no noise.
+
+    private_iter : int, default=5
+        T, the number of DP Lloyd iterations each client runs under
+        ``privacy``, each one noisy release: the budget is split over T
+        releases, so more iterations mean more noise in each. Unused
+        without ``privacy``. On a 100,000-row 10-blob mixture over 10
+        clients, T = 3, 5 and 10 gave NMI 0.9998 to 0.9999 at epsilon = 1,
+        and 0.92, 0.90 and 0.85 at epsilon = 0.1: fewer iterations suit
+        small budgets. At epsilon = inf on 5 blobs of standard deviation
+        0.5, T = 3 left centers up to 1.07 from the non-private fit's, T = 5
+        at most 0.015.
+
     Attributes
     ----------
     cluster_centers_ : ndarray of shape (n_clusters, n_features)
@@ -247,6 +284,11 @@ class KFed(
         ``center_weighting="size"``); round ``"cluster map"`` downloads k(z)
         ints (the global cluster of each local center) and the k·d global
         centers. One upload round per ``fit`` or ``partial_fit``.
+
+    privacy_spent_ : tuple (epsilon, delta) or None
+        What the last ``fit`` or ``partial_fit`` spent under ``privacy``,
+        from its accountant (at most the requested budget); None without
+        ``privacy``.
 
     n_features_in_ : int
         Number of features seen during ``fit``.
@@ -342,6 +384,8 @@ class KFed(
         "verbose": ["verbose"],
         "raw_rows": [StrOptions({"allow", "refuse"})],
         "secure_aggregation": ["boolean"],
+        "privacy": [DifferentialPrivacy, None],
+        "private_iter": [StrictInterval(Integral, 1, None, closed="left")],
     }
 
     def __init__(
@@ -364,6 +408,8 @@ class KFed(
         verbose=0,
         raw_rows="allow",
         secure_aggregation=False,
+        privacy=None,
+        private_iter=5,
     ):
         self.n_clusters = n_clusters
         self.n_local_clusters = n_local_clusters
@@ -382,6 +428,8 @@ class KFed(
         self.verbose = verbose
         self.raw_rows = raw_rows
         self.secure_aggregation = secure_aggregation
+        self.privacy = privacy
+        self.private_iter = private_iter
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, *, partitions=None, sample_weight=None):
@@ -419,10 +467,13 @@ class KFed(
             raise ValueError(
                 f"n_samples={X.shape[0]} should be >= n_clusters={self.n_clusters}."
             )
+        private = self._private_options(X, sample_weight)
         rng = check_random_state(self.random_state)
         fed = self._federation(
             X, None, partitions, random_state=rng, sample_weight=sample_weight
         )
+        if private is not None:
+            private = private._replace(noise_multiplier=fed.accountant.noise_multiplier)
         with fed:
             # A client that fails in the cluster map round is merged again
             # without (see Federation.run_protocol).
@@ -434,6 +485,7 @@ class KFed(
                     merge=self.merge,
                     server_n_init=self.server_n_init,
                     local=self._local_options(),
+                    private=private,
                 ),
                 random_state=rng,
             )
@@ -451,6 +503,7 @@ class KFed(
         self.inertia_ = result.inertia
         self.n_iter_ = result.n_iter
         self.communication_ = fed.log
+        self._record_privacy(fed)
         self._n_features_out = self.cluster_centers_.shape[0]
 
         n_distinct = np.count_nonzero(result.cluster_weights > 0)
@@ -516,6 +569,7 @@ class KFed(
                 f"{self._fitted_weighting!r} the model was fitted with; call "
                 "fit to change it."
             )
+        private = self._private_options(X, sample_weight)
         rng = check_random_state(self.random_state)
         fed = self._federation(
             X,
@@ -525,6 +579,8 @@ class KFed(
             sample_weight=sample_weight,
             log=self.communication_,
         )
+        if private is not None:
+            private = private._replace(noise_multiplier=fed.accountant.noise_multiplier)
         with fed:
             result = fed.run_protocol(
                 partial(
@@ -533,6 +589,7 @@ class KFed(
                     cluster_centers=self.cluster_centers_,
                     cluster_weights=self._cluster_weights,
                     local=self._local_options(),
+                    private=private,
                 ),
                 random_state=rng,
             )
@@ -564,7 +621,35 @@ class KFed(
         self.inertia_ = result.inertia
         self.n_iter_ = result.n_iter
         self.communication_ = fed.log
+        self._record_privacy(fed)
         return self
+
+    # -- differential privacy ---------------------------------------------------
+
+    def _privacy_releases(self):
+        # One noisy release of (sums, counts) per DP Lloyd iteration.
+        return self.private_iter
+
+    def _private_options(self, X, sample_weight):
+        """The clients' DP Lloyd options under ``privacy`` (None without);
+        the noise multiplier is filled in from the fit's accountant."""
+        privacy = check_privacy(self.privacy)
+        if privacy is None:
+            return None
+        if sample_weight is not None:
+            raise ValueError(
+                "KFed does not take sample_weight under privacy: a weight "
+                "scales one row's influence on the noisy sums beyond what the "
+                "noise covers. Repeat rows instead, or fit without privacy."
+            )
+        if is_remote(X) and privacy.bounds is None:
+            raise ValueError(
+                "KFed with privacy on remote data needs "
+                "DifferentialPrivacy(bounds=(lower, upper)): reading them from "
+                "the clients' rows would leak them."
+            )
+        lower, upper = feature_bounds(privacy, X, estimator="KFed")
+        return KFedPrivateOptions(lower, upper, self.private_iter, 0.0)
 
     # -- input checks ----------------------------------------------------------
 
@@ -606,6 +691,10 @@ class KFed(
     def _local_options(self):
         """The client-side options of :func:`run_kfed`."""
         options = {name: getattr(self, name) for name in KFedLocalOptions._fields}
+        if self.privacy is not None and self.n_local_clusters is None:
+            # Over-clustering: a uniform start that catches no row, or two
+            # blobs caught by one start, still leaves k clusters to merge.
+            options["n_local_clusters"] = 2 * self.n_clusters
         # raw_rows="refuse" is allow_raw_upload=False: the rows of a client
         # with at most k(z) distinct samples stay there.
         options["allow_raw_upload"] = (

@@ -1,0 +1,200 @@
+"""k-FED's local step under differential privacy: DP Lloyd on one client.
+
+Under ``privacy`` a client does not run Algorithm 1 (its SVD, seeding and
+pruning read the rows without noise). It runs a fixed number T of Lloyd
+iterations (``KFed(private_iter=T)``) on its rows clipped into the bounds
+box, from centers drawn uniformly in the box, and each iteration releases
+its per-cluster sums and counts with Gaussian noise: T releases per client,
+composed by the fit's accountant (:mod:`skfed.privacy`). The uploaded local
+centers and weights are computed from the last noisy release alone.
+
+Why uniform starts and not a DP seeding: they cost no budget, and the
+losses they bring (a start that catches no row, two blobs caught by one
+start) are taken by over-clustering (k(z) = 2k by default under privacy)
+and the server's weighted merge. At epsilon = 1 on a 100,000-row 10-blob
+mixture over 10 clients, before the safeguards below, a noisy coarse step
+(one release of the sums over 50 or 100 uniform candidates, then k-means
+over their noisy means) gave NMI 0.80 to 0.92 and uniform starts 0.87 to
+0.93; with them (2k local clusters, means clipped into the box, low counts
+dropped, dropped centers restarted) uniform starts reach 0.9998.
+"""
+
+import numpy as np
+
+from .._protocol import client_step
+from ..privacy import box_radius, clip_to_box, gaussian_noise
+from ._coreset import _cluster_sums
+
+# Per-client random streams: the starts, and the noise of the releases.
+_INIT_STREAM = "kfed.dp_init"
+_NOISE_STREAM = "kfed.dp_noise"
+_RESTART_STREAM = "kfed.dp_restart"
+_DROPOUT_STREAM = "kfed.dropout"
+
+# A local center whose noisy count is below this many standard deviations
+# of the count's noise is dropped (weight 0): its mean is mostly noise. At
+# epsilon = 1 on the 10-blob mixture, keeping them gave NMI 0.87 to 0.93
+# (noisy means far outside the data seeded the server's k-means); dropping
+# them below two standard deviations, 0.99.
+_MIN_COUNT_STDS = 2.0
+
+
+def release_scales(lower, upper, noise_multiplier):
+    """The scales of one release: ``(count_scale, sensitivity, std)``.
+
+    A release is the vector (S_1, ..., S_k, c·n_1, ..., c·n_k) of the
+    per-cluster sums S_j of the clipped rows (each of L2 norm at most
+    R = ``box_radius``) and their counts n_j scaled by c. Adding or
+    removing one row x changes one S_j by x and that n_j by 1, so the joint
+    L2 sensitivity is
+
+        Δ = sqrt(R² + c²),
+
+    and every coordinate gets noise of standard deviation z·Δ (z the
+    accountant's noise multiplier): the sums' noise is z·Δ, the counts'
+    z·Δ/c. c trades one for the other. A center S_j/n_j errs by about
+    z·Δ·√d/n_j through its sum and z·Δ·R/(c·n_j) through its count
+    (‖S_j/n_j‖ ≤ R); the total Δ(√d + R/c) is smallest at c = R·d^(-1/6).
+    """
+    radius = box_radius(lower, upper)
+    n_features = len(lower)
+    # A box of zero width (every row the same point): counts alone move.
+    count_scale = radius * n_features ** (-1 / 6) if radius > 0 else 1.0
+    sensitivity = float(np.hypot(radius, count_scale))
+    return count_scale, sensitivity, noise_multiplier * sensitivity
+
+
+def release_statistics(X_clipped, centers, count_scale):
+    """What one DP Lloyd iteration releases, before noise.
+
+    Parameters
+    ----------
+    X_clipped : ndarray of shape (n_samples, n_features)
+        The client's rows from :func:`skfed.privacy.clip_to_box`.
+    centers : ndarray of shape (k, n_features)
+        The iteration's centers, in the same coordinates.
+    count_scale : float
+        c of :func:`release_scales`.
+
+    Returns
+    -------
+    sums : ndarray of shape (k, n_features)
+        Σ of the rows nearest each center.
+    scaled_counts : ndarray of shape (k,)
+        c times the number of those rows.
+    labels : ndarray of shape (n_samples,)
+        The nearest center of each row (kept on the client).
+    """
+    labels = _nearest(X_clipped, centers)
+    sums, counts = _cluster_sums(
+        X_clipped, np.ones(X_clipped.shape[0]), labels, len(centers)
+    )
+    return sums, count_scale * counts, labels
+
+
+@client_step("kfed.dp_lloyd")
+def dp_lloyd_step(
+    client,
+    state,
+    message,
+    *,
+    n_local_clusters,
+    lower,
+    upper,
+    n_iter,
+    noise_multiplier,
+    dropout,
+):
+    """Client step of round "local centers" under privacy: DP Lloyd.
+
+    Upload: k(z) local centers (k(z)·d floats) and their noisy counts (k(z)
+    floats), both from the last of ``n_iter`` noisy releases; a center
+    whose noisy count is under two standard deviations of the count's
+    noise gets weight 0. Kept: the nearest uploaded center (of positive
+    weight) of each row; the cluster map then labels each row with its
+    nearest global center, not with its local center's cluster.
+    """
+    from ._kfed_protocol import _SimulatedDropout
+
+    if dropout and client.random_state(_DROPOUT_STREAM).random_sample() < dropout:
+        raise _SimulatedDropout(f"simulated dropout (client_dropout={dropout})")
+    if isinstance(n_local_clusters, dict):
+        n_local_clusters = n_local_clusters[client.client_id]
+    lower = np.asarray(lower, dtype=np.float64)
+    upper = np.asarray(upper, dtype=np.float64)
+    X = client.X
+    X = X.toarray() if hasattr(X, "toarray") else np.asarray(X)
+    rows = clip_to_box(X.astype(np.float64, copy=False), lower, upper)
+    half = (upper - lower) / 2
+    count_scale, _, std = release_scales(lower, upper, noise_multiplier)
+    count_std = std / count_scale
+
+    # Starts drawn uniformly in the box: no row is read to choose them.
+    centers = client.random_state(_INIT_STREAM).uniform(
+        -half, half, size=(n_local_clusters, len(half))
+    )
+    noise = client.random_state(_NOISE_STREAM)
+    restarts = client.random_state(_RESTART_STREAM)
+    for iteration in range(n_iter):
+        sums, scaled_counts, _ = release_statistics(rows, centers, count_scale)
+        # One Gaussian release of the joint vector (sums, c·counts).
+        sums = gaussian_noise(sums, std, noise)
+        counts = gaussian_noise(scaled_counts, std, noise) / count_scale
+        # Everything below is post-processing of the noisy release.
+        kept = counts > max(_MIN_COUNT_STDS * count_std, 0.0)
+        # A count barely above zero would blow its noisy mean up; the true
+        # mean lies in the box, so clipping to it only removes noise.
+        centers[kept] = np.clip(sums[kept] / counts[kept, None], -half, half)
+        if iteration + 1 < n_iter:
+            _restart_dropped(centers, counts, kept, half, restarts)
+    weights = np.where(kept, counts, 0.0)
+
+    live = np.flatnonzero(weights > 0)
+    if len(live) == 0:
+        live = np.arange(len(centers))
+    local_labels = live[_nearest(rows, centers[live])]
+    state = {
+        "local_labels": local_labels,
+        "raw": False,
+        "n_iter": int(n_iter),
+        # The cluster map labels rows by their nearest global center.
+        "nearest_global": True,
+    }
+    box_centre = (lower + upper) / 2
+    upload = {"centers": (centers + box_centre).astype(X.dtype), "sizes": weights}
+    return state, upload
+
+
+def _restart_dropped(centers, counts, kept, half, random_state):
+    """Move the centers that caught (almost) no row next to the heaviest
+    kept ones, so that the next iteration splits those clusters.
+
+    Most uniform starts fall where no row is and would stay there; one
+    start that caught two blobs would keep them together. Placed next to
+    the heaviest clusters, the spare centers split them along a random
+    direction, and Lloyd separates the two halves of a cluster that holds
+    two blobs. It reads only the noisy release (post-processing): the
+    choice costs no budget. At epsilon = inf on 5 blobs over 5 clients,
+    without it the fit's ARI against non-private k-FED was 0.98 whatever
+    the number of iterations; with it, 1.0.
+    """
+    dropped = np.flatnonzero(~kept)
+    heavy = np.flatnonzero(kept)
+    if len(dropped) == 0 or len(heavy) == 0:
+        return
+    heavy = heavy[np.argsort(-counts[heavy], kind="stable")]
+    targets = heavy[np.arange(len(dropped)) % len(heavy)]
+    # A step of a hundredth of the box: small next to any cluster worth
+    # splitting, large next to rounding.
+    step = random_state.normal(size=(len(dropped), len(half))) * (half / 100)
+    centers[dropped] = np.clip(centers[targets] + step, -half, half)
+
+
+def _nearest(X, centers):
+    """Index of the nearest center of each row (the first on ties)."""
+    sq = (
+        np.einsum("ij,ij->i", centers, centers)[None, :]
+        - 2.0 * (X @ centers.T)
+        + np.einsum("ij,ij->i", X, X)[:, None]
+    )
+    return np.argmin(sq, axis=1)
