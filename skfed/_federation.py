@@ -647,6 +647,19 @@ class Federation:
                     "answering: running the protocol again without them",
                     file=sys.stderr,
                 )
+            if self.accountant is not None:
+                # The clients' releases of the first run happened; the
+                # rerun's depend on what the server sends without the failed
+                # clients, so they are new releases and are counted too.
+                warnings.warn(
+                    f"Client(s) {self._late_failures[:5]} failed after answering, "
+                    "so the protocol runs again without them; under differential "
+                    "privacy the rerun's noised releases add to the budget "
+                    "spent, which can then exceed the requested epsilon (see "
+                    "privacy_spent_).",
+                    UserWarning,
+                    stacklevel=2,
+                )
             random_state.set_state(saved)
 
     def run_round(

@@ -14,7 +14,7 @@ from hypothesis.extra.numpy import arrays
 from sklearn.base import clone
 
 from skfed._federation import ClientData, Federation
-from skfed._ledger import SUM_ONLY, Disclosure
+from skfed._ledger import NO_UPLOAD, SUM_ONLY, Disclosure
 from skfed._protocol import client_step
 from skfed.privacy import (
     Accountant,
@@ -180,3 +180,30 @@ def test_noised_rounds_are_registered_and_marked_in_the_ledger():
     assert fed.log.disclosure()[0]["noised"] == 2
     assert "sum_only noised" in fed.log.summary()
     assert acc.spent()[0] == pytest.approx(1.0, rel=0.01)
+
+
+@client_step("test_privacy.fails_on_client_2")
+def _fails_on_client_2(client, state, message):
+    if client.client_id == 2:
+        raise ValueError("this client fails")
+    return state, None
+
+
+def test_a_rerun_after_a_late_failure_counts_both_runs_and_warns():
+    acc = Accountant(DifferentialPrivacy(), 2, estimator="t")
+
+    def protocol(fed):
+        fed.run_round(
+            "noised",
+            partial(_noised_sum, std=acc.noise_std(1.0)),
+            disclosure=Disclosure(SUM_ONLY, noised=1),
+        )
+        fed.run_round("late", _fails_on_client_2, tolerate=True, disclosure=NO_UPLOAD)
+
+    with _federation(acc) as fed:
+        with pytest.warns(UserWarning, match="rerun's noised releases add"):
+            fed.run_protocol(
+                partial(protocol, fed), random_state=np.random.RandomState(0)
+            )
+    # The noised round ran twice: once with client 2, once without it.
+    assert [name for name, _, _ in acc.events] == ["noised", "noised"]
