@@ -287,7 +287,7 @@ def _feature_space_components(est, omega, offset):
     return None
 
 
-# -- the run -----------------------------------------------------------------------------
+# -- the run ----------------------------------------------------------------------
 
 
 def median(values):
@@ -340,7 +340,7 @@ def run_kmeans(data, seeds, epsilons, delta, anchor_python, skfed_private):
                 (nmi(y, labels), 1.0, time.perf_counter() - start)
             )
 
-        def score(centers, seed, seconds):
+        def score(centers, seed, seconds, X=X, y=y, reference=reference):
             labels, cost = nearest(X, centers)
             return nmi(y, labels), cost / reference[seed], seconds
 
@@ -537,20 +537,22 @@ def main():
         return anchor_job(args.anchor_job)
     if args.skfed_path:
         sys.path.insert(0, str(Path(args.skfed_path).resolve()))
-    import skfed
     from threadpoolctl import threadpool_limits
+
+    import skfed
 
     tasks = args.only or ("kmeans", "pca")
     data = args.data or (("digits",) if args.quick else tuple(LOADERS))
     seeds = list(range(1 if args.quick else args.seeds))
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    command = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])
     out = [
         "# Differential privacy: skfed against diffprivlib",
         "",
         f"- date: {started}; machine: {platform.platform()}, {os.cpu_count()} "
         f"CPUs, Python {platform.python_version()}; BLAS on one thread",
         f"- skfed {skfed.__version__} from `{Path(skfed.__file__).parent.parent}`",
-        f"- command: `{' '.join(Path(a).name if i == 0 else a for i, a in enumerate(sys.argv))}`",
+        f"- command: `python benchmarks/{command}`",
         f"- seeds {seeds}, {N_CLIENTS} clients, skfed delta = {args.delta:g}; "
         "medians over seeds",
         "",
