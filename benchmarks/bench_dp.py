@@ -150,10 +150,15 @@ def kent_bingham(self, value):
     if dims == 1 or self.sensitivity / self.epsilon == 0:
         return _SHIPPED_BINGHAM(self, value)
     A = self.epsilon * (eigvals.max() * np.eye(dims) - value) / 4 / self.sensitivity
-    lam = np.linalg.eigvalsh(A)
-    # b solves sum 1 / (b + 2 lambda_i) = 1; the left side falls from at
-    # least 1 at b = 1 (lambda_min = 0) to at most 1 at b = q.
-    b = brentq(lambda b: np.sum(1 / (b + 2 * lam)) - 1, 1e-12, dims)
+    # A is positive semi-definite with smallest eigenvalue 0 by construction;
+    # rounding leaves some at -1e-14, which would move the root out of
+    # [0, q].
+    lam = np.maximum(np.linalg.eigvalsh(A), 0.0)
+    # b solves sum 1 / (b + 2 lambda_i) = 1; the left side falls from
+    # infinity at b = 0 (lambda_min = 0) to at most 1 at b = q (exactly 1
+    # when A = 0, the uniform distribution).
+    excess = lambda b: np.sum(1 / (b + 2 * lam)) - 1  # noqa: E731
+    b = dims if excess(dims) >= 0 else brentq(excess, 1e-12, dims)
     omega = np.eye(dims) + 2 * A / b
     chol = np.linalg.cholesky(np.linalg.inv(omega))
     log_m = -(dims - b) / 2 + dims / 2 * np.log(dims / b)
