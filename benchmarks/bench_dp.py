@@ -8,11 +8,13 @@ Two tasks, on the same data and seeds on both sides:
     pooled rows. NMI of the nearest-centre labels against the true labels,
     and the k-means cost of the centres on the (unclipped) data relative to
     scikit-learn's non-private ``KMeans(n_init=10)``.
-(p) kernel PCA: skfed's ``DistributedKernelPCA(privacy=...)`` against
-    diffprivlib's ``PCA(epsilon=..., data_norm=sqrt(2))`` on the same random
-    Fourier features of an RBF kernel: captured variance of held-out rows'
-    features, ``||(Z - mean) V||^2 / ||Z - mean||^2`` for orthonormal
-    components ``V``, with the same number of components.
+(p) kernel PCA: skfed's ``DistributedKernelPCA(privacy=...)`` over 10 IID
+    clients against diffprivlib's ``PCA(epsilon=..., data_norm=R)`` on the
+    same random Fourier features of an RBF kernel (skfed's map, from the
+    seed its fit drew; R the map's norm bound, see :func:`feature_map`):
+    captured variance of held-out rows' features,
+    ``||(Z - mean) V||^2 / ||Z - mean||^2`` for orthonormal components
+    ``V``, with the same number of components.
 
 Data: (a) scikit-learn's digits divided by 16 (pixel values 0..16, so the
 domain's own min-max scaling to [0, 1]), bounds (0, 1); (b) a mixture of 10
@@ -29,16 +31,22 @@ this script hands it the data and the seeds in a ``.npz`` file and reads the
 fitted centres and components back; every metric is computed here, by the
 same code for both sides. Its answers are cached in ``benchmarks/results/``
 under a hash of their inputs, so re-running the skfed side does not refit
-them. The skfed side imports skfed from ``--skfed-path`` when given (a
-checkout whose ``skfed`` package should win over the installed one).
+them. A fit that runs past ``--anchor-timeout`` seconds counts as missing.
+diffprivlib 0.6.6's PCA samples its eigenvectors with an acceptance
+probability that is not Kent et al.'s (see :func:`kent_bingham`) and, as
+shipped, rarely accepts at large epsilon; ``--anchor-bingham kent`` runs it
+with the corrected sampler. The skfed side imports skfed from
+``--skfed-path`` when given (a checkout whose ``skfed`` package should win
+over the installed one and over ``PYTHONPATH``).
 
 BLAS and OpenMP are pinned to one thread on both sides.
 
 Usage::
 
     python benchmarks/bench_dp.py [--quick] [--only kmeans pca]
-        [--data digits mixture] [--anchor-python PATH] [--skfed-path DIR]
-        [--figure PATH] [--out dp.md]
+        [--data digits mixture] [--anchor-python PATH]
+        [--anchor-bingham {shipped,kent}] [--anchor-timeout S]
+        [--skfed-path DIR] [--figure PATH] [--out dp.md]
 
 Writes ``benchmarks/results/dp.md`` (or ``--out``) and, with the k-means
 task, the NMI-versus-epsilon figure (``dp_utility.png`` next to it, or
@@ -68,9 +76,10 @@ N_CLUSTERS = 10
 # (a public constant per data set: the average-distance heuristic
 # N / (4 sum ||x - mean||^2) of the data, rounded, so that the privacy
 # guarantee need not cover it), and k components. diffprivlib's private
-# eigenvectors are sampled one at a time from a Bingham distribution, whose
-# rejection sampler took 10-40 s per fit at D = 100 on the benchmark
-# machine (45 s at D = 200): D = 100 keeps a run within minutes.
+# eigenvectors are sampled one at a time from a Bingham distribution; as
+# shipped, its rejection sampler took 10-40 s per fit at D = 100 on the
+# benchmark machine at small epsilon (45 s at D = 200) and minutes at
+# larger ones: D = 100 keeps the shipped sampler's digits run to minutes.
 N_RANDOM_FEATURES = 100
 N_COMPONENTS = 5
 GAMMA = {"digits": 0.05, "mixture": 0.003}
@@ -98,9 +107,9 @@ def mixture(n=100_000, *, d=10, k=10, seed=0):
 
 
 def held_out(name, X, y):
-    """(train, test) row indices for the PCA task: digits split 2:1 at
-    random (seed 0); the mixture's training rows are all 100,000 and its
-    test rows 20,000 fresh draws (returned as extra data)."""
+    """(X_train, X_test) for the PCA task: digits split 2:1 at random
+    (seed 0); the mixture's training rows are all 100,000 and its test rows
+    20,000 fresh draws of the same mixture."""
     if name == "digits":
         order = np.random.RandomState(0).permutation(len(X))
         cut = 2 * len(X) // 3
@@ -110,10 +119,11 @@ def held_out(name, X, y):
 
 
 def fourier_map(seed, n_features, gamma):
-    """(omega, offset) of D random Fourier features, drawn as
+    """(omega, offset) of D plain random Fourier features, drawn as
     ``skfed.kernel.sample_fourier_weights`` draws them: omega ~ N(0, 2 gamma)
     of shape (d, D), then offset ~ U[0, 2 pi) of shape (D,), from
-    ``RandomState(seed)``."""
+    ``RandomState(seed)``. The map of an skfed without private kernel PCA
+    (see :func:`feature_map`)."""
     rng = np.random.RandomState(seed)
     omega = np.sqrt(2 * gamma) * rng.standard_normal((n_features, N_RANDOM_FEATURES))
     offset = rng.uniform(0, 2 * np.pi, size=N_RANDOM_FEATURES)
@@ -121,8 +131,9 @@ def fourier_map(seed, n_features, gamma):
 
 
 def features(X, omega, offset):
-    """z(x) = sqrt(2 / D) cos(x omega + offset): ||z(x)|| <= sqrt(2), and
-    every coordinate in [-sqrt(2 / D), sqrt(2 / D)]."""
+    """z(x) = sqrt(2 / D) cos(x omega + offset): every coordinate in
+    [-sqrt(2 / D), sqrt(2 / D)], ||z(x)|| <= sqrt(2) (exactly 1 for the
+    paired map of :func:`feature_map` with even D)."""
     return np.sqrt(2.0 / omega.shape[1]) * np.cos(X @ omega + offset)
 
 
