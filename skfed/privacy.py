@@ -84,7 +84,8 @@ class DifferentialPrivacy(BaseEstimator):
     """
 
     _parameter_constraints: dict = {
-        "epsilon": [Interval(numbers.Real, 0, None, closed="neither")],
+        # closed on the right: None is +inf, which adds no noise.
+        "epsilon": [Interval(numbers.Real, 0, None, closed="right")],
         "delta": [Interval(numbers.Real, 0, 1, closed="neither")],
         "bounds": [tuple, None],
         "noise_multiplier": [Interval(numbers.Real, 0, None, closed="left"), None],

@@ -26,6 +26,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .._federation import FederatedMixin
 from .._remote import is_remote
 from .._validation import StrictInterval, check_magnitude, clip_to_data
+from ..privacy import DifferentialPrivacy, check_privacy
 from ._centers import KMeansCentersMixin
 from ._kernel_kmeans_one_shot import feature_map, one_shot_embedding, run_one_shot
 from ._kernel_kmeans_protocol import _CHUNK, replay_eigenvectors, run_kernel_kmeans
@@ -365,6 +366,7 @@ class FederatedKernelKMeans(
         "verbose": ["verbose"],
         "raw_rows": [StrOptions({"allow", "refuse"})],
         "secure_aggregation": ["boolean"],
+        "privacy": [DifferentialPrivacy, None],
     }
 
     def __init__(
@@ -391,6 +393,7 @@ class FederatedKernelKMeans(
         verbose=0,
         raw_rows="allow",
         secure_aggregation=False,
+        privacy=None,
     ):
         self.n_clusters = n_clusters
         self.gamma = gamma
@@ -413,6 +416,36 @@ class FederatedKernelKMeans(
         self.verbose = verbose
         self.raw_rows = raw_rows
         self.secure_aggregation = secure_aggregation
+        self.privacy = privacy
+
+    def _privacy_releases(self):
+        # The statistics round (triangle; feature sums and count), the
+        # cells' round and every Lloyd round.
+        return 3 + self.refine_iter
+
+    def _check_private_fit(self):
+        """Refuse, before any round, what differential privacy cannot cover
+        in this estimator, saying what to use instead."""
+        if check_privacy(self.privacy) is None:
+            return
+        if self._algorithm() == "dspgd":
+            raise ValueError(
+                "FederatedKernelKMeans cannot fit algorithm='dspgd' under "
+                "differential privacy: its Lanczos rounds are data-dependent "
+                "products whose number is not known before the fit. Use "
+                "algorithm='one_shot' (one noised upload of random-feature "
+                "statistics, then a private Lloyd), with use_cem=True and "
+                "eigen_solver='auto'."
+            )
+        if self.gamma is None:
+            raise ValueError(
+                "FederatedKernelKMeans under differential privacy needs an "
+                "explicit gamma: the default kernel width is computed from "
+                "the clients' means and spreads, statistics of the private "
+                "rows. Pass gamma, e.g. 1 / (2 sigma**2) for a typical "
+                "distance sigma between samples known from the domain (or "
+                "from public data)."
+            )
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, *, partitions=None):
@@ -438,6 +471,7 @@ class FederatedKernelKMeans(
             X, _, partitions = self._remote_fit_input(X, None, partitions)
         else:
             X = self._validated(X, reset=True)
+        self._check_private_fit()
         n_samples = X.shape[0]
         algorithm = self._algorithm()
         D = self.n_random_features
@@ -459,6 +493,7 @@ class FederatedKernelKMeans(
                     refine_iter=self.refine_iter,
                 )
             self._set_one_shot_attributes(result, fed)
+            self._record_privacy(fed)
             return self
         eigen_solver = self._eigen_solver(D)
         with fed:
@@ -494,6 +529,7 @@ class FederatedKernelKMeans(
         # new points (transform, predict, score): no extra communication.
         self._replay = result.replay
         self._scales = result.scales
+        self._record_privacy(fed)
         return self
 
     def _set_one_shot_attributes(self, result, fed):
