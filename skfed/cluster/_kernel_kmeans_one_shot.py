@@ -31,15 +31,14 @@ from scipy.linalg import eigh
 from sklearn.exceptions import ConvergenceWarning
 
 from .._blocks import row_blocks
-from .._ledger import NO_UPLOAD, SUM_ONLY, Disclosure
+from .._ledger import NO_UPLOAD, SUM_ONLY
 from .._protocol import client_step
 from ..kernel import federated_gamma, random_fourier_features
 from ..kernel._private_features import (
-    count_sum_sensitivity,
     feature_gram_statistics,
     feature_norm_bound,
-    gram_sensitivity,
     paired_fourier_map,
+    private_statistics,
     symmetric_from_upper,
 )
 from ..privacy import gaussian_noise
@@ -218,41 +217,6 @@ def one_shot_embedding(X, omega, offset, basis, shift):
         np.matmul(rows, basis, out=H[block])
     H -= shift
     return H
-
-
-def private_statistics(fed, step, message, n_random_features):
-    """Server: the noised sums of the clients' feature statistics under the
-    fit's accountant (differential privacy), and the noised row count.
-
-    One ``"random feature statistics"`` round, sum-only, two releases per
-    client: the upper triangle of Z[m]ᵀZ[m], of sensitivity
-    :func:`~skfed.kernel._private_features.gram_sensitivity`, and
-    [Z[m]ᵀ1, n_m], of sensitivity √(R² + 1), R the features' norm bound.
-    Both bounds come from D alone. ``step`` is the estimator's statistics
-    step (taking ``n_features`` and ``noise``).
-
-    Returns
-    -------
-    total : ndarray of shape (D(D+1)/2 + D,)
-        The noised sum of the triangles, then of the feature sums.
-    n_samples : float
-        The noised N, at least 1.
-    """
-    accountant = fed.accountant
-    radius = feature_norm_bound(n_random_features)
-    noise = (
-        radius,
-        accountant.noise_std(gram_sensitivity(radius, n_random_features)),
-        accountant.noise_std(count_sum_sensitivity(radius)),
-    )
-    total = fed.run_round(
-        "random feature statistics",
-        partial(step, n_features=n_random_features, noise=noise),
-        message,
-        disclosure=Disclosure(SUM_ONLY, noised=2),
-    )
-    # A noised count may fall below 1 on tiny data; the means divide by it.
-    return total[:-1], max(float(total[-1]), 1.0)
 
 
 # --------------------------------------------------------------------------

@@ -12,11 +12,12 @@ bounds to be clipped to).
 """
 
 import math
-from functools import lru_cache
+from functools import lru_cache, partial
 
 import numpy as np
 
 from .._blocks import row_blocks
+from .._ledger import SUM_ONLY, Disclosure
 from ._random_features import random_fourier_features, sample_fourier_weights
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "feature_norm_bound",
     "gram_sensitivity",
     "paired_fourier_map",
+    "private_statistics",
 ]
 
 # Relative slack on the norm bounds: the cosines are taken in float32
@@ -177,3 +179,38 @@ def symmetric_from_upper(upper, n_random_features):
     gram[np.triu_indices(D)] = upper
     gram += np.triu(gram, 1).T
     return gram
+
+
+def private_statistics(fed, step, message, n_random_features):
+    """Server: the noised sums of the clients' feature statistics under the
+    fit's accountant (differential privacy), and the noised row count.
+
+    One ``"random feature statistics"`` round, sum-only, two releases per
+    client: the upper triangle of Z[m]ᵀZ[m], of sensitivity
+    :func:`~skfed.kernel._private_features.gram_sensitivity`, and
+    [Z[m]ᵀ1, n_m], of sensitivity √(R² + 1), R the features' norm bound.
+    Both bounds come from D alone. ``step`` is the estimator's statistics
+    step (taking ``n_features`` and ``noise``).
+
+    Returns
+    -------
+    total : ndarray of shape (D(D+1)/2 + D,)
+        The noised sum of the triangles, then of the feature sums.
+    n_samples : float
+        The noised N, at least 1.
+    """
+    accountant = fed.accountant
+    radius = feature_norm_bound(n_random_features)
+    noise = (
+        radius,
+        accountant.noise_std(gram_sensitivity(radius, n_random_features)),
+        accountant.noise_std(count_sum_sensitivity(radius)),
+    )
+    total = fed.run_round(
+        "random feature statistics",
+        partial(step, n_features=n_random_features, noise=noise),
+        message,
+        disclosure=Disclosure(SUM_ONLY, noised=2),
+    )
+    # A noised count may fall below 1 on tiny data; the means divide by it.
+    return total[:-1], max(float(total[-1]), 1.0)
