@@ -29,6 +29,7 @@ from .._validation import StrictInterval, check_magnitude, clip_to_data
 from ..privacy import DifferentialPrivacy, check_privacy
 from ._centers import KMeansCentersMixin
 from ._kernel_kmeans_one_shot import feature_map, one_shot_embedding, run_one_shot
+from ._kernel_kmeans_private import _CELL_ROUNDS
 from ._kernel_kmeans_protocol import _CHUNK, replay_eigenvectors, run_kernel_kmeans
 
 __all__ = ["FederatedKernelKMeans"]
@@ -421,7 +422,7 @@ class FederatedKernelKMeans(
     def _privacy_releases(self):
         # The statistics round (triangle; feature sums and count), the
         # cells' round and every Lloyd round.
-        return 3 + self.refine_iter
+        return 2 + _CELL_ROUNDS + self.refine_iter
 
     def _check_private_fit(self):
         """Refuse, before any round, what differential privacy cannot cover
@@ -476,7 +477,12 @@ class FederatedKernelKMeans(
         algorithm = self._algorithm()
         D = self.n_random_features
         self._check_sizes(n_samples, D)
-        coreset_size, n_init = self._coreset_sizes(n_samples)
+        if self.privacy is None:
+            coreset_size, n_init = self._coreset_sizes(n_samples)
+        else:
+            # No coreset under privacy; n_init restarts the server's
+            # k-means on the private cells.
+            coreset_size, n_init = self.coreset_size, self.n_init
         rng = check_random_state(self.random_state)
         fed = self._federation(X, None, partitions, random_state=rng)
         if algorithm == "one_shot":
