@@ -235,7 +235,31 @@ class FederatedKernelKMeans(
         triangles or Lanczos products, the baseline's projections, the
         coreset's Lloyd sums and total cost, and the kernel width
         (``gamma=None``), then in two rounds of sums (the global mean, then
-        the spread around it) instead of each client's moments.
+        the spread around it) instead of each client's moments. Under
+        ``privacy`` every client still adds its full noise before masking:
+        the guarantee does not rest on secure aggregation.
+
+    privacy : :class:`~skfed.privacy.DifferentialPrivacy` or None, \
+            default=None
+        Sample-level (ε, δ)-differential privacy for the whole fit (see the
+        privacy page of the documentation). Needs ``algorithm="one_shot"``
+        (``"auto"`` takes it) and an explicit ``gamma``; ``ValueError``
+        otherwise. Each client clips its random features to their norm
+        bound R (‖z(x)‖ ≤ 1 for even D: a bound from D, not from the data,
+        so ``privacy.bounds`` is not needed) and adds Gaussian noise, on
+        the client, to the triangle of Z[m]ᵀZ[m] (L2 sensitivity about
+        R²/√2) and to [Z[m]ᵀ1, n_m] (√(R² + 1)); the server mirrors the
+        noised triangle. The coreset k-means, whose clients upload rows of
+        H, is replaced by a private Lloyd on G = H + z̄ᵀV = Z V (rows of
+        norm at most R): one ``"private cells"`` round (noised per-cell
+        sums and counts against many server-drawn cells, whose noised
+        means the server clusters) and exactly ``refine_iter``
+        ``"private lloyd"`` rounds (noised per-cluster sums and counts,
+        sensitivity √(R² + 1); no early stop). Every upload is noised:
+        3 + ``refine_iter`` Gaussian releases per client, composed by the
+        accountant (``privacy_spent_``); fewer Lloyd rounds leave more
+        budget, hence less noise, for each. ``inertia_`` is NaN (it would
+        be one more release).
 
     Attributes
     ----------
@@ -275,13 +299,18 @@ class FederatedKernelKMeans(
     n_iter_ : int
         DSPGD iterations run (1 for the one-shot).
     inertia_ : float
-        Sum of squared distances of the embedded samples to their centers.
+        Sum of squared distances of the embedded samples to their centers
+        (NaN under ``privacy``).
     n_refine_iter_ : int
-        Distributed Lloyd rounds run (at most ``refine_iter``).
+        Distributed Lloyd rounds run (at most ``refine_iter``; all of them
+        under ``privacy``).
     n_clients_ : int
         Number of clients.
     communication_ : CommunicationLog
         Everything that crossed the simulated network.
+    privacy_spent_ : tuple (epsilon, delta) or None
+        What the fit's noised releases spent, from the accountant; None
+        without ``privacy``.
     n_features_in_ : int
         Number of features seen during fit.
     feature_names_in_ : ndarray of shape (`n_features_in_`,)
@@ -308,7 +337,8 @@ class FederatedKernelKMeans(
     for a client with a single sample that reveals its random features at
     that iteration, and the server knows the map (it sent the seed).
     The coreset step uploads rows of H and the Lloyd rounds per-cluster sums
-    of H and counts. Nothing here is differentially private.
+    of H and counts. None of this is differentially private unless
+    ``privacy`` is set, which noises every upload as described there.
 
     :meth:`transform` of the one-shot is (z(x) − z̄) V, the clients' own
     computation, from the seed, z̄ᵀV and V the server sent. For DSPGD it is
