@@ -390,7 +390,8 @@ class DistributedKernelPCA(
         "With solver='representatives' its components are combinations of "
         "κ(y, ·) over representatives y, rows of X that the server forwards "
         "to every client. solver='random_features' with an explicit gamma "
-        "sends no rows of X (one sum of random-feature statistics per client)."
+        "sends no rows of X (one sum of random-feature statistics per "
+        "client), as FederatedKernelKMeans' spectral embedding does."
     )
 
     def _has_sum_only_rounds(self):
