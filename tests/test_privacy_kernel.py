@@ -343,7 +343,7 @@ def test_random_feature_pca_matches_a_centralized_pca_of_the_features():
 
 
 # --------------------------------------------------------------------------
-# Utility at epsilon = 10 (measured margins in the comments)
+# Utility at epsilon = 10 (measured values in the comments)
 
 
 @pytest.mark.slow
@@ -356,7 +356,8 @@ def test_private_kernel_kmeans_finds_blobs():
         random_state=0,
         privacy=DifferentialPrivacy(epsilon=10.0),
     ).fit(X, partitions=10)
-    # Measured: NMI 1.0 at epsilon 10 (0.97 at epsilon 1).
+    # Measured: NMI 1.0 at epsilon 10 over three seeds (0.74 to 0.97 at
+    # epsilon 1).
     assert normalized_mutual_info_score(y, km.labels_) > 0.9
 
 
@@ -382,4 +383,5 @@ def test_private_kernel_pca_captures_most_of_the_variance():
     def captured(pca):
         return float(np.sum((Z @ pca.components_.T) ** 2))
 
-    assert captured(private) / captured(plain) > 0.9
+    # Measured: 0.9993 to 0.9995 over three seeds.
+    assert captured(private) / captured(plain) > 0.95
