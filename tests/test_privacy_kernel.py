@@ -297,6 +297,21 @@ def test_same_seed_same_noisy_model_whatever_n_jobs(make):
     assert not np.allclose(other.eigenvalues_, one.eigenvalues_)
 
 
+@pytest.mark.parametrize("make", [_kmeans, _kpca])
+def test_clients_add_the_same_noise_under_secure_aggregation(make):
+    # Local noise: each client noises its upload before masking, so the
+    # masked fit is the unmasked one (to the masks' fixed point), not one
+    # with less noise.
+    X, _ = _blobs(900)
+    dp = DifferentialPrivacy(epsilon=2.0)
+    plain = make(privacy=dp).fit(X, partitions=3)
+    masked = make(privacy=dp, secure_aggregation=True).fit(X, partitions=3)
+    np.testing.assert_allclose(masked.eigenvalues_, plain.eigenvalues_, rtol=1e-6)
+    assert masked.privacy_spent_ == plain.privacy_spent_
+    rounds = [r for r in masked.communication_.disclosure() if r["noised"]]
+    assert rounds and all(r["disclosure"] == "sum_only" for r in rounds)
+
+
 def _same_up_to_column_signs(A, B):
     signs = np.sign(np.sum(A * B, axis=0))
     return A, B * signs
