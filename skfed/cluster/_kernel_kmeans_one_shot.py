@@ -18,6 +18,12 @@ Unlike DSPGD (see :mod:`skfed.cluster._kernel_kmeans_protocol`), which
 solves an eigen-problem of fresh features every iteration, the Gram sums are
 paid once: D(D+1)/2 + D floats up per client in all.
 
+Under differential privacy (the federation has an accountant) each client
+clips its features to their norm bound and noises its triangle and
+[Z[m]ᵀ1, n_m] (:func:`~skfed.kernel._private_features.private_statistics`),
+and the private Lloyd of :mod:`skfed.cluster._kernel_kmeans_private`
+replaces the coreset k-means, whose clients would upload rows of H.
+
 :func:`run_one_shot` drives the rounds; the client steps and the server
 steps follow it.
 """
