@@ -239,10 +239,10 @@ class FederatedKernelKMeans(
         ``privacy`` every client still adds its full noise before masking:
         the guarantee does not rest on secure aggregation.
 
-    privacy : :class:`~skfed.privacy.DifferentialPrivacy` or None, \
-            default=None
-        Sample-level (ε, δ)-differential privacy for the whole fit (see the
-        privacy page of the documentation). Needs ``algorithm="one_shot"``
+    privacy : DifferentialPrivacy or None, default=None
+        A ``skfed.privacy.DifferentialPrivacy``: sample-level
+        (ε, δ)-differential privacy for the whole fit (see the privacy page
+        of the documentation). Needs ``algorithm="one_shot"``
         (``"auto"`` takes it) and an explicit ``gamma``; ``ValueError``
         otherwise. Each client clips its random features to their norm
         bound R (‖z(x)‖ ≤ 1 for even D: a bound from D, not from the data,

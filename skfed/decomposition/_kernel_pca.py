@@ -190,10 +190,10 @@ class DistributedKernelPCA(
         ``"auto"`` takes ``"random_features"`` under ``privacy``,
         ``"representatives"`` otherwise. The solver used is ``solver_``.
 
-    privacy : :class:`~skfed.privacy.DifferentialPrivacy` or None, \
-            default=None
-        Sample-level (ε, δ)-differential privacy for the whole fit (see the
-        privacy page of the documentation), with ``solver="random_features"``
+    privacy : DifferentialPrivacy or None, default=None
+        A ``skfed.privacy.DifferentialPrivacy``: sample-level
+        (ε, δ)-differential privacy for the whole fit (see the privacy page
+        of the documentation), with ``solver="random_features"``
         only (the representatives are rows of X: ``ValueError``) and an
         explicit ``gamma`` (the median heuristic samples rows). Each client
         clips its random features to their norm bound R (1 for even D: a
