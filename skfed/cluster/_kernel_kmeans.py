@@ -26,8 +26,10 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .._federation import FederatedMixin
 from .._remote import is_remote
 from .._validation import StrictInterval, check_magnitude, clip_to_data
+from ..privacy import DifferentialPrivacy, check_privacy
 from ._centers import KMeansCentersMixin
 from ._kernel_kmeans_one_shot import feature_map, one_shot_embedding, run_one_shot
+from ._kernel_kmeans_private import _CELL_ROUNDS
 from ._kernel_kmeans_protocol import _CHUNK, replay_eigenvectors, run_kernel_kmeans
 
 __all__ = ["FederatedKernelKMeans"]
@@ -233,7 +235,31 @@ class FederatedKernelKMeans(
         triangles or Lanczos products, the baseline's projections, the
         coreset's Lloyd sums and total cost, and the kernel width
         (``gamma=None``), then in two rounds of sums (the global mean, then
-        the spread around it) instead of each client's moments.
+        the spread around it) instead of each client's moments. Under
+        ``privacy`` every client still adds its full noise before masking:
+        the guarantee does not rest on secure aggregation.
+
+    privacy : DifferentialPrivacy or None, default=None
+        A ``skfed.privacy.DifferentialPrivacy``: sample-level
+        (ε, δ)-differential privacy for the whole fit (see the privacy page
+        of the documentation). Needs ``algorithm="one_shot"``
+        (``"auto"`` takes it) and an explicit ``gamma``; ``ValueError``
+        otherwise. Each client clips its random features to their norm
+        bound R (‖z(x)‖ ≤ 1 for even D: a bound from D, not from the data,
+        so ``privacy.bounds`` is not needed) and adds Gaussian noise, on
+        the client, to the triangle of Z[m]ᵀZ[m] (L2 sensitivity about
+        R²/√2) and to [Z[m]ᵀ1, n_m] (√(R² + 1)); the server mirrors the
+        noised triangle. The coreset k-means, whose clients upload rows of
+        H, is replaced by a private Lloyd on G = H + z̄ᵀV = Z V (rows of
+        norm at most R): one ``"private cells"`` round (noised per-cell
+        sums and counts against many server-drawn cells, whose noised
+        means the server clusters) and exactly ``refine_iter``
+        ``"private lloyd"`` rounds (noised per-cluster sums and counts,
+        sensitivity √(R² + 1); no early stop). Every upload is noised:
+        3 + ``refine_iter`` Gaussian releases per client, composed by the
+        accountant (``privacy_spent_``); fewer Lloyd rounds leave more
+        budget, hence less noise, for each. ``inertia_`` is NaN (it would
+        be one more release).
 
     Attributes
     ----------
@@ -273,13 +299,18 @@ class FederatedKernelKMeans(
     n_iter_ : int
         DSPGD iterations run (1 for the one-shot).
     inertia_ : float
-        Sum of squared distances of the embedded samples to their centers.
+        Sum of squared distances of the embedded samples to their centers
+        (NaN under ``privacy``).
     n_refine_iter_ : int
-        Distributed Lloyd rounds run (at most ``refine_iter``).
+        Distributed Lloyd rounds run (at most ``refine_iter``; all of them
+        under ``privacy``).
     n_clients_ : int
         Number of clients.
     communication_ : CommunicationLog
         Everything that crossed the simulated network.
+    privacy_spent_ : tuple (epsilon, delta) or None
+        What the fit's noised releases spent, from the accountant; None
+        without ``privacy``.
     n_features_in_ : int
         Number of features seen during fit.
     feature_names_in_ : ndarray of shape (`n_features_in_`,)
@@ -306,7 +337,8 @@ class FederatedKernelKMeans(
     for a client with a single sample that reveals its random features at
     that iteration, and the server knows the map (it sent the seed).
     The coreset step uploads rows of H and the Lloyd rounds per-cluster sums
-    of H and counts. Nothing here is differentially private.
+    of H and counts. None of this is differentially private unless
+    ``privacy`` is set, which noises every upload as described there.
 
     :meth:`transform` of the one-shot is (z(x) − z̄) V, the clients' own
     computation, from the seed, z̄ᵀV and V the server sent. For DSPGD it is
@@ -365,6 +397,7 @@ class FederatedKernelKMeans(
         "verbose": ["verbose"],
         "raw_rows": [StrOptions({"allow", "refuse"})],
         "secure_aggregation": ["boolean"],
+        "privacy": [DifferentialPrivacy, None],
     }
 
     def __init__(
@@ -391,6 +424,7 @@ class FederatedKernelKMeans(
         verbose=0,
         raw_rows="allow",
         secure_aggregation=False,
+        privacy=None,
     ):
         self.n_clusters = n_clusters
         self.gamma = gamma
@@ -413,6 +447,36 @@ class FederatedKernelKMeans(
         self.verbose = verbose
         self.raw_rows = raw_rows
         self.secure_aggregation = secure_aggregation
+        self.privacy = privacy
+
+    def _privacy_releases(self):
+        # The statistics round (triangle; feature sums and count), the
+        # cells' round and every Lloyd round.
+        return 2 + _CELL_ROUNDS + self.refine_iter
+
+    def _check_private_fit(self):
+        """Refuse, before any round, what differential privacy cannot cover
+        in this estimator, saying what to use instead."""
+        if check_privacy(self.privacy) is None:
+            return
+        if self._algorithm() == "dspgd":
+            raise ValueError(
+                "FederatedKernelKMeans cannot fit algorithm='dspgd' under "
+                "differential privacy: its Lanczos rounds are data-dependent "
+                "products whose number is not known before the fit. Use "
+                "algorithm='one_shot' (one noised upload of random-feature "
+                "statistics, then a private Lloyd), with use_cem=True and "
+                "eigen_solver='auto'."
+            )
+        if self.gamma is None:
+            raise ValueError(
+                "FederatedKernelKMeans under differential privacy needs an "
+                "explicit gamma: the default kernel width is computed from "
+                "the clients' means and spreads, statistics of the private "
+                "rows. Pass gamma, e.g. 1 / (2 sigma**2) for a typical "
+                "distance sigma between samples known from the domain (or "
+                "from public data)."
+            )
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, *, partitions=None):
@@ -438,11 +502,17 @@ class FederatedKernelKMeans(
             X, _, partitions = self._remote_fit_input(X, None, partitions)
         else:
             X = self._validated(X, reset=True)
+        self._check_private_fit()
         n_samples = X.shape[0]
         algorithm = self._algorithm()
         D = self.n_random_features
         self._check_sizes(n_samples, D)
-        coreset_size, n_init = self._coreset_sizes(n_samples)
+        if self.privacy is None:
+            coreset_size, n_init = self._coreset_sizes(n_samples)
+        else:
+            # No coreset under privacy; n_init restarts the server's
+            # k-means on the private cells.
+            coreset_size, n_init = self.coreset_size, self.n_init
         rng = check_random_state(self.random_state)
         fed = self._federation(X, None, partitions, random_state=rng)
         if algorithm == "one_shot":
@@ -459,6 +529,7 @@ class FederatedKernelKMeans(
                     refine_iter=self.refine_iter,
                 )
             self._set_one_shot_attributes(result, fed)
+            self._record_privacy(fed)
             return self
         eigen_solver = self._eigen_solver(D)
         with fed:
@@ -494,6 +565,7 @@ class FederatedKernelKMeans(
         # new points (transform, predict, score): no extra communication.
         self._replay = result.replay
         self._scales = result.scales
+        self._record_privacy(fed)
         return self
 
     def _set_one_shot_attributes(self, result, fed):

@@ -18,12 +18,18 @@ Unlike DSPGD (see :mod:`skfed.cluster._kernel_kmeans_protocol`), which
 solves an eigen-problem of fresh features every iteration, the Gram sums are
 paid once: D(D+1)/2 + D floats up per client in all.
 
+Under differential privacy (the federation has an accountant) each client
+clips its features to their norm bound and noises its triangle and
+[Z[m]ᵀ1, n_m] (:func:`~skfed.kernel._private_features.private_statistics`),
+and the private Lloyd of :mod:`skfed.cluster._kernel_kmeans_private`
+replaces the coreset k-means, whose clients would upload rows of H.
+
 :func:`run_one_shot` drives the rounds; the client steps and the server
 steps follow it.
 """
 
 import warnings
-from functools import lru_cache, partial
+from functools import partial
 from typing import NamedTuple
 
 import numpy as np
@@ -33,12 +39,17 @@ from sklearn.exceptions import ConvergenceWarning
 from .._blocks import row_blocks
 from .._ledger import NO_UPLOAD, SUM_ONLY
 from .._protocol import client_step
-from ..kernel import (
-    federated_gamma,
-    random_fourier_features,
-    sample_fourier_weights,
+from ..kernel import federated_gamma, random_fourier_features
+from ..kernel._private_features import (
+    feature_gram_statistics,
+    feature_norm_bound,
+    paired_fourier_map,
+    private_statistics,
+    symmetric_from_upper,
 )
+from ..privacy import gaussian_noise
 from ._coreset import federated_coreset_kmeans
+from ._kernel_kmeans_private import private_kmeans
 from ._kernel_kmeans_protocol import _CHUNK, _ROUNDOFF, _SEED_MAX, _signs
 
 __all__ = ["OneShotResult", "one_shot_embedding", "run_one_shot"]
@@ -127,16 +138,22 @@ def run_one_shot(
     else:
         gamma = float(gamma)
 
-    # The server step below reads nothing but the sum of the clients'
-    # statistics, so the round is sum-only (and may be masked).
-    total = fed.run_round(
-        "random feature statistics",
-        partial(_statistics_step, n_features=n_random_features),
-        (seed, gamma),
-        disclosure=SUM_ONLY,
-    )
+    if fed.accountant is None:
+        # The server step below reads nothing but the sum of the clients'
+        # statistics, so the round is sum-only (and may be masked).
+        total = fed.run_round(
+            "random feature statistics",
+            partial(_statistics_step, n_features=n_random_features),
+            (seed, gamma),
+            disclosure=SUM_ONLY,
+        )
+        n_samples = fed.n_samples
+    else:
+        total, n_samples = private_statistics(
+            fed, _statistics_step, (seed, gamma), n_random_features
+        )
     eigenvalues, basis, shift = feature_covariance_basis(
-        total, fed.n_samples, n_random_features, n_components
+        total, n_samples, n_random_features, n_components
     )
     if eigenvalues.shape[0] < n_components:
         warnings.warn(
@@ -150,15 +167,28 @@ def run_one_shot(
         )
     fed.run_round("embedding", _embedding_step, (basis, shift), disclosure=NO_UPLOAD)
 
-    coreset = federated_coreset_kmeans(
-        fed,
-        n_clusters=n_clusters,
-        coreset_size=coreset_size,
-        random_state=random_state,
-        n_init=n_init,
-        rows=("kernel_kmeans", "H"),
-        refine_iter=refine_iter,
-    )
+    if fed.accountant is None:
+        coreset = federated_coreset_kmeans(
+            fed,
+            n_clusters=n_clusters,
+            coreset_size=coreset_size,
+            random_state=random_state,
+            n_init=n_init,
+            rows=("kernel_kmeans", "H"),
+            refine_iter=refine_iter,
+        )
+    else:
+        coreset = private_kmeans(
+            fed,
+            n_clusters=n_clusters,
+            eigenvalues=eigenvalues,
+            shift=shift,
+            n_samples=n_samples,
+            radius=feature_norm_bound(n_random_features),
+            n_iter=refine_iter,
+            n_init=n_init,
+            random_state=random_state,
+        )
     return OneShotResult(
         gamma=gamma,
         eigenvalues=eigenvalues,
@@ -172,38 +202,12 @@ def run_one_shot(
     )
 
 
-# Two entries: this fit's map and that of one running beside it. Every
-# client of a process draws the same map, twice (statistics, embedding).
-@lru_cache(maxsize=2)
 def feature_map(seed, n_features, n_random_features, gamma):
-    """Ω and b of the shared map z(x) = √(2/D) cos(xᵀΩ + b), read-only.
-
-    D orthogonal random frequencies would be the plain map; here the
-    frequencies come in pairs of features cos(ωᵀx) and sin(ωᵀx) =
-    cos(ωᵀx − π/2) (phases 0 and −π/2 instead of random ones), ⌊D/2⌋
-    orthogonal frequencies (see :func:`~skfed.kernel.sample_fourier_weights`),
-    plus one random-phase feature when D is odd. A pair estimates
-    cos(ωᵀ(x − y)) exactly, without the random phase's noise, so the map
-    is still an unbiased estimate of the kernel with a smaller variance
-    (Sutherland and Schneider, "On the Error of Random Fourier Features",
-    UAI 2015), and a translation of the data rotates each pair: the model
-    does not change. Both choices matter for a single map: on digits
-    (D = 300, k-means on the top 30 components of the pooled features,
-    mean of 6 draws) independent frequencies with random phases reached
-    NMI 0.734, orthogonal ones 0.742, orthogonal pairs 0.746; independent
-    pairs 0.709 (half as many frequencies).
-    """
-    pairs = n_random_features // 2
-    frequencies, phases = sample_fourier_weights(
-        int(seed), n_features, n_random_features - pairs, gamma, orthogonal=True
-    )
-    cosines, odd = frequencies[:, :pairs], frequencies[:, pairs:]
-    omega = np.hstack([cosines, cosines, odd])
-    offset = np.concatenate(
-        [np.zeros(pairs), np.full(pairs, -np.pi / 2), phases[pairs:]]
-    )
-    omega.flags.writeable = offset.flags.writeable = False
-    return omega, offset
+    """Ω and b of the shared map z(x) = √(2/D) cos(xᵀΩ + b), read-only: the
+    paired orthogonal features of
+    :func:`~skfed.kernel._private_features.paired_fourier_map` for the RBF
+    kernel (whose docstring says why pairs and orthogonal frequencies)."""
+    return paired_fourier_map(seed, n_features, n_random_features, gamma)
 
 
 def one_shot_embedding(X, omega, offset, basis, shift):
@@ -226,30 +230,36 @@ def one_shot_embedding(X, omega, offset, basis, shift):
 
 
 @client_step("kernel_kmeans.one_shot_statistics")
-def _statistics_step(client, state, message, *, n_features):
+def _statistics_step(client, state, message, *, n_features, noise=None):
     """Client step: the upper triangle of Z[m]ᵀZ[m] (row by row) followed by
     Z[m]ᵀ1, D(D+1)/2 + D floats in one vector, so that the server's sum over
     clients is a plain vector sum.
 
     The message: the seed of the shared map and γ. Z[m] is not kept (n_m D
     floats): the embedding round recomputes it from the seed.
+
+    Under differential privacy ``noise`` is ``(radius, gram_std,
+    sum_std)``: every row of Z[m] is clipped to the features' norm bound
+    (a no-op but for rounding), the client's row count n_m follows the
+    sums, and the client adds Gaussian noise of ``gram_std`` to the
+    triangle and of ``sum_std`` to [Z[m]ᵀ1, n_m] (two releases), drawn
+    from its own stream: D(D+1)/2 + D + 1 floats.
     """
     seed, gamma = message
     X = client.X
     omega, offset = feature_map(seed, X.shape[1], n_features, gamma)
-    gram = np.zeros((n_features, n_features))
-    sums = np.zeros(n_features)
-    Z = np.empty((min(_CHUNK, X.shape[0]), n_features))
-    for block in row_blocks(X.shape[0], _CHUNK):
-        rows = Z[: block.stop - block.start]
-        random_fourier_features(X[block], omega, offset, out=rows)
-        # numpy's Zᵀ Z is BLAS syrk and releases the GIL (clients in threads).
-        gram += rows.T @ rows
-        sums += rows.sum(axis=0)
+    radius = None if noise is None else noise[0]
+    upper, sums = feature_gram_statistics(X, omega, offset, radius=radius, chunk=_CHUNK)
     state = dict(state or {})
     state["one_shot_map"] = (int(seed), float(gamma), n_features)
-    upper = np.triu_indices(n_features)
-    return state, np.concatenate([gram[upper], sums])
+    if noise is None:
+        return state, np.concatenate([upper, sums])
+    _, gram_std, sum_std = noise
+    rng = client.random_state("kernel_kmeans.one_shot_noise")
+    counted = np.append(sums, float(X.shape[0]))
+    return state, np.concatenate(
+        [gaussian_noise(upper, gram_std, rng), gaussian_noise(counted, sum_std, rng)]
+    )
 
 
 @client_step("kernel_kmeans.one_shot_embedding")
@@ -301,9 +311,7 @@ def feature_covariance_basis(total, n_samples, n_random_features, n_components):
     """
     D = n_random_features
     n_upper = D * (D + 1) // 2
-    gram = np.zeros((D, D))
-    gram[np.triu_indices(D)] = total[:n_upper]
-    gram += np.triu(gram, 1).T
+    gram = symmetric_from_upper(total[:n_upper], D)
     mean = total[n_upper:] / n_samples
     # Centred: k-means is blind to a shift of H, but not to which
     # directions are kept; uncentred, the first would be mostly z̄ itself.

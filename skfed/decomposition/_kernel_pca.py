@@ -9,6 +9,7 @@ estimator.
 """
 
 import numbers
+import warnings
 
 import numpy as np
 import scipy.sparse as sp
@@ -26,6 +27,8 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .._federation import FederatedMixin
 from .._remote import is_remote
 from .._validation import StrictInterval, check_magnitude, clip_to_data
+from ..privacy import DifferentialPrivacy, check_privacy
+from ._kernel_pca_features import feature_projection, run_feature_pca
 from ._kernel_pca_protocol import kernel_matrix, run_kernel_pca
 
 __all__ = ["DistributedKernelPCA"]
@@ -168,31 +171,75 @@ class DistributedKernelPCA(
         rounds each summed number to a multiple of 2^-32 (the model is the
         unmasked one within that precision); a client that fails in a
         masked round fails the fit. Masked here: the feature mean
-        (``center=True``); with ``center=False`` no round is sum-only and it
-        is ignored, with a warning.
+        (``center=True``) and the random-feature statistics; with the
+        representatives and ``center=False`` no round is sum-only and it
+        is ignored, with a warning. Under ``privacy`` every client still
+        adds its full noise before masking: the guarantee does not rest on
+        secure aggregation.
+
+    solver : {"auto", "representatives", "random_features"}, default="auto"
+        ``"representatives"``: disKPCA as above. ``"random_features"``:
+        the server draws one map of D paired random Fourier features z(x)
+        (``n_random_features``, "rbf" or "laplacian" only); each client
+        uploads, once, the upper triangle of Z[m]ᵀZ[m] and Z[m]ᵀ1
+        (D(D+1)/2 + D floats, a sum-only round); the components are the
+        top eigenvectors V of the features' centred covariance
+        C = Σ_m Z[m]ᵀZ[m] − N z̄ z̄ᵀ, and ``transform(x) = (z(x) − z̄)ᵀ V``:
+        kernel PCA of the random-feature kernel, with no row of X leaving
+        a client. The representatives' parameters do not apply to it.
+        ``"auto"`` takes ``"random_features"`` under ``privacy``,
+        ``"representatives"`` otherwise. The solver used is ``solver_``.
+
+    privacy : DifferentialPrivacy or None, default=None
+        A ``skfed.privacy.DifferentialPrivacy``: sample-level
+        (ε, δ)-differential privacy for the whole fit (see the privacy page
+        of the documentation), with ``solver="random_features"``
+        only (the representatives are rows of X: ``ValueError``) and an
+        explicit ``gamma`` (the median heuristic samples rows). Each client
+        clips its random features to their norm bound R (1 for even D: a
+        bound from D, not from the data, so ``privacy.bounds`` is not
+        needed), appends its row count to Z[m]ᵀ1, and adds Gaussian noise,
+        on the client, to the triangle (L2 sensitivity about R²/√2) and to
+        [Z[m]ᵀ1, n_m] (√(R² + 1)): two releases per client, composed by the
+        accountant (``privacy_spent_``). The server mirrors the noised
+        triangle and divides by the noised N; everything after is
+        post-processing. The noise's spectral norm grows as √D while the
+        components' energy does not: a few hundred features keep far more
+        of the variance than the default 2,000 (see the privacy page).
 
     Attributes
     ----------
+    solver_ : {"representatives", "random_features"}
+        The solver used (``solver``, or what ``"auto"`` chose).
     representatives_ : {ndarray, sparse matrix} of shape \
             (`n_representatives_`, n_features)
         Y, the representative points (deduplicated, in a canonical order).
+        Representatives' solver only (as ``dual_coef_``, ``rank_`` and
+        ``n_representatives_``).
     dual_coef_ : ndarray of shape (`n_representatives_`, n_components)
         C: the components are φ(Y) C, orthonormal in feature space.
+    components_ : ndarray of shape (n_components, n_random_features)
+        Vᵀ, the components in the random features' space (random-feature
+        solver only).
     eigenvalues_ : ndarray of shape (n_components,)
         ‖Cᵀ K_{Y,A}‖² per component (centered if ``center``): the energy each
         component captures, i.e. its Rayleigh quotient on the full kernel
         matrix, in decreasing order; exact eigenvalues of K when the span of
-        Y contains the top eigenvectors.
+        Y contains the top eigenvectors. Random features: the top
+        eigenvalues of C (noised under ``privacy``), the energy each
+        component captures of the centred random-feature kernel matrix.
     explained_variance_ratio_ : ndarray of shape (n_components,)
         ``eigenvalues_`` divided by the total energy trace(K).
     total_energy_ : float
-        trace(K) = Σ κ(a, a) (centered on the projected mean if ``center``).
+        trace(K) = Σ κ(a, a) (centered on the projected mean if ``center``);
+        trace(C) with random features.
     approximation_error_ : float
         ‖φ(A) − L Lᵀ φ(A)‖²_F = trace(K) − Σ ``eigenvalues_``, computed
         federatedly.
     offset_ : ndarray of shape (n_components,)
         Subtracted after projection: Cᵀ applied to the projected feature mean
-        when ``center``, else zeros.
+        when ``center``, else zeros; z̄ᵀV with random features (which
+        always centre).
     gamma_ : float
         γ used (None for "linear").
     rank_ : int
@@ -202,6 +249,9 @@ class DistributedKernelPCA(
     n_clients_ : int
     communication_ : CommunicationLog
         Everything sent; see Notes for the per-round formulas.
+    privacy_spent_ : tuple (epsilon, delta) or None
+        What the fit's noised releases spent, from the accountant; None
+        without ``privacy``.
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (`n_features_in_`,)
 
@@ -314,8 +364,9 @@ class DistributedKernelPCA(
     few rows that carry the energy and leverage+adaptive sampling is the
     only scheme that works.
 
-    ``inverse_transform`` is not offered: a pre-image needs a regression
-    learned on the training data, which lives on the clients.
+    ``inverse_transform`` is not offered, with either solver: a pre-image
+    needs a regression learned on the training data, which lives on the
+    clients.
 
     Examples
     --------
@@ -329,22 +380,24 @@ class DistributedKernelPCA(
     (300, 3)
     """
 
-    _raw_row_rounds = (
+    _REPRESENTATIVE_RAW_ROUNDS = (
         "uniform sample",
         "leverage sample",
         "adaptive sample",
-        "median sample (d <= 64 or the laplacian kernel)",
     )
+    _MEDIAN_RAW_ROUND = ("median sample (d <= 64 or the laplacian kernel)",)
     _raw_rows_alternative = (
-        "Its components are combinations of κ(y, ·) over representatives y, "
-        "rows of X that the server forwards to every client; no variant "
-        "without them exists yet. FederatedKernelKMeans' spectral embedding "
-        "works from shared random features and sends no rows of X."
+        "With solver='representatives' its components are combinations of "
+        "κ(y, ·) over representatives y, rows of X that the server forwards "
+        "to every client. solver='random_features' with an explicit gamma "
+        "sends no rows of X (one sum of random-feature statistics per "
+        "client), as FederatedKernelKMeans' spectral embedding does."
     )
 
     def _has_sum_only_rounds(self):
-        # The feature mean is the only sum-only round.
-        return bool(self.center)
+        # The feature mean is the representatives' only sum-only round; the
+        # random features' statistics are a sum.
+        return self._solver() == "random_features" or bool(self.center)
 
     _parameter_constraints: dict = {
         "n_components": [StrictInterval(numbers.Integral, 1, None, closed="left")],
@@ -374,6 +427,8 @@ class DistributedKernelPCA(
         "verbose": ["verbose"],
         "raw_rows": [StrOptions({"allow", "refuse"})],
         "secure_aggregation": ["boolean"],
+        "solver": [StrOptions({"auto", "representatives", "random_features"})],
+        "privacy": [DifferentialPrivacy, None],
     }
 
     def __init__(
@@ -400,6 +455,8 @@ class DistributedKernelPCA(
         verbose=0,
         raw_rows="allow",
         secure_aggregation=False,
+        solver="auto",
+        privacy=None,
     ):
         self.n_components = n_components
         self.kernel = kernel
@@ -422,6 +479,56 @@ class DistributedKernelPCA(
         self.verbose = verbose
         self.raw_rows = raw_rows
         self.secure_aggregation = secure_aggregation
+        self.solver = solver
+        self.privacy = privacy
+
+    def _solver(self):
+        """``solver``, or the one ``"auto"`` takes: the random features under
+        differential privacy, the representatives otherwise."""
+        if self.solver != "auto":
+            return self.solver
+        return "representatives" if self.privacy is None else "random_features"
+
+    def _privacy_releases(self):
+        # The statistics round: the Gram triangle, then [feature sums, count].
+        return 2
+
+    def _check_solver(self):
+        """Refuse, before any round, a solver or kernel the fit cannot use,
+        saying what to use instead."""
+        private = check_privacy(self.privacy) is not None
+        solver = self._solver()
+        if private and solver == "representatives":
+            raise ValueError(
+                "DistributedKernelPCA cannot fit solver='representatives' under "
+                "differential privacy: its representatives are rows of X that "
+                "the server forwards to every client. Use "
+                "solver='random_features' (or 'auto'): one noised upload of "
+                "random-feature statistics per client."
+            )
+        if solver == "random_features" and self.kernel not in ("rbf", "laplacian"):
+            raise ValueError(
+                f"solver='random_features' approximates shift-invariant kernels "
+                f"by random Fourier features: kernel='rbf' or 'laplacian', got "
+                f"kernel={self.kernel!r}. Use solver='representatives' for it"
+                + (" (not available under differential privacy)." if private else ".")
+            )
+        if private and self.gamma is None:
+            raise ValueError(
+                "DistributedKernelPCA under differential privacy needs an "
+                "explicit gamma: the median heuristic samples rows of the "
+                "private data. Pass gamma, e.g. 1 / (2 sigma**2) for a typical "
+                "distance sigma between samples known from the domain (or from "
+                "public data)."
+            )
+        return solver
+
+    @property
+    def _raw_row_rounds(self):
+        if self._solver() == "random_features":
+            # Only the median heuristic may send rows (gamma=None).
+            return self._MEDIAN_RAW_ROUND if self.gamma is None else ()
+        return self._REPRESENTATIVE_RAW_ROUNDS + self._MEDIAN_RAW_ROUND
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, *, partitions=None):
@@ -449,17 +556,20 @@ class DistributedKernelPCA(
             )
             check_magnitude(X)
             self._check_poly_range(X)
+        solver = self._check_solver()
         n_samples, n_features = X.shape
         k = self.n_components
-        n_rep = clip_to_data(
-            "n_representatives", self.n_representatives, n_samples, "training samples"
-        )
         if k >= n_samples:
             raise ValueError(
                 f"n_components={k} must be smaller than n_samples={n_samples}: "
                 "kernel PCA of N points has at most N - 1 informative "
                 "components; lower n_components or pass more samples."
             )
+        if solver == "random_features":
+            return self._fit_random_features(X, partitions)
+        n_rep = clip_to_data(
+            "n_representatives", self.n_representatives, n_samples, "training samples"
+        )
         clip_to_data("sketch_size", self.sketch_size, n_samples, "training samples")
         dim = n_features if self.kernel == "linear" else self.n_random_features
         self._embedding_dim = clip_to_data(
@@ -528,6 +638,67 @@ class DistributedKernelPCA(
         self.n_representatives_ = int(result.representatives.shape[0])
         self.n_clients_ = len(result.client_ids)
         self.communication_ = fed.log
+        self.solver_ = "representatives"
+        self._record_privacy(fed)
+        return self
+
+    def _fit_random_features(self, X, partitions):
+        """The random-feature solver (see ``solver``)."""
+        k, D = self.n_components, self.n_random_features
+        if D * max(D, min(X.shape[0], _BLOCK)) > _MAX_CLIENT_FLOATS:
+            raise ValueError(
+                f"n_random_features={D} would make every client allocate "
+                f"{8 * D * max(D, _BLOCK) / 2**30:.1f} GiB for its D x D "
+                "statistics; use a few hundred to a few thousand features."
+            )
+        if k > D:
+            raise ValueError(
+                f"n_components={k} exceeds n_random_features={D}: the "
+                f"random-feature kernel has rank at most {D}. Raise "
+                "n_random_features or lower n_components."
+            )
+        rng = check_random_state(self.random_state)
+        fed = self._federation(X, None, partitions, random_state=rng)
+        with fed:
+            result = run_feature_pca(
+                fed,
+                n_components=k,
+                n_random_features=D,
+                kernel=self.kernel,
+                gamma=self.gamma,
+                median_factor=self.median_factor,
+                random_state=rng,
+            )
+        energy, V, offset = result.eigenvalues, result.components, result.offset
+        if len(energy) < k:
+            warnings.warn(
+                f"Only {len(energy)} eigenvalue(s) of the random features' "
+                "covariance stand above round-off, fewer than "
+                f"n_components={k}; the remaining components are zero.",
+                UserWarning,
+                stacklevel=3,
+            )
+            pad = k - len(energy)
+            V = np.hstack([V, np.zeros((D, pad))])
+            offset = np.concatenate([offset, np.zeros(pad)])
+            energy = np.concatenate([energy, np.zeros(pad)])
+        dtype = fed.dtype
+        trace = result.total_energy
+        self.components_ = V.T.astype(dtype, copy=False)
+        self.offset_ = offset.astype(dtype, copy=False)
+        self.eigenvalues_ = energy
+        self.total_energy_ = trace
+        self.approximation_error_ = float(max(trace - energy.sum(), 0.0))
+        self.explained_variance_ratio_ = (
+            energy / trace if trace > 0 else np.zeros_like(energy)
+        )
+        self.gamma_ = result.gamma
+        self.n_clients_ = len(result.client_ids)
+        self.communication_ = fed.log
+        self.solver_ = "random_features"
+        # The map's seed, kept to map new points as the clients did.
+        self._feature_seed = result.seed
+        self._record_privacy(fed)
         return self
 
     def transform(self, X):
@@ -547,6 +718,17 @@ class DistributedKernelPCA(
             self, X, accept_sparse="csr", dtype=[np.float64, np.float32], reset=False
         )
         check_magnitude(X)
+        if self.solver_ == "random_features":
+            Z = feature_projection(
+                X,
+                self._feature_seed,
+                self.n_random_features,
+                self.gamma_,
+                self.kernel,
+                self.components_.T.astype(np.float64),
+                self.offset_.astype(np.float64),
+            )
+            return Z.astype(X.dtype, copy=False)
         spec = {
             "kernel": self.kernel,
             "gamma": self.gamma_,
@@ -581,7 +763,7 @@ class DistributedKernelPCA(
     @property
     def _n_features_out(self):
         """Number of transformed output features."""
-        return self.dual_coef_.shape[1]
+        return self.offset_.shape[0]
 
     def _check_poly_range(self, X):
         """Refuse a polynomial kernel whose values overflow on X.

@@ -1,0 +1,201 @@
+"""Kernel PCA from one summed statistic of shared random features (the
+``solver="random_features"`` of :class:`~skfed.DistributedKernelPCA`, and
+its differentially private path).
+
+The server draws one map of D paired random Fourier features z(x) (a
+shared seed, see :func:`~skfed.kernel._private_features.paired_fourier_map`).
+Every client uploads, once, the upper triangle of Z[m]ᵀZ[m] and Z[m]ᵀ1;
+from their sums the server forms the features' centred covariance
+
+    C = Σ_m Z[m]ᵀZ[m] − N z̄ z̄ᵀ,   z̄ = Σ_m Z[m]ᵀ1 / N,
+
+and keeps its top k eigenvectors V. Z Zᵀ approximates the kernel matrix,
+so the N x N side of the centred Z − 1 z̄ᵀ approximates the centred kernel
+matrix, and (z(x) − z̄)ᵀ V is the kernel PCA projection of the
+random-feature kernel; no row of X and no representative leaves a client.
+
+Under differential privacy each client clips its feature rows to their
+norm bound (a no-op but for rounding), appends its row count, and adds
+Gaussian noise to the triangle and to [Z[m]ᵀ1, n_m] before uploading (two
+releases, sensitivities from D alone). The rest is post-processing.
+"""
+
+from functools import partial
+from types import SimpleNamespace
+from typing import NamedTuple
+
+import numpy as np
+
+from .._ledger import SUM_ONLY
+from .._protocol import client_step
+from ..cluster._kernel_kmeans_one_shot import feature_covariance_basis
+from ..kernel._private_features import (
+    feature_gram_statistics,
+    paired_fourier_map,
+    private_statistics,
+)
+from ..kernel._random_features import random_fourier_features
+from ..privacy import gaussian_noise
+from ._kernel_pca_protocol import _server_gamma
+
+__all__ = ["FeaturePCAResult", "feature_projection", "run_feature_pca"]
+
+_SEED_MAX = np.iinfo(np.int32).max
+# Rows of random features a client or transform holds at once.
+_CHUNK = 4096
+
+
+class FeaturePCAResult(NamedTuple):
+    """What :func:`run_feature_pca` returns.
+
+    Attributes
+    ----------
+    components : ndarray of shape (D, k')
+        V, the top eigenvectors of C (k' ≤ k above round-off).
+    offset : ndarray of shape (k',)
+        z̄ᵀV: a projection is z(x)ᵀV − offset.
+    eigenvalues : ndarray of shape (k',)
+        The top eigenvalues of C: the energy each component captures on the
+        training data (noised under privacy).
+    total_energy : float
+        trace(C), the centred features' total energy.
+    seed : int
+        The seed of the shared map.
+    gamma : float
+        The kernel's γ.
+    client_ids : list
+    """
+
+    components: np.ndarray
+    offset: np.ndarray
+    eigenvalues: np.ndarray
+    total_energy: float
+    seed: int
+    gamma: float
+    client_ids: list
+
+
+def run_feature_pca(
+    fed,
+    *,
+    n_components,
+    n_random_features,
+    kernel,
+    gamma,
+    median_factor,
+    random_state,
+):
+    """Random-feature kernel PCA on an open federation.
+
+    One round, ``"random feature statistics"``: down the seed and γ (2
+    floats), up D(D+1)/2 + D floats per client (one more, the noised row
+    count, under privacy), sum-only.
+
+    Parameters
+    ----------
+    fed : Federation
+        Open federation (inside its ``with`` block).
+    n_components : int
+        k.
+    n_random_features : int
+        D.
+    kernel : {"rbf", "laplacian"}
+    gamma : float or None
+        γ; None takes the median heuristic (one ``"median sample"`` round,
+        as the representatives' solver; refused under privacy before).
+    median_factor : float
+        As in :class:`~skfed.DistributedKernelPCA`.
+    random_state : RandomState
+        The server's generator.
+
+    Returns
+    -------
+    result : FeaturePCAResult
+    """
+    seed = int(random_state.randint(_SEED_MAX))
+    if gamma is None:
+        # The representatives' solver's median heuristic reads these three.
+        options = SimpleNamespace(
+            kernel=kernel, gamma=None, median_factor=median_factor
+        )
+        gamma = _server_gamma(fed, options, random_state)
+    gamma = float(gamma)
+    message = (seed, gamma, kernel)
+    if fed.accountant is None:
+        total = fed.run_round(
+            "random feature statistics",
+            partial(_statistics_step, n_features=n_random_features),
+            message,
+            disclosure=SUM_ONLY,
+        )
+        n_samples = fed.n_samples
+    else:
+        total, n_samples = private_statistics(
+            fed, _statistics_step, message, n_random_features
+        )
+    eigenvalues, components, offset = feature_covariance_basis(
+        total, n_samples, n_random_features, n_components
+    )
+    D = n_random_features
+    upper = total[: D * (D + 1) // 2]
+    mean = total[D * (D + 1) // 2 :] / n_samples
+    # trace(Σ Z ᵀZ) is the triangle's diagonal: row i of the triangle starts
+    # at entry i D − i (i − 1) / 2.
+    rows = np.arange(D)
+    trace = float(upper[rows * D - rows * (rows - 1) // 2].sum())
+    total_energy = trace - n_samples * float(mean @ mean)
+    return FeaturePCAResult(
+        components=components,
+        offset=offset,
+        eigenvalues=eigenvalues,
+        total_energy=float(total_energy),
+        seed=seed,
+        gamma=gamma,
+        client_ids=list(fed.client_ids),
+    )
+
+
+def feature_projection(X, seed, n_random_features, gamma, kernel, components, offset):
+    """(z(x) − z̄)ᵀ V for the rows X, a block of rows at a time (the
+    estimator's transform)."""
+    omega, offset_map = paired_fourier_map(
+        seed, X.shape[1], n_random_features, gamma, kernel
+    )
+    out = np.empty((X.shape[0], components.shape[1]))
+    Z = np.empty((min(_CHUNK, X.shape[0]), n_random_features))
+    for start in range(0, X.shape[0], _CHUNK):
+        block = slice(start, min(start + _CHUNK, X.shape[0]))
+        rows = Z[: block.stop - block.start]
+        random_fourier_features(X[block], omega, offset_map, out=rows)
+        np.matmul(rows, components, out=out[block])
+    out -= offset
+    return out
+
+
+# --------------------------------------------------------------------------
+# Client step
+
+
+@client_step("kernel_pca.feature_statistics")
+def _statistics_step(client, state, message, *, n_features, noise=None):
+    """Client: the upper triangle of Z[m]ᵀZ[m] (row by row), then Z[m]ᵀ1:
+    D(D+1)/2 + D floats.
+
+    Under differential privacy ``noise`` is ``(radius, gram_std,
+    sum_std)``: rows of Z[m] clipped to the norm bound, the row count
+    appended to the sums, and Gaussian noise added to the triangle and to
+    [Z[m]ᵀ1, n_m] from the client's own stream (two releases).
+    """
+    seed, gamma, kernel = message
+    X = client.X
+    omega, offset = paired_fourier_map(seed, X.shape[1], n_features, gamma, kernel)
+    radius = None if noise is None else noise[0]
+    upper, sums = feature_gram_statistics(X, omega, offset, radius=radius)
+    if noise is None:
+        return state, np.concatenate([upper, sums])
+    _, gram_std, sum_std = noise
+    rng = client.random_state("kernel_pca.feature_noise")
+    counted = np.append(sums, float(X.shape[0]))
+    return state, np.concatenate(
+        [gaussian_noise(upper, gram_std, rng), gaussian_noise(counted, sum_std, rng)]
+    )
