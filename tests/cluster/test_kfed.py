@@ -1129,3 +1129,18 @@ def test_large_clients_local_cost_matches_kmeans():
         ours = ((X - centers[labels]) ** 2).sum()
         ratios.append(ours / KMeans(k, n_init=3, random_state=seed).fit(X).inertia_)
     assert np.mean(ratios) <= 1.01
+
+
+@pytest.mark.parametrize("backend", ["threading", "loky"])
+def test_large_clients_invariant_to_n_jobs(backend):
+    # Clients above SMALL_ROWS rows take the float32 greedy seeding: its
+    # draws must not depend on where the clients run.
+    X, _ = make_blobs(
+        2 * kfed_module.SMALL_ROWS + 400, centers=12, n_features=6, random_state=1
+    )
+    partitions = np.arange(X.shape[0]) % 2
+    reference = KFed(12, random_state=0).fit(X, partitions=partitions)
+    with joblib.parallel_config(backend=backend):
+        model = KFed(12, n_jobs=2, random_state=0).fit(X, partitions=partitions)
+    assert_allclose(model.cluster_centers_, reference.cluster_centers_, rtol=1e-12)
+    assert_array_equal(model.labels_, reference.labels_)
