@@ -114,11 +114,18 @@ class DistributedKMeans(
     n_clusters : int, default=8
         k, the number of clusters (and of local centers per client).
 
-    coreset_size : int, default=1000
+    coreset_size : int or "auto", default="auto"
         t, the number of points drawn over all clients (with replacement).
         The server clusters t + Σ_m min(k, n_m) weighted points. A budget
         above the number of samples is clipped to it, with a warning: the
-        coreset would then be larger than the data it summarises.
+        coreset would then be larger than the data it summarises. ``"auto"``
+        means t = max(1000, 125 k) (at most the number of samples, without
+        a warning): the paper's bound on t grows linearly in k, and a fixed
+        t = 1000 left the cost 10% above :class:`~sklearn.cluster.KMeans`'s
+        at k = 64 (N = 200,000, d = 50, 20 clients) against 0.3% with
+        t = 8,000, for 4.7% of the data's floats uploaded there. Over 100
+        clients at N = 1,000,000 (1.5% uploaded) the cost stayed 4.7% above
+        KMeans': the bound's second term grows with the number of clients.
 
     n_init : int, default=10
         Restarts of the server's weighted k-means (each from its own weighted
@@ -334,7 +341,10 @@ class DistributedKMeans(
 
     _parameter_constraints: dict = {
         "n_clusters": [StrictInterval(numbers.Integral, 1, None, closed="left")],
-        "coreset_size": [StrictInterval(numbers.Integral, 1, None, closed="left")],
+        "coreset_size": [
+            StrictInterval(numbers.Integral, 1, None, closed="left"),
+            StrOptions({"auto"}),
+        ],
         "n_init": [StrictInterval(numbers.Integral, 1, None, closed="left")],
         "max_iter": [StrictInterval(numbers.Integral, 1, None, closed="left")],
         "tol": [StrictInterval(numbers.Real, 0, None, closed="left")],
@@ -353,7 +363,7 @@ class DistributedKMeans(
         self,
         n_clusters=8,
         *,
-        coreset_size=1000,
+        coreset_size="auto",
         n_init=10,
         max_iter=300,
         tol=1e-4,
@@ -417,9 +427,14 @@ class DistributedKMeans(
             )
         # A coreset larger than the data summarises nothing; more restarts
         # than coreset points only repeat seedings.
-        coreset_size = clip_to_data(
-            "coreset_size", self.coreset_size, n_samples, "samples"
-        )
+        if self.coreset_size == "auto":
+            # The rule's size is ours, not the user's: no warning when the
+            # data are smaller.
+            coreset_size = min(auto_coreset_size(self.n_clusters), n_samples)
+        else:
+            coreset_size = clip_to_data(
+                "coreset_size", self.coreset_size, n_samples, "samples"
+            )
         n_init = clip_to_data(
             "n_init", self.n_init, coreset_size + n_samples, "points of the coreset"
         )
@@ -862,6 +877,22 @@ def _label_step(client, state, message, *, rows, weighted, exact_inertia):
 
 # --------------------------------------------------------------------------
 # Server steps
+
+
+# t = max(_AUTO_CORESET_MIN, _AUTO_CORESET_PER_CLUSTER * k) for
+# coreset_size="auto" (DistributedKMeans).
+_AUTO_CORESET_MIN = 1000
+_AUTO_CORESET_PER_CLUSTER = 125
+
+
+def auto_coreset_size(n_clusters):
+    """t for ``coreset_size="auto"``: max(1000, 125 k).
+
+    Balcan, Ehrlich & Liang's sample size is O(ε⁻⁴ (k d + log 1/δ) + m k
+    log(m k / δ)), linear in k. The constant keeps t = 1000 up to k = 8
+    and reached KMeans' cost within 0.3% at k = 64 (t = 8,000).
+    """
+    return max(_AUTO_CORESET_MIN, _AUTO_CORESET_PER_CLUSTER * int(n_clusters))
 
 
 def allocate_samples(costs, coreset_size):

@@ -757,6 +757,16 @@ def _kmeans(
     has it.
     """
     if not _batched(X):
+        if init is None and not sp.issparse(X):
+            return _restarts(
+                X,
+                weights,
+                n_clusters,
+                n_init=n_init,
+                max_iter=max_iter,
+                tol=tol,
+                seed=seed,
+            )
         km = KMeans(
             n_clusters,
             init="k-means++" if init is None else init,
@@ -785,6 +795,82 @@ def _kmeans(
         init=init,
     )
     return centers + prepared.shift, labels, n_iter
+
+
+def _restarts(X, weights, n_clusters, *, n_init, max_iter, tol, seed):
+    """Best of ``n_init`` greedy k-means++ seedings, each refined by Lloyd,
+    on a large dense client's rows: (centers, labels, n_iter).
+
+    ``KMeans(n_init=n_init)`` with its seeding replaced by
+    :func:`_greedy_kmeans_plusplus`: the seedings took two thirds of a
+    ``KMeans`` fit on a client of 10,000 rows in 50 features with
+    k(z) = 64. Ties keep the earlier restart, as in ``KMeans``.
+    """
+    rng = _pcg_random_state(seed)
+    w = np.asarray(weights, dtype=np.float64)
+    X_f32 = X.astype(np.float32)
+    sq_norms = np.einsum("ij,ij->i", X_f32, X_f32)
+    best = None
+    for _ in range(max(n_init, 1)):
+        seeds = X[_greedy_kmeans_plusplus(X_f32, sq_norms, w, n_clusters, rng)]
+        km = KMeans(n_clusters, init=seeds, n_init=1, max_iter=max_iter, tol=tol).fit(
+            X, sample_weight=weights
+        )
+        if best is None or km.inertia_ < best.inertia_:
+            best = km
+    return best.cluster_centers_, best.labels_, int(best.n_iter_)
+
+
+def _greedy_kmeans_plusplus(X_f32, sq_norms, weights, n_clusters, rng):
+    """Indices of k rows chosen by weighted greedy k-means++.
+
+    scikit-learn's ``kmeans_plusplus`` algorithm (Arthur & Vassilvitskii's
+    D² sampling with 2 + ⌊ln k⌋ candidates per center, the candidate that
+    lowers the potential most kept), with the distances to the candidates
+    taken in float32: they only decide which row is drawn, and a float32
+    product of the candidates with the rows is four times faster than a
+    float64 one, the bulk of the seeding. The potentials are summed in
+    float64.
+
+    Parameters
+    ----------
+    X_f32 : ndarray of shape (n_samples, n_features), float32
+        The rows (centered on the client's mean by the caller).
+    sq_norms : ndarray of shape (n_samples,), float32
+        Their squared norms.
+    weights : ndarray of shape (n_samples,), float64
+    n_clusters : int
+    rng : RandomState
+
+    Returns
+    -------
+    indices : ndarray of int of shape (n_clusters,)
+    """
+    n_samples = X_f32.shape[0]
+    n_trials = 2 + int(np.log(n_clusters))
+    indices = np.empty(n_clusters, dtype=np.intp)
+    indices[0] = rng.choice(n_samples, p=weights / weights.sum())
+
+    def sq_dist_to(rows):
+        dist = X_f32[rows] @ X_f32.T
+        dist *= -2.0
+        dist += sq_norms
+        dist += sq_norms[rows, None]
+        return np.maximum(dist, 0.0, out=dist)
+
+    closest = sq_dist_to(indices[:1])[0]
+    potential = float(weights @ closest)
+    for c in range(1, n_clusters):
+        draws = rng.uniform(size=n_trials) * potential
+        candidates = np.searchsorted(np.cumsum(weights * closest), draws)
+        np.clip(candidates, None, n_samples - 1, out=candidates)
+        dist = np.minimum(closest, sq_dist_to(candidates))
+        potentials = dist @ weights
+        best = int(np.argmin(potentials))
+        potential = float(potentials[best])
+        closest = dist[best]
+        indices[c] = candidates[best]
+    return indices
 
 
 class _PreparedRows(NamedTuple):

@@ -159,6 +159,40 @@ def test_weights_sum_to_client_sizes_with_negative_center_weights(hard):
     assert km.coreset_size_ == 400 + 8 * 5 == km.coreset_weights_.shape[0]
 
 
+@pytest.mark.parametrize("k", [2, 8, 9, 40])
+def test_auto_coreset_size_is_max_of_1000_and_125_k(k):
+    # t = max(1000, 125 k) points drawn, plus k local centers per client.
+    X, _ = make_blobs(n_samples=6000, centers=k, n_features=2, random_state=0)
+    partitions = np.arange(X.shape[0]) % 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        km = DistributedKMeans(k, n_init=1, random_state=0)
+        km.fit(X, partitions=partitions)
+    assert km.coreset_sample_counts_.sum() == max(1000, 125 * k)
+    assert km.coreset_size_ == max(1000, 125 * k) + 3 * k
+
+
+def test_auto_coreset_size_is_clipped_to_the_samples_without_warning():
+    X, _ = make_blobs(n_samples=1500, centers=16, n_features=2, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        km = DistributedKMeans(16, n_init=1, random_state=0).fit(X)
+    assert km.coreset_sample_counts_.sum() == 1500  # 125 * 16 = 2000 asked
+
+
+def test_k64_cost_within_2_percent_of_kmeans():
+    # A fixed t = 1000 left the cost 6% above KMeans' here (1000 draws for
+    # 64 clusters): t must grow with k.
+    rng = np.random.RandomState(0)
+    k, d = 64, 10
+    means = rng.normal(scale=10.0 / np.sqrt(2 * d), size=(k, d))
+    X = means[rng.randint(k, size=30_000)] + rng.normal(size=(30_000, d))
+    partitions = np.arange(X.shape[0]) % 5
+    km = DistributedKMeans(k, random_state=0).fit(X, partitions=partitions)
+    reference = KMeans(k, n_init=1, random_state=0).fit(X)
+    assert km.inertia_ <= 1.02 * reference.inertia_
+
+
 def test_weights_sum_to_client_sample_weight(blobs):
     X, _ = blobs
     rng = np.random.RandomState(0)

@@ -1093,3 +1093,54 @@ def test_small_client_kmeans_matches_scikit_learn(monkeypatch, dtype):
     for centers, labels, _ in (small, small_init):
         d2 = ((X[:, None, :] - centers[None]) ** 2).sum(axis=2)
         np.testing.assert_array_equal(labels, d2.argmin(axis=1))
+
+
+def test_greedy_seeding_takes_one_seed_per_blob_and_no_zero_weight_row():
+    # Greedy k-means++ on far-apart blobs: each new center lowers the
+    # potential most in an unseeded blob, so the k seeds cover the k blobs;
+    # a row of weight 0 has no mass to be drawn.
+    X, y = make_blobs(3000, centers=20, n_features=5, cluster_std=0.1, random_state=0)
+    X = X - X.mean(axis=0)
+    weights = np.ones(X.shape[0])
+    weights[::7] = 0.0
+    X_f32 = X.astype(np.float32)
+    sq_norms = np.einsum("ij,ij->i", X_f32, X_f32)
+    for seed in range(5):
+        rng = np.random.RandomState(np.random.PCG64(seed))
+        seeds = kfed_module._greedy_kmeans_plusplus(X_f32, sq_norms, weights, 20, rng)
+        assert sorted(y[seeds]) == list(range(20))
+        assert np.all(weights[seeds] > 0)
+
+
+def test_large_clients_local_cost_matches_kmeans():
+    # Clients above SMALL_ROWS rows run the greedy float32 seeding; their
+    # best-of-n_init local cost must match KMeans' own restarts on the same
+    # rows (mean over seeds, within 1%).
+    rng = np.random.RandomState(0)
+    k, d, n = 32, 10, 2 * kfed_module.SMALL_ROWS + 500
+    means = rng.normal(scale=8.0 / np.sqrt(2 * d), size=(k, d))
+    ratios = []
+    for seed in range(4):
+        X = means[rng.randint(k, size=n)] + rng.normal(size=(n, d))
+        X -= X.mean(axis=0)
+        centers, labels, _ = kfed_module._restarts(
+            X, np.ones(n), k, n_init=3, max_iter=300, tol=1e-4, seed=seed
+        )
+        ours = ((X - centers[labels]) ** 2).sum()
+        ratios.append(ours / KMeans(k, n_init=3, random_state=seed).fit(X).inertia_)
+    assert np.mean(ratios) <= 1.01
+
+
+@pytest.mark.parametrize("backend", ["threading", "loky"])
+def test_large_clients_invariant_to_n_jobs(backend):
+    # Clients above SMALL_ROWS rows take the float32 greedy seeding: its
+    # draws must not depend on where the clients run.
+    X, _ = make_blobs(
+        2 * kfed_module.SMALL_ROWS + 400, centers=12, n_features=6, random_state=1
+    )
+    partitions = np.arange(X.shape[0]) % 2
+    reference = KFed(12, random_state=0).fit(X, partitions=partitions)
+    with joblib.parallel_config(backend=backend):
+        model = KFed(12, n_jobs=2, random_state=0).fit(X, partitions=partitions)
+    assert_allclose(model.cluster_centers_, reference.cluster_centers_, rtol=1e-12)
+    assert_array_equal(model.labels_, reference.labels_)

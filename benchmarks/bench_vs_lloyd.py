@@ -1,0 +1,266 @@
+"""KFed and DistributedKMeans against Lloyd (scikit-learn's KMeans(n_init=1)).
+
+Every estimator with its defaults, in the same process, on the same data,
+the sides alternated within each repeat; ratios are of medians. Two kinds of
+case:
+
+``scale``
+    N rows of a mixture of k Gaussians N(μ_r, I_d) (means 10 σ apart on
+    average, as ``bench_kfed.py``'s scale experiment), split IID over
+    ``--clients`` clients (KFed with k(z) = k, as its documentation advises
+    for IID splits).
+``table1``
+    The k-FED paper's Table 1 data (``bench_kfed.gaussian_mixture``: 200
+    rows per component, means 12 σ apart, k' = √k, m0 = 5 clients per group
+    of components).
+
+Reported: wall time over KMeans', NMI against the mixture's labels, k-means
+cost (``inertia_``) over KMeans', and floats uploaded over the N·d floats of
+the data. ``--profile`` adds where KFed's time goes (cProfile, one fit),
+grouped into the local step's seedings, Lloyd runs and projections, the
+server merge, the cluster-map round and the rest (the federation).
+
+BLAS and OpenMP keep their default thread counts (the defaults are what is
+compared) unless ``--one-thread`` pins both sides to one; the machine is
+shared, so read ratios, and the load average printed with each case.
+
+Usage::
+
+    python benchmarks/bench_vs_lloyd.py scale --n 1000000 --d 50 --k 64
+    python benchmarks/bench_vs_lloyd.py table1 --d 100 --k 64 --repeats 3
+    python benchmarks/bench_vs_lloyd.py scale --n 200000 --d 50 --k 64 \
+        --clients 20 --profile
+
+Each run appends one JSON line per case to
+``benchmarks/results/bench_vs_lloyd.jsonl`` and prints a markdown row.
+"""
+
+import argparse
+import cProfile
+import json
+import os
+import pstats
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from sklearn.cluster import KMeans
+from sklearn.metrics import normalized_mutual_info_score
+from threadpoolctl import threadpool_limits
+
+import skfed
+from skfed import DistributedKMeans, KFed
+from skfed.partition import iid, labels_per_client
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_kfed import gaussian_mixture  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results"
+
+# cProfile function names -> the part of a KFed fit they belong to (the
+# first match wins; cumulative times, so an outer part excludes the inner
+# ones listed before it).
+PARTS = [
+    ("local: k-means++ seedings", ("_greedy_kmeans_plusplus", "_kmeans_plusplus")),
+    ("local: batched seedings (small clients)", ("_batched_kmeans.py:_seed",)),
+    ("local: Lloyd", ("_kmeans_single_lloyd", "_batched_kmeans.py:_lloyd")),
+    ("local: projection (SVD)", ("eigh", "randomized_svd")),
+    ("server merge", ("_kmeans_merge", "_farthest_point_initialization")),
+    ("cluster map round", ("_induce_labels_step",)),
+]
+
+
+def scale_data(n, d, k, n_clients, seed):
+    rng = np.random.RandomState(seed)
+    means = rng.normal(scale=10.0 / np.sqrt(2 * d), size=(k, d))
+    y = rng.randint(k, size=n)
+    X = means[y] + rng.normal(size=(n, d))
+    return X, y, iid(X, n_clients, random_state=seed), {}
+
+
+def table1_data(d, k, seed):
+    k_local = int(round(np.sqrt(k)))
+    X, y, _ = gaussian_mixture(k, d, 200, 12.0, np.random.RandomState(seed))
+    partitions = labels_per_client(y, k_local, clients_per_group=5, random_state=seed)
+    return X, y, partitions, {"n_local_clusters": k_local}
+
+
+def timed(fit):
+    start = time.perf_counter()
+    model = fit()
+    return model, time.perf_counter() - start
+
+
+def profile_parts(fit):
+    """Seconds of one fit per part of PARTS, the rest as 'federation'."""
+    profiler = cProfile.Profile()
+    start = time.perf_counter()
+    profiler.enable()
+    fit()
+    profiler.disable()
+    total = time.perf_counter() - start
+    stats = pstats.Stats(profiler).stats
+    cumulative = {}
+    for (path, _, name), (_, _, _, ct, _) in stats.items():
+        key = f"{Path(path).name}:{name}"
+        cumulative[key] = cumulative.get(key, 0.0) + ct
+    parts = {}
+    for part, names in PARTS:
+        parts[part] = sum(
+            t
+            for key, t in cumulative.items()
+            if any(key == n or key.endswith(":" + n) for n in names)
+        )
+    parts["federation and the rest"] = total - sum(parts.values())
+    return total, parts
+
+
+def run_case(args):
+    if args.kind == "scale":
+        X, y, partitions, kfed_params = scale_data(
+            args.n, args.d, args.k, args.clients, args.seed
+        )
+    else:
+        X, y, partitions, kfed_params = table1_data(args.d, args.k, args.seed)
+    n_clients = len(np.unique(partitions))
+    fits = {
+        "KMeans(n_init=1)": lambda: KMeans(
+            args.k, n_init=1, random_state=args.seed
+        ).fit(X),
+        "KFed": lambda: KFed(args.k, random_state=args.seed, **kfed_params).fit(
+            X, partitions=partitions
+        ),
+        "DistributedKMeans": lambda: DistributedKMeans(
+            args.k, random_state=args.seed
+        ).fit(X, partitions=partitions),
+    }
+    names = [n for n in fits if n == "KMeans(n_init=1)" or n in args.estimators]
+    times = {n: [] for n in names}
+    models = {}
+    for repeat in range(args.repeats):
+        # Alternate which side goes first.
+        for name in names if repeat % 2 == 0 else names[::-1]:
+            models[name], seconds = timed(fits[name])
+            times[name].append(seconds)
+            print(f"  {name}: {seconds:.2f} s", flush=True)
+    reference = models["KMeans(n_init=1)"]
+    t_ref = float(np.median(times["KMeans(n_init=1)"]))
+    rows = []
+    for name in names:
+        model = models[name]
+        up = getattr(model, "communication_", None)
+        rows.append(
+            {
+                "case": args.kind,
+                "N": X.shape[0],
+                "d": X.shape[1],
+                "k": args.k,
+                "clients": n_clients,
+                "estimator": name,
+                "repeats": args.repeats,
+                "times": [round(t, 3) for t in times[name]],
+                "time ratio": float(np.median(times[name])) / t_ref,
+                "NMI": normalized_mutual_info_score(y, model.labels_),
+                "cost ratio": model.inertia_ / reference.inertia_,
+                "upload / (N d)": (
+                    up.upload_floats / X.size if up is not None else None
+                ),
+                "load average": os.getloadavg()[0],
+                "skfed": skfed.__file__,
+                "commit": _commit(),
+            }
+        )
+    if args.profile:
+        total, parts = profile_parts(fits["KFed"])
+        rows[0]["KFed profile"] = {"total": total, **parts}
+    return rows
+
+
+def _commit():
+    try:
+        return subprocess.run(
+            [
+                "git",
+                "-C",
+                str(Path(skfed.__file__).parent),
+                "rev-parse",
+                "--short",
+                "HEAD",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def markdown(rows):
+    lines = [
+        "| case | N | d | k | clients | estimator | time ratio | NMI | cost ratio "
+        "| upload / (N d) | times (s) | load | threads |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        up = r["upload / (N d)"]
+        lines.append(
+            f"| {r['case']} | {r['N']:,} | {r['d']} | {r['k']} | {r['clients']} "
+            f"| {r['estimator']} | {r['time ratio']:.2f} | {r['NMI']:.4f} "
+            f"| {r['cost ratio']:.4f} | {'' if up is None else f'{up:.2%}'} "
+            f"| {', '.join(f'{t:.2f}' for t in r['times'])} "
+            f"| {r['load average']:.1f} | {r.get('threads', 'default')} |"
+        )
+    for r in rows:
+        if "KFed profile" in r:
+            prof = r["KFed profile"]
+            lines += ["", "| KFed part | s | share |", "|---|---|---|"]
+            for part, seconds in prof.items():
+                if part != "total":
+                    lines.append(
+                        f"| {part} | {seconds:.2f} | {seconds / prof['total']:.0%} |"
+                    )
+            lines.append(f"| total (profiled) | {prof['total']:.2f} | 100% |")
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("kind", choices=["scale", "table1"])
+    parser.add_argument("--n", type=int, default=1_000_000)
+    parser.add_argument("--d", type=int, default=50)
+    parser.add_argument("--k", type=int, default=64)
+    parser.add_argument("--clients", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument(
+        "--estimators",
+        nargs="+",
+        default=["KFed", "DistributedKMeans"],
+        choices=["KFed", "DistributedKMeans"],
+    )
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument(
+        "--one-thread",
+        action="store_true",
+        help="pin BLAS and OpenMP to one thread on both sides (a loaded "
+        "machine slows KMeans' OpenMP team more than one thread)",
+    )
+    args = parser.parse_args()
+    if args.one_thread:
+        with threadpool_limits(limits=1):
+            rows = run_case(args)
+    else:
+        rows = run_case(args)
+    for row in rows:
+        row["threads"] = 1 if args.one_thread else "default"
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    with open(RESULTS / "bench_vs_lloyd.jsonl", "a") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+    print(markdown(rows))
+
+
+if __name__ == "__main__":
+    main()
