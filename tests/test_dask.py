@@ -184,9 +184,10 @@ def test_estimators_on_resident_data_match_the_in_memory_fit(
     _same_model(got, expected, X_mem)
     assert got.n_clients_ == N_CHUNKS
     if hasattr(expected, "labels_"):
-        # Per-sample results stay where the data is, as a dask array.
-        assert dask.is_dask_collection(got.labels_)
-        np.testing.assert_array_equal(got.labels_.compute(), expected.labels_)
+        # Per-sample results are fetched at the end of the fit, so that
+        # they outlive the cluster.
+        assert isinstance(got.labels_, np.ndarray)
+        np.testing.assert_array_equal(got.labels_, expected.labels_)
     # What left the workers is the protocol's uploads plus a little per
     # client and round and per client (what clients keep that the fit
     # gathers, their sizes; for the classifier the positions of the samples
@@ -195,9 +196,17 @@ def test_estimators_on_resident_data_match_the_in_memory_fit(
     log = got.communication_
     bound = 128 * N_CHUNKS * log.n_rounds + 1024 * N_CHUNKS
     bound += 8 * getattr(got, "n_samples_sent_", 0)
+    # Plus the per-sample fitted attributes, each client's values once (as
+    # the clients keep them: up to 8 bytes a value).
+    per_sample = [
+        8 * v.size
+        for k, v in vars(got).items()
+        if k.endswith("_") and isinstance(v, np.ndarray) and len(v) == X.shape[0]
+    ]
+    bound += sum(per_sample)
     assert log.upload_bytes <= moved <= log.upload_bytes + bound
     if log.n_rounds <= 10:
-        assert bound < X.nbytes / 4
+        assert bound - sum(per_sample) < X.nbytes / 4
 
 
 def test_resident_data_grouped_by_a_partitions_array(dask_client):
@@ -213,7 +222,7 @@ def test_resident_data_grouped_by_a_partitions_array(dask_client):
         expected = skfed.KFed(**params).fit(X_mem, partitions=ids_mem)
         got = skfed.KFed(**params).fit(X, partitions=ids)
     _same_model(got, expected, X_mem)
-    np.testing.assert_array_equal(got.labels_.compute(), expected.labels_)
+    np.testing.assert_array_equal(got.labels_, expected.labels_)
     assert sorted(got.local_centers_) == sorted(np.unique(ids_mem).tolist())
 
 
@@ -233,7 +242,7 @@ def test_resident_dataframe_with_a_client_column(dask_client):
         got = skfed.DistributedKMeans(**params).fit(ddf, partitions="site")
     np.testing.assert_array_equal(got.feature_names_in_, ["a", "b", "c", "d"])
     _same_model(got, expected, frame[["a", "b", "c", "d"]])
-    np.testing.assert_array_equal(got.labels_.compute(), expected.labels_)
+    np.testing.assert_array_equal(got.labels_, expected.labels_)
 
 
 def test_resident_data_is_checked_on_the_clients(dask_client):
@@ -264,5 +273,155 @@ def test_resident_data_partial_fit_adds_clients(dask_client):
         da_ids = dask.array.from_array(np.repeat([3, 4, 5], n), chunks=n)
         got.partial_fit(later, partitions=da_ids)
     _same_model(got, expected, X_mem)
-    np.testing.assert_array_equal(got.labels_.compute(), expected.labels_)
+    np.testing.assert_array_equal(got.labels_, expected.labels_)
     assert sorted(got.local_centers_) == [0, 1, 2, 3, 4, 5]
+
+
+# --------------------------------------------------------------------------
+# Faults: a lost worker or a stalled round fails the fit, naming who.
+
+
+def _workers_back(dask_client):
+    """Wait for the nanny to replace a killed worker, so later tests see
+    the cluster they expect."""
+    dask_client.wait_for_workers(N_WORKERS, timeout=120)
+
+
+def _raised_within(seconds, func):
+    """What ``func()`` raised and when (seconds), or fail if it has not
+    returned within ``seconds`` (run in a thread: a hanging fit fails the
+    test instead of hanging it)."""
+    import threading
+    import time
+
+    out = {}
+
+    def target():
+        start = time.monotonic()
+        try:
+            func()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            out["error"] = exc
+        out["elapsed"] = time.monotonic() - start
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still running after {seconds} s"
+    return out.get("error"), out["elapsed"]
+
+
+def _kill_client_1(fed):
+    from functools import partial
+
+    from skfed._testing import exit_on
+
+    # Client 1's step ends its worker's process, as the system's OOM killer
+    # would; that worker holds other clients too.
+    fed.run_round("sum", partial(exit_on, bad=1))
+
+
+@pytest.mark.parametrize("where", ["resident", "scattered"])
+def test_a_lost_worker_fails_the_fit_naming_it_and_its_clients(where, dask_client):
+    from skfed._dask import WorkerLostError
+
+    X, _ = _resident_blobs()
+    if where == "resident":
+        fed = Federation.from_remote(
+            X, None, None, random_state=0, input_checks={}
+        )  # six clients, one per chunk, built on the workers
+    else:
+        X_mem = X.compute()
+        ids = np.repeat(np.arange(N_CHUNKS), CHUNK_ROWS)
+        with parallel_config(backend="dask"):
+            fed = Federation.from_arrays(
+                X_mem, None, check_partitions(ids, len(ids)), random_state=0
+            )
+    home = fed.transport._home[1]
+    held = sorted(c for c, w in fed.transport._home.items() if w == home)
+
+    def fit():
+        with fed:
+            _kill_client_1(fed)
+
+    try:
+        error, elapsed = _raised_within(120, fit)
+    finally:
+        _workers_back(dask_client)
+    assert isinstance(error, WorkerLostError), repr(error)
+    assert error.workers == [home]
+    assert sorted(error.client_ids) == held
+    assert home in str(error) and all(repr(c) in str(error) for c in held)
+    # Dask notices a closed connection at once; the fit must not wait for
+    # the worker to come back (it never does: its replacement has another
+    # address and none of the clients).
+    assert elapsed < 30
+
+
+def test_a_round_past_the_configured_deadline_names_its_workers(dask_client):
+    from functools import partial
+
+    import dask
+
+    from skfed._testing import sleep_on
+
+    X, _ = _resident_blobs()
+    fed = Federation.from_remote(X, None, None, random_state=0, input_checks={})
+    home = fed.transport._home[2]
+    with dask.config.set({"skfed.timeout": "1s"}):
+        with pytest.raises(TimeoutError, match="skfed.timeout") as info:
+            with fed:
+                fed.run_round("sum", partial(sleep_on, bad=2, seconds=8))
+    assert home in str(info.value) and "2" in str(info.value)
+    with dask.config.set({"skfed.timeout": "soon"}):
+        with pytest.raises(ValueError, match="skfed.timeout"):
+            with fed:
+                fed.run_round("sum", partial(sleep_on, bad=2, seconds=0))
+
+
+# --------------------------------------------------------------------------
+# BLAS threads: the driver's and the workers' settings do not change a model.
+
+
+def _fitted_arrays(model):
+    return {
+        k: v
+        for k, v in vars(model).items()
+        if k.endswith("_") and isinstance(v, np.ndarray) and v.dtype != object
+    }
+
+
+@pytest.mark.parametrize(
+    "name, params",
+    [
+        ("DistributedKernelPCA", {"n_components": 3, "n_representatives": 60}),
+        (
+            "FederatedKernelKMeans",
+            {"n_clusters": 3, "n_random_features": 40, "max_iter": 5},
+        ),
+        (
+            "FederatedKernelKMeans",
+            {"n_clusters": 3, "algorithm": "dspgd", "max_iter": 3},
+        ),
+    ],
+)
+@pytest.mark.parametrize("where", ["resident", "in memory"])
+def test_the_drivers_blas_threads_do_not_change_the_model(
+    name, params, where, dask_client
+):
+    X, _ = _resident_blobs()
+    if where == "in memory":
+        X = X.compute()
+    models = []
+    for threads in (1, 2):
+        # The driver runs BLAS on `threads` threads outside the fit; the
+        # fit's server steps, and its client steps wherever they run, must
+        # not depend on it.
+        with threadpool_limits(limits=threads, user_api="blas"):
+            model = getattr(skfed, name)(**params, random_state=0)
+            kw = {} if where == "resident" else {"partitions": 4}
+            models.append(model.fit(X, **kw))
+    one, two = map(_fitted_arrays, models)
+    assert sorted(one) == sorted(two) and len(one) >= 2
+    for key in one:
+        np.testing.assert_array_equal(one[key], two[key], err_msg=key)
