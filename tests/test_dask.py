@@ -425,3 +425,60 @@ def test_the_drivers_blas_threads_do_not_change_the_model(
     assert sorted(one) == sorted(two) and len(one) >= 2
     for key in one:
         np.testing.assert_array_equal(one[key], two[key], err_msg=key)
+
+
+# --------------------------------------------------------------------------
+# Outputs on dask data: lazy, block by block; fitted attributes outlive
+# the cluster.
+
+
+@pytest.mark.parametrize("name", [n for n in INTEGRATION_CASES if n in skfed.__all__])
+def test_methods_on_a_dask_array_are_lazy_and_match_numpy(name, dask_client):
+    import dask
+
+    X, y = _resident_blobs()
+    X_mem, y_mem = dask.compute(X, y)
+    params = INTEGRATION_CASES[name][0]
+    with threadpool_limits(limits=1):
+        model = getattr(skfed, name)(**params).fit(X_mem, y_mem, partitions=4)
+    for method in ("predict", "transform", "decision_function"):
+        if not hasattr(model, method):
+            continue
+        got = getattr(model, method)(X)
+        # A graph over X's chunks, not an array computed here.
+        assert dask.is_dask_collection(got), method
+        assert got.numblocks[0] == X.numblocks[0]
+        with threadpool_limits(limits=1):
+            expected = getattr(model, method)(X_mem)
+            computed = got.compute()
+        assert computed.dtype == expected.dtype and computed.shape == expected.shape
+        # Each block is the in-memory method on its rows.
+        np.testing.assert_allclose(computed, expected, rtol=1e-12, atol=1e-12)
+    if hasattr(model, "score"):
+        weights = np.random.RandomState(0).uniform(0.5, 2, len(X_mem))
+        for w in (None, weights):
+            got = model.score(X, y, sample_weight=w)
+            assert isinstance(got, float)
+            expected = model.score(X_mem, y_mem, sample_weight=w)
+            np.testing.assert_allclose(got, expected, rtol=1e-10)
+
+
+def test_fitted_labels_outlive_the_cluster():
+    import dask
+
+    X, _ = _resident_blobs()
+    params = INTEGRATION_CASES["KFed"][0]
+    cluster = distributed.LocalCluster(
+        n_workers=1, processes=False, threads_per_worker=1, dashboard_address=None
+    )
+    with distributed.Client(cluster, set_as_default=True):
+        X_mem = dask.compute(X)[0]
+        model = skfed.KFed(**params).fit(X)
+    cluster.close()
+    # The cluster and the clients' state are gone; the labels are here.
+    assert isinstance(model.labels_, np.ndarray)
+    with threadpool_limits(limits=1):
+        expected = skfed.KFed(**params).fit(
+            X_mem, partitions=np.repeat(np.arange(N_CHUNKS), CHUNK_ROWS)
+        )
+    np.testing.assert_array_equal(model.labels_, expected.labels_)
