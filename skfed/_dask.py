@@ -37,6 +37,7 @@ import numpy as np
 import scipy.sparse as sp
 from joblib import parallel_config
 
+from ._federation import WorkerLostError
 from ._protocol import resolve_step
 from ._remote import aligned, make_client
 from ._threads import round_uses_process_threads, thread_pools
@@ -48,26 +49,6 @@ __all__ = ["DaskTransport", "WorkerLostError", "dask_client", "wait_timeout"]
 # How often a wait for the workers checks that the workers it waits for are
 # still in the cluster (one scheduler query each time).
 _POLL_SECONDS = 0.5
-
-
-class WorkerLostError(RuntimeError):
-    """A dask worker holding clients of a fit left the cluster during it.
-
-    The clients' rows and what they kept between rounds were in that
-    worker's memory, so the fit cannot go on with the same model.
-
-    Attributes
-    ----------
-    workers : list of str
-        The addresses of the lost workers.
-    client_ids : list
-        The clients they held.
-    """
-
-    def __init__(self, message, *, workers=(), client_ids=()):
-        super().__init__(message)
-        self.workers = list(workers)
-        self.client_ids = list(client_ids)
 
 
 def wait_timeout():
@@ -224,9 +205,27 @@ def _settle(client):
     return client
 
 
-# Clients whose per-sample outputs are fetched together by ``assemble``:
-# bounds what a fetch holds besides the output (a batch of clients' values).
-_ASSEMBLY_BATCH = 64
+# Rows whose per-sample outputs ``assemble`` fetches together (at least one
+# client; at most 64 clients): what a fetch holds besides the output.
+_ASSEMBLY_ROWS = 2**20
+_ASSEMBLY_CLIENTS = 64
+
+
+def _batches(client_ids, sizes):
+    """``client_ids`` in consecutive batches of at most ``_ASSEMBLY_ROWS``
+    rows (a larger client alone) and ``_ASSEMBLY_CLIENTS`` clients."""
+    batch, rows = [], 0
+    for cid in client_ids:
+        if batch and (
+            rows + sizes[cid] > _ASSEMBLY_ROWS or len(batch) == _ASSEMBLY_CLIENTS
+        ):
+            yield batch
+            batch, rows = [], 0
+        batch.append(cid)
+        rows += sizes[cid]
+    if batch:
+        yield batch
+
 
 # What each client keeps between rounds, in the memory of the worker that
 # holds the client: (fit token, client id) -> {namespace: state}. Keeping it
@@ -555,14 +554,15 @@ class DaskTransport:
 
         Each client's values travel once, straight from its worker to this
         process, a batch of clients at a time, and are written into place:
-        the output, plus one batch, is what this costs here (8 bytes per
-        sample for int64 labels). A client that is one chunk of rows sends
-        its values alone, in the chunk's order; one cut by ``partitions``
-        sends their positions with them. Nothing moves between workers.
+        the output, plus one batch of at most 2**20 rows' values (or one
+        larger client's), is what this costs here (4 or 8 bytes per sample
+        for labels, 8 s for an embedding of s columns). A client that is
+        one chunk of rows sends its values alone, in the chunk's order; one
+        cut by ``partitions`` sends their positions with them. Nothing
+        moves between workers.
         """
         out = None
-        for start in range(0, len(client_ids), _ASSEMBLY_BATCH):
-            batch = client_ids[start : start + _ASSEMBLY_BATCH]
+        for batch in _batches(client_ids, self._sizes):
             if self._spans is not None:
                 futures = [
                     self._at_home(c, _read, self._token, c, namespace, key)

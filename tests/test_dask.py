@@ -323,7 +323,7 @@ def _kill_client_1(fed):
 
 @pytest.mark.parametrize("where", ["resident", "scattered"])
 def test_a_lost_worker_fails_the_fit_naming_it_and_its_clients(where, dask_client):
-    from skfed._dask import WorkerLostError
+    from skfed import WorkerLostError
 
     X, _ = _resident_blobs()
     if where == "resident":
@@ -482,3 +482,25 @@ def test_fitted_labels_outlive_the_cluster():
             X_mem, partitions=np.repeat(np.arange(N_CHUNKS), CHUNK_ROWS)
         )
     np.testing.assert_array_equal(model.labels_, expected.labels_)
+
+
+def test_the_driver_holds_a_few_numbers_per_client_not_per_row(dask_client):
+    import tracemalloc
+
+    da = pytest.importorskip("dask.array")
+    n_rows, n_chunks = 3_200_000, 8
+    X = da.random.RandomState(0).random_sample(
+        (n_rows, 2), chunks=(n_rows // n_chunks, 2)
+    )
+    X = X.astype(np.float32).persist()
+    distributed.wait(X)
+    tracemalloc.start()
+    try:
+        fed = Federation.from_remote(X, None, None, random_state=0, input_checks={})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert fed.n_samples == n_rows and len(fed.client_ids) == n_chunks
+    # The clients' sample positions are built on the workers: an int64
+    # per row here would be 24 MiB.
+    assert peak < 4 * 2**20, peak
