@@ -81,7 +81,14 @@ def wait_timeout():
 
 
 def _alive_workers(dask_client):
-    return set(dask_client.scheduler_info(n_workers=-1)["workers"])
+    """The addresses of the cluster's workers, asked of the scheduler now.
+
+    Not ``Client.scheduler_info()``: it returns the client's cached copy,
+    which the client's own periodic refresh replaces with one that lists
+    no workers, so a read right after the query could see none.
+    """
+    identity = dask_client.sync(dask_client.scheduler.identity, n_workers=-1)
+    return set(identity["workers"])
 
 
 def _named(ids, limit=10):
@@ -363,7 +370,7 @@ class DaskTransport:
         rows spread evenly; every round of the fit then runs each client
         where its data already is.
         """
-        workers = sorted(dask_client.scheduler_info(n_workers=-1)["workers"])
+        workers = sorted(_alive_workers(dask_client))
         order = sorted(clients, key=lambda c: -c.n_samples)
         homes = {c.client_id: workers[i % len(workers)] for i, c in enumerate(order)}
         data = {}
