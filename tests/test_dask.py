@@ -281,10 +281,21 @@ def test_resident_data_partial_fit_adds_clients(dask_client):
 # Faults: a lost worker or a stalled round fails the fit, naming who.
 
 
-def _workers_back(dask_client):
-    """Wait for the nanny to replace a killed worker, so later tests see
-    the cluster they expect."""
-    dask_client.wait_for_workers(N_WORKERS, timeout=120)
+@pytest.fixture
+def doomed_cluster():
+    """A cluster of its own for a test that kills one of its workers (the
+    module's cluster stays whole for the other tests)."""
+    cluster = distributed.LocalCluster(
+        n_workers=N_WORKERS,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=None,
+        memory_limit="1GiB",
+    )
+    client = distributed.Client(cluster, set_as_default=True)
+    yield client
+    client.close()
+    cluster.close()
 
 
 def _raised_within(seconds, func):
@@ -322,7 +333,7 @@ def _kill_client_1(fed):
 
 
 @pytest.mark.parametrize("where", ["resident", "scattered"])
-def test_a_lost_worker_fails_the_fit_naming_it_and_its_clients(where, dask_client):
+def test_a_lost_worker_fails_the_fit_naming_it_and_its_clients(where, doomed_cluster):
     from skfed import WorkerLostError
 
     X, _ = _resident_blobs()
@@ -344,10 +355,7 @@ def test_a_lost_worker_fails_the_fit_naming_it_and_its_clients(where, dask_clien
         with fed:
             _kill_client_1(fed)
 
-    try:
-        error, elapsed = _raised_within(120, fit)
-    finally:
-        _workers_back(dask_client)
+    error, elapsed = _raised_within(120, fit)
     assert isinstance(error, WorkerLostError), repr(error)
     assert error.workers == [home]
     assert sorted(error.client_ids) == held
