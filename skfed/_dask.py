@@ -279,10 +279,17 @@ def _read(token, client_id, namespace, key):
     return picked(_STORE[token, client_id][namespace], key)
 
 
-def _placed(client, token, namespace, key):
+def _values(token, client_id, namespace, key, dtype):
+    """A client's per-sample values in the output's dtype (cast here, so
+    that int32 labels travel as int32)."""
+    values = np.asarray(_read(token, client_id, namespace, key))
+    return values if dtype is None else values.astype(dtype, copy=False)
+
+
+def _placed(client, token, namespace, key, dtype):
     """(sample positions, values) of one client, for reassembly."""
-    values = _read(token, client.client_id, namespace, key)
-    return np.asarray(client.sample_indices), np.asarray(values)
+    values = _values(token, client.client_id, namespace, key, dtype)
+    return np.asarray(client.sample_indices), values
 
 
 def _forget_everywhere(dask_client, token):
@@ -572,13 +579,13 @@ class DaskTransport:
         for batch in _batches(client_ids, self._sizes):
             if self._spans is not None:
                 futures = [
-                    self._at_home(c, _read, self._token, c, namespace, key)
+                    self._at_home(c, _values, self._token, c, namespace, key, dtype)
                     for c in batch
                 ]
             else:
                 futures = [
                     self._at_home(
-                        c, _placed, self._data[c], self._token, namespace, key
+                        c, _placed, self._data[c], self._token, namespace, key, dtype
                     )
                     for c in batch
                 ]
