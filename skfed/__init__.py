@@ -6,7 +6,7 @@ network as ``communication_`` (a :class:`CommunicationLog`).
 """
 
 from . import partition
-from ._federation import ClientStepError, ClientValueError
+from ._federation import ClientStepError, ClientValueError, WorkerLostError
 from ._ledger import CommunicationLog
 from .classification import FederatedRKHSClassifier
 from .cluster import DistributedKMeans, FederatedKernelKMeans, KFed
@@ -23,5 +23,6 @@ __all__ = [
     "FederatedKernelKMeans",
     "FederatedRKHSClassifier",
     "KFed",
+    "WorkerLostError",
     "partition",
 ]

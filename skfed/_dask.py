@@ -8,27 +8,178 @@ holds the client, and only the upload comes back. Two ways in:
 * :meth:`DaskTransport.from_dask` builds the clients on the workers from a
   ``dask.array`` (each chunk of rows a client, or grouped by an aligned
   ``partitions`` array) or a ``dask.dataframe`` with a client column: the
-  data never passes through this process, and per-sample results come back
-  as dask arrays.
+  data never passes through this process, which holds a few numbers per
+  client. Per-sample fitted attributes (``labels_``) are fetched into this
+  process at the end of the fit, each client's values once.
 * :meth:`DaskTransport.scatter` sends in-memory clients to the workers once
   each (used when joblib's active backend is dask).
 
 Input checks (dtype, finite values, magnitude) run on the clients, on their
 own rows.
+
+Faults are loud: a worker that leaves the cluster during a fit takes its
+clients' rows and state with it, and the fit raises
+:class:`WorkerLostError` naming the worker and those clients as soon as the
+scheduler has noticed (the round's tasks are pinned to the clients' workers,
+and would otherwise wait for the lost worker forever). Every wait for the
+workers has a deadline, the dask configuration value ``skfed.timeout``
+(seconds or a dask time string; none by default): a round that takes longer
+raises :class:`TimeoutError` naming the workers and clients still running.
 """
 
+import time
 import uuid
 import weakref
+from concurrent.futures import CancelledError
+from contextlib import nullcontext
 
 import numpy as np
 import scipy.sparse as sp
 from joblib import parallel_config
 
+from ._federation import WorkerLostError
+from ._protocol import resolve_step
 from ._remote import aligned, make_client
-from ._transport import kept_after, picked, placed_rows, run_step
+from ._threads import round_uses_process_threads, thread_pools
+from ._transport import kept_after, picked, run_step
 from ._validation import _canonical_order
 
-__all__ = ["DaskTransport", "dask_client"]
+__all__ = ["DaskTransport", "WorkerLostError", "dask_client", "wait_timeout"]
+
+# How often a wait for the workers checks that the workers it waits for are
+# still in the cluster (one scheduler query each time).
+_POLL_SECONDS = 0.5
+
+
+def wait_timeout():
+    """The deadline of each wait for the workers, in seconds (None: no
+    deadline), from the dask configuration value ``skfed.timeout``.
+
+    A dask configuration value rather than an estimator parameter: the
+    deadline belongs to the cluster the fit runs on (its network, its
+    workers' speed), not to the model, and it is set with the rest of the
+    cluster's settings (``dask.config.set({"skfed.timeout": "10 minutes"})``,
+    a YAML file or ``DASK_SKFED__TIMEOUT``).
+    """
+    import dask
+    from dask.utils import parse_timedelta
+
+    value = dask.config.get("skfed.timeout", None)
+    if value is None:
+        return None
+    try:
+        seconds = parse_timedelta(value, default="seconds")
+    except (TypeError, ValueError, KeyError):
+        seconds = None
+    if seconds is None or not seconds > 0:
+        raise ValueError(
+            f"The dask configuration value skfed.timeout must be a positive "
+            f"number of seconds or a time string such as '10 minutes', got "
+            f"{value!r}."
+        )
+    return float(seconds)
+
+
+def _alive_workers(dask_client):
+    """The addresses of the cluster's workers, asked of the scheduler now.
+
+    Not ``Client.scheduler_info()``: it returns the client's cached copy,
+    which the client's own periodic refresh replaces with one that lists
+    no workers, so a read right after the query could see none.
+    """
+    identity = dask_client.sync(dask_client.scheduler.identity, n_workers=-1)
+    return set(identity["workers"])
+
+
+def _named(ids, limit=10):
+    shown = ", ".join(repr(c) for c in list(ids)[:limit])
+    return shown + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
+
+
+def wait_for_workers(dask_client, futures, owners, what):
+    """The results of ``futures``, each computed on the worker ``owners``
+    gives as ``(worker address, client ids)``; raise a named error when one
+    of those workers leaves the cluster or the deadline passes.
+
+    Parameters
+    ----------
+    dask_client : distributed.Client
+    futures : list of Future
+    owners : list of (str, list)
+        Per future, the worker that runs it and the clients it concerns.
+    what : str
+        What the futures compute, for the messages ("round 'x'").
+    """
+    from distributed import wait
+
+    timeout = wait_timeout()
+    start = time.monotonic()
+    while True:
+        try:
+            wait(futures, timeout=_POLL_SECONDS)
+            break
+        except TimeoutError:
+            pass
+        except Exception as exc:  # cancelled: their data was lost
+            _raise_failed(dask_client, futures, owners, what, exc)
+        _check_workers(dask_client, futures, owners, what)
+        if timeout is not None and time.monotonic() - start > timeout:
+            running = [o for f, o in zip(futures, owners) if not f.done()]
+            dask_client.cancel(futures)
+            raise TimeoutError(
+                f"{what} did not finish within skfed.timeout={timeout:g} s: "
+                f"worker(s) {_named(sorted({w for w, _ in running}))} still "
+                f"run client(s) {_named([c for _, ids in running for c in ids])}. "
+                "Raise the dask configuration value skfed.timeout (e.g. "
+                "dask.config.set({'skfed.timeout': '1 hour'})) for longer "
+                "rounds, or look at those workers' logs."
+            )
+    try:
+        return dask_client.gather(futures)
+    except Exception as exc:
+        _raise_failed(dask_client, futures, owners, what, exc)
+
+
+def _raise_failed(dask_client, futures, owners, what, exc):
+    """Raise :class:`WorkerLostError` for futures that failed in dask (not
+    in a client step, whose errors come back as answers), naming their
+    workers and clients."""
+    _check_workers(dask_client, futures, owners, what, cause=exc)
+    from distributed import KilledWorker
+
+    if not isinstance(exc, (KilledWorker, CancelledError)):
+        raise exc  # raised by skfed's code on a worker (a client's input check)
+    failed = [o for f, o in zip(futures, owners) if f.status != "finished"]
+    workers = sorted({w for w, _ in failed})
+    ids = [c for _, cids in failed for c in cids]
+    raise WorkerLostError(
+        f"{what} failed on dask worker(s) {_named(workers)}, which held "
+        f"client(s) {_named(ids)}: {type(exc).__name__}: {exc}. Their rows "
+        "or state are gone with the task; fit again.",
+        workers=workers,
+        client_ids=ids,
+    ) from exc
+
+
+def _check_workers(dask_client, futures, owners, what, cause=None):
+    """Raise :class:`WorkerLostError` if a worker of ``owners`` left."""
+    alive = _alive_workers(dask_client)
+    lost = sorted({w for w, _ in owners if w is not None and w not in alive})
+    if not lost:
+        return
+    dask_client.cancel(futures)
+    ids = [c for w, cids in owners if w in lost for c in cids]
+    raise WorkerLostError(
+        f"dask worker(s) {_named(lost)} left the cluster during {what}, with "
+        f"the rows and state of client(s) {_named(ids)}. A fit keeps its "
+        "clients in their workers' memory for all its rounds, so it cannot "
+        "go on without them: fit again (the clients are built anew on the "
+        "workers that remain), and give the workers enough memory (a "
+        "worker the nanny restarts after running out of memory is lost "
+        "too).",
+        workers=lost,
+        client_ids=ids,
+    ) from cause
 
 
 def dask_client():
@@ -61,6 +212,28 @@ def _settle(client):
     return client
 
 
+# Rows whose per-sample outputs ``assemble`` fetches together (at least one
+# client; at most 64 clients): what a fetch holds besides the output.
+_ASSEMBLY_ROWS = 2**20
+_ASSEMBLY_CLIENTS = 64
+
+
+def _batches(client_ids, sizes):
+    """``client_ids`` in consecutive batches of at most ``_ASSEMBLY_ROWS``
+    rows (a larger client alone) and ``_ASSEMBLY_CLIENTS`` clients."""
+    batch, rows = [], 0
+    for cid in client_ids:
+        if batch and (
+            rows + sizes[cid] > _ASSEMBLY_ROWS or len(batch) == _ASSEMBLY_CLIENTS
+        ):
+            yield batch
+            batch, rows = [], 0
+        batch.append(cid)
+        rows += sizes[cid]
+    if batch:
+        yield batch
+
+
 # What each client keeps between rounds, in the memory of the worker that
 # holds the client: (fit token, client id) -> {namespace: state}. Keeping it
 # here rather than as a future of its own saves two tasks per client and
@@ -78,19 +251,45 @@ def _remote_step(call, client, token, message):
     return answer
 
 
-def _remote_steps(call, token, clients, messages):
-    """The clients of one worker, one after the other (one task)."""
-    return [_remote_step(call, c, token, m) for c, m in zip(clients, messages)]
+def _remote_steps(call, token, clients, messages, one_blas_thread=True):
+    """The clients of one worker, one after the other (one task).
+
+    BLAS runs on one thread unless the round is one of large products (see
+    ``skfed._threads``), whatever the worker's own setting: a product can
+    round differently on another number of threads, and the model must
+    not depend on how the workers were started.
+    """
+    with _blas_on_one_thread(one_blas_thread):
+        return [_remote_step(call, c, token, m) for c, m in zip(clients, messages)]
+
+
+def _blas_on_one_thread(wanted):
+    """A context in which BLAS runs on one thread in this worker (checked
+    each round, about 20 us: limiting costs more, and dask's nanny usually
+    starts workers on one thread already)."""
+    pools = thread_pools()
+    if not wanted or all(
+        lib["num_threads"] == 1 for lib in pools.info() if lib["user_api"] == "blas"
+    ):
+        return nullcontext()
+    return pools.limit(limits=1, user_api="blas")
 
 
 def _read(token, client_id, namespace, key):
     return picked(_STORE[token, client_id][namespace], key)
 
 
-def _placed(client, token, namespace, key):
+def _values(token, client_id, namespace, key, dtype):
+    """A client's per-sample values in the output's dtype (cast here, so
+    that int32 labels travel as int32)."""
+    values = np.asarray(_read(token, client_id, namespace, key))
+    return values if dtype is None else values.astype(dtype, copy=False)
+
+
+def _placed(client, token, namespace, key, dtype):
     """(sample positions, values) of one client, for reassembly."""
-    values = _read(token, client.client_id, namespace, key)
-    return np.asarray(client.sample_indices), np.asarray(values)
+    values = _values(token, client.client_id, namespace, key, dtype)
+    return np.asarray(client.sample_indices), values
 
 
 def _forget_everywhere(dask_client, token):
@@ -148,7 +347,7 @@ class DaskTransport:
     client : distributed.Client
     """
 
-    def __init__(self, dask_client, data, homes, sizes, data_info, layout=None):
+    def __init__(self, dask_client, data, homes, sizes, data_info, spans=None):
         self.client = dask_client
         self._data = data
         self._home = homes
@@ -159,7 +358,9 @@ class DaskTransport:
         self.client_ids = list(data)
         self._sizes = sizes
         self.data_info = data_info
-        self._layout = layout
+        # Client id -> (first row, rows) for clients that are one chunk of
+        # rows each (their positions need not travel); None otherwise.
+        self._spans = spans
 
     @property
     def client_sizes(self):
@@ -176,7 +377,7 @@ class DaskTransport:
         rows spread evenly; every round of the fit then runs each client
         where its data already is.
         """
-        workers = sorted(dask_client.scheduler_info(n_workers=-1)["workers"])
+        workers = sorted(_alive_workers(dask_client))
         order = sorted(clients, key=lambda c: -c.n_samples)
         homes = {c.client_id: workers[i % len(workers)] for i, c in enumerate(order)}
         data = {}
@@ -236,14 +437,18 @@ class DaskTransport:
         x_blocks = X.to_delayed().ravel()
         y_blocks = y.to_delayed().ravel() if y is not None else [None] * len(x_blocks)
         layout = [(int(o), int(n)) for o, n in zip(offsets, X.chunks[0])]
+        spans = None
         if partitions is None:
             ids = list(range(len(x_blocks))) if client_ids is None else client_ids
+            # The positions are a range here, an array only on the worker:
+            # this process holds O(clients), whatever the rows.
             clients = [
                 dask.delayed(make_client, pure=True)(
-                    cid, xb, yb, np.arange(o, o + n), seed, spec
+                    cid, xb, yb, range(o, o + n), seed, spec
                 )
                 for cid, xb, yb, (o, n) in zip(ids, x_blocks, y_blocks, layout)
             ]
+            spans = dict(zip(ids, layout))
         else:
             p_blocks = partitions.to_delayed().ravel()
             pieces = [
@@ -251,8 +456,11 @@ class DaskTransport:
                 for xb, pb, yb, (o, _) in zip(x_blocks, p_blocks, y_blocks, layout)
             ]
             pieces = dask_client.compute(pieces)
-            counts = dask_client.gather(
-                [dask_client.submit(_chunk_ids, p) for p in pieces]
+            counts = wait_for_workers(
+                dask_client,
+                [dask_client.submit(_chunk_ids, p) for p in pieces],
+                [(None, []) for _ in pieces],
+                "cutting the dask array's chunks by client",
             )
             # In chunk order before sorting: ids that cannot be sorted keep it.
             ids = _canonical_order(dict.fromkeys(cid for c in counts for cid in c))
@@ -261,7 +469,12 @@ class DaskTransport:
                 holders = [p for p, c in zip(pieces, counts) if cid in c]
                 clients.append(dask.delayed(_join)(cid, seed, spec, *holders))
         futures = dask_client.compute(clients)
-        meta = dask_client.gather([dask_client.submit(_size, f) for f in futures])
+        meta = wait_for_workers(
+            dask_client,
+            [dask_client.submit(_size, f) for f in futures],
+            [(None, [cid]) for cid in ids],
+            "building the clients on the workers",
+        )
         data = dict(zip(ids, futures))
         who = dask_client.who_has(futures)
         homes = {cid: who[f.key][0] for cid, f in zip(ids, futures)}
@@ -274,7 +487,7 @@ class DaskTransport:
             )
         dtypes = {m[2] for m in meta}
         dtype = np.result_type(*[np.dtype(d) for d in dtypes])
-        return cls(dask_client, data, homes, sizes, (n_features, dtype), layout=layout)
+        return cls(dask_client, data, homes, sizes, (n_features, dtype), spans=spans)
 
     # -- the transport interface ----------------------------------------------
 
@@ -299,8 +512,12 @@ class DaskTransport:
             pure=False,
         )
 
-    def _fetch(self, futures):
-        return [aligned(v) for v in self.client.gather(futures)]
+    def _fetch(self, futures, owners, what):
+        """The futures' results, in memory of their own; a named error when
+        a worker of ``owners`` (per future: its worker and clients) leaves
+        or the deadline passes (:func:`wait_for_workers`)."""
+        values = wait_for_workers(self.client, futures, owners, what)
+        return [aligned(v) for v in values]
 
     def run(self, call, client_ids, messages):
         """Run ``call`` on each client where it lives; return the uploads
@@ -310,6 +527,9 @@ class DaskTransport:
         turn: iterative protocols (Lanczos) run thousands of short rounds,
         and each task costs the scheduler a round trip.
         """
+        large = round_uses_process_threads(
+            resolve_step(call.name, call.module), [self._sizes[c] for c in client_ids]
+        )
         by_worker = {}
         for c, m in zip(client_ids, messages):
             by_worker.setdefault(self._home[c], []).append((c, m))
@@ -321,11 +541,14 @@ class DaskTransport:
                 self._token,
                 [self._data[c] for c, _ in group],
                 [m for _, m in group],
+                not large,
             )
             for group in by_worker.values()
         ]
+        owners = [(w, [c for c, _ in g]) for w, g in by_worker.items()]
+        fetched = self._fetch(batches, owners, f"step {call.name!r}")
         uploads = {}
-        for group, results in zip(by_worker.values(), self._fetch(batches)):
+        for group, results in zip(by_worker.values(), fetched):
             uploads.update((c, u) for (c, _), u in zip(group, results))
         return [uploads[c] for c in client_ids]
 
@@ -334,43 +557,48 @@ class DaskTransport:
         futures = [
             self._at_home(c, _read, self._token, c, namespace, key) for c in client_ids
         ]
-        return dict(zip(client_ids, self._fetch(futures)))
+        owners = [(self._home[c], [c]) for c in client_ids]
+        what = f"collecting {namespace!r} from the clients"
+        return dict(zip(client_ids, self._fetch(futures, owners, what)))
 
     def assemble(self, namespace, key, client_ids, n_samples, *, fill, dtype):
-        """A per-sample output in training-sample order: a dask array for
-        clients built from dask data (nothing leaves the workers), a numpy
-        array for scattered in-memory clients."""
-        import dask
-        import dask.array as da
-        from distributed import wait
+        """A per-sample output in training-sample order, as a numpy array
+        in this process (a fitted attribute such as ``labels_`` must
+        outlive the cluster).
 
-        parts = [
-            self._at_home(c, _placed, self._data[c], self._token, namespace, key)
-            for c in client_ids
-        ]
-        # They read the clients' state, which is dropped with the transport.
-        wait(parts)
-        tail, found = self._fetch(
-            [self.client.submit(_shape_dtype, parts[0], pure=False)]
-        )[0]
-        options = {
-            "fill": fill,
-            "dtype": np.dtype(found) if dtype is None else np.dtype(dtype),
-            "tail_shape": tail,
-        }
-        if self._layout is None:
-            # Scattered in-memory clients: the output is an in-memory array.
-            return placed_rows(self._fetch(parts), 0, n_samples, **options)
-        blocks = [
-            da.from_delayed(
-                dask.delayed(placed_rows)(parts, o, n, **options),
-                shape=(n, *tail),
-                dtype=options["dtype"],
-            )
-            for o, n in self._layout
-        ]
-        return da.concatenate(blocks) if len(blocks) > 1 else blocks[0]
-
-
-def _shape_dtype(part):
-    return part[1].shape[1:], part[1].dtype.str
+        Each client's values travel once, straight from its worker to this
+        process, a batch of clients at a time, and are written into place:
+        the output, plus one batch of at most 2**20 rows' values (or one
+        larger client's), is what this costs here (4 or 8 bytes per sample
+        for labels, 8 s for an embedding of s columns). A client that is
+        one chunk of rows sends its values alone, in the chunk's order; one
+        cut by ``partitions`` sends their positions with them. Nothing
+        moves between workers.
+        """
+        out = None
+        for batch in _batches(client_ids, self._sizes):
+            if self._spans is not None:
+                futures = [
+                    self._at_home(c, _values, self._token, c, namespace, key, dtype)
+                    for c in batch
+                ]
+            else:
+                futures = [
+                    self._at_home(
+                        c, _placed, self._data[c], self._token, namespace, key, dtype
+                    )
+                    for c in batch
+                ]
+            owners = [(self._home[c], [c]) for c in batch]
+            what = f"collecting {namespace!r} from the clients"
+            for cid, part in zip(batch, self._fetch(futures, owners, what)):
+                if self._spans is not None:
+                    offset, length = self._spans[cid]
+                    where, values = slice(offset, offset + length), np.asarray(part)
+                else:
+                    where, values = part[0], np.asarray(part[1])
+                if out is None:
+                    kind = values.dtype if dtype is None else np.dtype(dtype)
+                    out = np.full((n_samples, *values.shape[1:]), fill, dtype=kind)
+                out[where] = values
+        return out

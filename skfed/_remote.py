@@ -19,6 +19,8 @@ from sklearn.utils import check_array
 __all__ = [
     "RemoteArray",
     "aligned",
+    "blockwise",
+    "blockwise_sum",
     "code_labels",
     "distinct_values",
     "is_dask_collection",
@@ -150,3 +152,82 @@ def make_client(cid, X, y, indices, base, spec):
         y = aligned(np.asarray(y))
     fp = _fingerprint(X)
     return ClientData(cid, X, y, np.asarray(indices), (base, fp & 0xFFFFFFFF, fp >> 32))
+
+
+def _dask_rows(estimator, X):
+    """A dask array or dataframe checked against the fitted estimator (its
+    feature names and count) without computing it, as a dask array of
+    whole rows per chunk."""
+    from sklearn.utils.validation import check_is_fitted, validate_data
+
+    check_is_fitted(estimator)
+    if hasattr(X, "columns"):
+        # The empty pandas frame dask keeps as metadata carries the names.
+        validate_data(estimator, X._meta, skip_check_array=True, reset=False)
+        X = X.to_dask_array(lengths=True)
+    else:
+        validate_data(estimator, X, skip_check_array=True, reset=False)
+    if X.ndim != 2:
+        raise ValueError(
+            f"Expected 2D data, got a dask array of shape {X.shape}; reshape "
+            "it to (n_samples, n_features)."
+        )
+    return X.rechunk({1: -1}) if len(X.chunks[1]) > 1 else X
+
+
+def _apply(block, *more, estimator, method):
+    return getattr(estimator, method)(block, *more)
+
+
+def blockwise(estimator, method, X):
+    """``estimator.method(X)`` for a dask X: a lazy dask array computed
+    block by block on the workers that hold X's chunks.
+
+    Each task runs the in-memory method on its block of rows (checks
+    included), as dask-ml's ``ParallelPostFit`` does; the fitted estimator
+    travels into the graph with the tasks. The output's dtype and columns
+    come from the method on one row of zeros here.
+    """
+    import warnings
+
+    X = _dask_rows(estimator, X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        probe = np.asarray(
+            getattr(estimator, method)(np.zeros((1, X.shape[1]), dtype=X.dtype))
+        )
+    apply = partial(_apply, estimator=estimator, method=method)
+    if probe.ndim == 1:
+        return X.map_blocks(apply, dtype=probe.dtype, drop_axis=1)
+    return X.map_blocks(apply, dtype=probe.dtype, chunks=(X.chunks[0], probe.shape[1:]))
+
+
+def _block_sum(block, *more, estimator, method):
+    return np.array([getattr(estimator, method)(block, *more)], dtype=np.float64)
+
+
+def blockwise_sum(estimator, method, X, *aligned_arrays):
+    """The sum over X's blocks of ``estimator.method(block, *aligned
+    blocks)`` (an additive score such as the k-means objective), computed
+    on the workers; only one float per block comes back.
+
+    ``aligned_arrays``: dask arrays of one value per row of X (sample
+    weights), rechunked to X's rows.
+    """
+    import dask.array as da
+
+    X = _dask_rows(estimator, X)
+    more = []
+    for a in aligned_arrays:
+        more += [a.rechunk({0: X.chunks[0]}), "i"]
+    per_block = da.blockwise(
+        partial(_block_sum, estimator=estimator, method=method),
+        "i",
+        X,
+        "ij",
+        *more,
+        dtype=np.float64,
+        concatenate=True,
+        adjust_chunks={"i": 1},
+    )
+    return float(per_block.sum().compute())

@@ -25,6 +25,7 @@ __all__ = [
     "shared_sum",
     "rkhs_paper_data",
     "shipped_since",
+    "sleep_on",
     "TwoArgumentError",
 ]
 
@@ -111,6 +112,17 @@ def exit_on(client, state, message, *, bad):
     by the system); others upload their size."""
     if client.client_id == bad:
         os._exit(1)
+    return state, float(client.n_samples)
+
+
+@client_step("testing.sleep_on")
+def sleep_on(client, state, message, *, bad, seconds):
+    """Client ``bad`` sleeps ``seconds`` (a stalled worker); others upload
+    their size."""
+    if client.client_id == bad:
+        import time
+
+        time.sleep(seconds)
     return state, float(client.n_samples)
 
 

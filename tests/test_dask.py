@@ -184,9 +184,10 @@ def test_estimators_on_resident_data_match_the_in_memory_fit(
     _same_model(got, expected, X_mem)
     assert got.n_clients_ == N_CHUNKS
     if hasattr(expected, "labels_"):
-        # Per-sample results stay where the data is, as a dask array.
-        assert dask.is_dask_collection(got.labels_)
-        np.testing.assert_array_equal(got.labels_.compute(), expected.labels_)
+        # Per-sample results are fetched at the end of the fit, so that
+        # they outlive the cluster.
+        assert isinstance(got.labels_, np.ndarray)
+        np.testing.assert_array_equal(got.labels_, expected.labels_)
     # What left the workers is the protocol's uploads plus a little per
     # client and round and per client (what clients keep that the fit
     # gathers, their sizes; for the classifier the positions of the samples
@@ -195,9 +196,17 @@ def test_estimators_on_resident_data_match_the_in_memory_fit(
     log = got.communication_
     bound = 128 * N_CHUNKS * log.n_rounds + 1024 * N_CHUNKS
     bound += 8 * getattr(got, "n_samples_sent_", 0)
+    # Plus the per-sample fitted attributes, each client's values once (as
+    # the clients keep them: up to 8 bytes a value).
+    per_sample = [
+        8 * v.size
+        for k, v in vars(got).items()
+        if k.endswith("_") and isinstance(v, np.ndarray) and len(v) == X.shape[0]
+    ]
+    bound += sum(per_sample)
     assert log.upload_bytes <= moved <= log.upload_bytes + bound
     if log.n_rounds <= 10:
-        assert bound < X.nbytes / 4
+        assert bound - sum(per_sample) < X.nbytes / 4
 
 
 def test_resident_data_grouped_by_a_partitions_array(dask_client):
@@ -213,7 +222,7 @@ def test_resident_data_grouped_by_a_partitions_array(dask_client):
         expected = skfed.KFed(**params).fit(X_mem, partitions=ids_mem)
         got = skfed.KFed(**params).fit(X, partitions=ids)
     _same_model(got, expected, X_mem)
-    np.testing.assert_array_equal(got.labels_.compute(), expected.labels_)
+    np.testing.assert_array_equal(got.labels_, expected.labels_)
     assert sorted(got.local_centers_) == sorted(np.unique(ids_mem).tolist())
 
 
@@ -233,7 +242,7 @@ def test_resident_dataframe_with_a_client_column(dask_client):
         got = skfed.DistributedKMeans(**params).fit(ddf, partitions="site")
     np.testing.assert_array_equal(got.feature_names_in_, ["a", "b", "c", "d"])
     _same_model(got, expected, frame[["a", "b", "c", "d"]])
-    np.testing.assert_array_equal(got.labels_.compute(), expected.labels_)
+    np.testing.assert_array_equal(got.labels_, expected.labels_)
 
 
 def test_resident_data_is_checked_on_the_clients(dask_client):
@@ -264,5 +273,242 @@ def test_resident_data_partial_fit_adds_clients(dask_client):
         da_ids = dask.array.from_array(np.repeat([3, 4, 5], n), chunks=n)
         got.partial_fit(later, partitions=da_ids)
     _same_model(got, expected, X_mem)
-    np.testing.assert_array_equal(got.labels_.compute(), expected.labels_)
+    np.testing.assert_array_equal(got.labels_, expected.labels_)
     assert sorted(got.local_centers_) == [0, 1, 2, 3, 4, 5]
+
+
+# --------------------------------------------------------------------------
+# Faults: a lost worker or a stalled round fails the fit, naming who.
+
+
+@pytest.fixture
+def doomed_cluster():
+    """A cluster of its own for a test that kills one of its workers (the
+    module's cluster stays whole for the other tests)."""
+    cluster = distributed.LocalCluster(
+        n_workers=N_WORKERS,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=None,
+        memory_limit="1GiB",
+    )
+    client = distributed.Client(cluster, set_as_default=True)
+    yield client
+    client.close()
+    cluster.close()
+
+
+def _raised_within(seconds, func):
+    """What ``func()`` raised and when (seconds), or fail if it has not
+    returned within ``seconds`` (run in a thread: a hanging fit fails the
+    test instead of hanging it)."""
+    import threading
+    import time
+
+    out = {}
+
+    def target():
+        start = time.monotonic()
+        try:
+            func()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            out["error"] = exc
+        out["elapsed"] = time.monotonic() - start
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still running after {seconds} s"
+    return out.get("error"), out["elapsed"]
+
+
+def _kill_client_1(fed):
+    from functools import partial
+
+    from skfed._testing import exit_on
+
+    # Client 1's step ends its worker's process, as the system's OOM killer
+    # would; that worker holds other clients too.
+    fed.run_round("sum", partial(exit_on, bad=1))
+
+
+@pytest.mark.parametrize("where", ["resident", "scattered"])
+def test_a_lost_worker_fails_the_fit_naming_it_and_its_clients(where, doomed_cluster):
+    from skfed import WorkerLostError
+
+    X, _ = _resident_blobs()
+    if where == "resident":
+        fed = Federation.from_remote(
+            X, None, None, random_state=0, input_checks={}
+        )  # six clients, one per chunk, built on the workers
+    else:
+        X_mem = X.compute()
+        ids = np.repeat(np.arange(N_CHUNKS), CHUNK_ROWS)
+        with parallel_config(backend="dask"):
+            fed = Federation.from_arrays(
+                X_mem, None, check_partitions(ids, len(ids)), random_state=0
+            )
+    home = fed.transport._home[1]
+    held = sorted(c for c, w in fed.transport._home.items() if w == home)
+
+    def fit():
+        with fed:
+            _kill_client_1(fed)
+
+    error, elapsed = _raised_within(120, fit)
+    assert isinstance(error, WorkerLostError), repr(error)
+    assert error.workers == [home]
+    assert sorted(error.client_ids) == held
+    assert home in str(error) and all(repr(c) in str(error) for c in held)
+    # Dask notices a closed connection at once; the fit must not wait for
+    # the worker to come back (it never does: its replacement has another
+    # address and none of the clients).
+    assert elapsed < 30
+
+
+def test_a_round_past_the_configured_deadline_names_its_workers(dask_client):
+    from functools import partial
+
+    import dask
+
+    from skfed._testing import sleep_on
+
+    X, _ = _resident_blobs()
+    fed = Federation.from_remote(X, None, None, random_state=0, input_checks={})
+    home = fed.transport._home[2]
+    with dask.config.set({"skfed.timeout": "1s"}):
+        with pytest.raises(TimeoutError, match="skfed.timeout") as info:
+            with fed:
+                fed.run_round("sum", partial(sleep_on, bad=2, seconds=8))
+    assert home in str(info.value) and "2" in str(info.value)
+    with dask.config.set({"skfed.timeout": "soon"}):
+        with pytest.raises(ValueError, match="skfed.timeout"):
+            with fed:
+                fed.run_round("sum", partial(sleep_on, bad=2, seconds=0))
+
+
+# --------------------------------------------------------------------------
+# BLAS threads: the driver's and the workers' settings do not change a model.
+
+
+def _fitted_arrays(model):
+    return {
+        k: v
+        for k, v in vars(model).items()
+        if k.endswith("_") and isinstance(v, np.ndarray) and v.dtype != object
+    }
+
+
+@pytest.mark.parametrize(
+    "name, params",
+    [
+        ("DistributedKernelPCA", {"n_components": 3, "n_representatives": 60}),
+        (
+            "FederatedKernelKMeans",
+            {"n_clusters": 3, "n_random_features": 40, "max_iter": 5},
+        ),
+        (
+            "FederatedKernelKMeans",
+            {"n_clusters": 3, "algorithm": "dspgd", "max_iter": 3},
+        ),
+    ],
+)
+@pytest.mark.parametrize("where", ["resident", "in memory"])
+def test_the_drivers_blas_threads_do_not_change_the_model(
+    name, params, where, dask_client
+):
+    X, _ = _resident_blobs()
+    if where == "in memory":
+        X = X.compute()
+    models = []
+    for threads in (1, 2):
+        # The driver runs BLAS on `threads` threads outside the fit; the
+        # fit's server steps, and its client steps wherever they run, must
+        # not depend on it.
+        with threadpool_limits(limits=threads, user_api="blas"):
+            model = getattr(skfed, name)(**params, random_state=0)
+            kw = {} if where == "resident" else {"partitions": 4}
+            models.append(model.fit(X, **kw))
+    one, two = map(_fitted_arrays, models)
+    assert sorted(one) == sorted(two) and len(one) >= 2
+    for key in one:
+        np.testing.assert_array_equal(one[key], two[key], err_msg=key)
+
+
+# --------------------------------------------------------------------------
+# Outputs on dask data: lazy, block by block; fitted attributes outlive
+# the cluster.
+
+
+@pytest.mark.parametrize("name", [n for n in INTEGRATION_CASES if n in skfed.__all__])
+def test_methods_on_a_dask_array_are_lazy_and_match_numpy(name, dask_client):
+    import dask
+
+    X, y = _resident_blobs()
+    X_mem, y_mem = dask.compute(X, y)
+    params = INTEGRATION_CASES[name][0]
+    with threadpool_limits(limits=1):
+        model = getattr(skfed, name)(**params).fit(X_mem, y_mem, partitions=4)
+    for method in ("predict", "transform", "decision_function"):
+        if not hasattr(model, method):
+            continue
+        got = getattr(model, method)(X)
+        # A graph over X's chunks, not an array computed here.
+        assert dask.is_dask_collection(got), method
+        assert got.numblocks[0] == X.numblocks[0]
+        with threadpool_limits(limits=1):
+            expected = getattr(model, method)(X_mem)
+            computed = got.compute()
+        assert computed.dtype == expected.dtype and computed.shape == expected.shape
+        # Each block is the in-memory method on its rows.
+        np.testing.assert_allclose(computed, expected, rtol=1e-12, atol=1e-12)
+    if hasattr(model, "score"):
+        weights = np.random.RandomState(0).uniform(0.5, 2, len(X_mem))
+        for w in (None, weights):
+            got = model.score(X, y, sample_weight=w)
+            assert isinstance(got, float)
+            expected = model.score(X_mem, y_mem, sample_weight=w)
+            np.testing.assert_allclose(got, expected, rtol=1e-10)
+
+
+def test_fitted_labels_outlive_the_cluster():
+    import dask
+
+    X, _ = _resident_blobs()
+    params = INTEGRATION_CASES["KFed"][0]
+    cluster = distributed.LocalCluster(
+        n_workers=1, processes=False, threads_per_worker=1, dashboard_address=None
+    )
+    with distributed.Client(cluster, set_as_default=True):
+        X_mem = dask.compute(X)[0]
+        model = skfed.KFed(**params).fit(X)
+    cluster.close()
+    # The cluster and the clients' state are gone; the labels are here.
+    assert isinstance(model.labels_, np.ndarray)
+    with threadpool_limits(limits=1):
+        expected = skfed.KFed(**params).fit(
+            X_mem, partitions=np.repeat(np.arange(N_CHUNKS), CHUNK_ROWS)
+        )
+    np.testing.assert_array_equal(model.labels_, expected.labels_)
+
+
+def test_the_driver_holds_a_few_numbers_per_client_not_per_row(dask_client):
+    import tracemalloc
+
+    da = pytest.importorskip("dask.array")
+    n_rows, n_chunks = 3_200_000, 8
+    X = da.random.RandomState(0).random_sample(
+        (n_rows, 2), chunks=(n_rows // n_chunks, 2)
+    )
+    X = X.astype(np.float32).persist()
+    distributed.wait(X)
+    tracemalloc.start()
+    try:
+        fed = Federation.from_remote(X, None, None, random_state=0, input_checks={})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert fed.n_samples == n_rows and len(fed.client_ids) == n_chunks
+    # The clients' sample positions are built on the workers: an int64
+    # per row here would be 24 MiB.
+    assert peak < 4 * 2**20, peak

@@ -23,7 +23,13 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._blocks import row_blocks
 from .._federation import FederatedMixin
-from .._remote import code_labels, distinct_values, is_remote
+from .._remote import (
+    blockwise,
+    code_labels,
+    distinct_values,
+    is_dask_collection,
+    is_remote,
+)
 from .._validation import StrictInterval, check_magnitude, clip_to_data
 from ..privacy import DifferentialPrivacy
 from ._rkhs_protocol import run_rkhs
@@ -526,6 +532,8 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         scores : ndarray of shape (n_samples,) or (n_samples, n_classes)
             For two classes, positive values predict ``classes_[1]``.
         """
+        if is_dask_collection(X):  # lazy, block by block on the workers
+            return blockwise(self, "decision_function", X)
         check_is_fitted(self)
         X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
         check_magnitude(X)
@@ -550,10 +558,48 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         -------
         y : ndarray of shape (n_samples,)
         """
+        if is_dask_collection(X):  # lazy, block by block on the workers
+            return blockwise(self, "predict", X)
         scores = self.decision_function(X)
         if scores.ndim == 1:
             return self.classes_[(scores > 0).astype(int)]
         return self.classes_[np.argmax(scores, axis=1)]
+
+    def score(self, X, y, sample_weight=None):
+        """Mean accuracy of ``predict(X)`` against y.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+        sample_weight : array-like of shape (n_samples,), default=None
+
+        Returns
+        -------
+        score : float
+            For a dask X (y and ``sample_weight`` dask arrays or in
+            memory), the predictions and the count of hits are computed
+            block by block on the workers; the float is computed here.
+        """
+        if not is_dask_collection(X):
+            return super().score(X, y, sample_weight=sample_weight)
+        import dask.array as da
+
+        predicted = blockwise(self, "predict", X)
+        rows = predicted.chunks[0]
+
+        def along(values):
+            if hasattr(values, "iloc"):
+                values = values.to_dask_array(lengths=True)
+            values = values if is_dask_collection(values) else da.asarray(values)
+            return values.rechunk({0: rows})
+
+        hits = (predicted == along(y)).astype(np.float64)
+        if sample_weight is None:
+            return float(hits.mean().compute())
+        weights = along(sample_weight).astype(np.float64)
+        total, weight = da.compute((hits * weights).sum(), weights.sum())
+        return float(total / weight)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

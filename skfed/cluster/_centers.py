@@ -15,6 +15,7 @@ from sklearn.metrics.pairwise import euclidean_distances
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._fixes import check_sample_weight as _check_sample_weight
+from .._remote import blockwise, blockwise_sum, is_dask_collection
 from .._shift import shift_point, shifted_rows
 from .._validation import check_magnitude
 
@@ -74,7 +75,9 @@ class KMeansCentersMixin(TransformerMixin):
         Returns
         -------
         X_new : ndarray of shape (n_samples, n_clusters)
-            Euclidean distance of each sample to each center.
+            Euclidean distance of each sample to each center. For a dask
+            X, a lazy dask array computed block by block where X's chunks
+            are.
         """
         self.fit(X, partitions=partitions, sample_weight=sample_weight)
         return self._distances(self._center_space(X))
@@ -90,8 +93,11 @@ class KMeansCentersMixin(TransformerMixin):
         Returns
         -------
         labels : ndarray of shape (n_samples,)
-            Index of the cluster each sample belongs to.
+            Index of the cluster each sample belongs to. For a dask X, a
+            lazy dask array computed block by block where X's chunks are.
         """
+        if is_dask_collection(X):  # lazy, block by block on the workers
+            return blockwise(self, "predict", X)
         check_is_fitted(self)
         labels, _ = _assign_around_centers(
             self._center_space(X), self._centers(), d2=None
@@ -109,8 +115,12 @@ class KMeansCentersMixin(TransformerMixin):
         Returns
         -------
         X_new : ndarray of shape (n_samples, n_clusters)
-            Euclidean distance of each sample to each center.
+            Euclidean distance of each sample to each center. For a dask
+            X, a lazy dask array computed block by block where X's chunks
+            are.
         """
+        if is_dask_collection(X):  # lazy, block by block on the workers
+            return blockwise(self, "transform", X)
         check_is_fitted(self)
         return self._distances(self._center_space(X))
 
@@ -129,13 +139,23 @@ class KMeansCentersMixin(TransformerMixin):
         Returns
         -------
         score : float
-            ``-Σ_i w_i min_j ‖x_i − c_j‖²``.
+            ``-Σ_i w_i min_j ‖x_i − c_j‖²``. For a dask X (and dask
+            ``sample_weight``), computed block by block on the workers,
+            which send one float per block.
         """
+        if is_dask_collection(X):  # summed block by block on the workers
+            weights = () if sample_weight is None else (_dask_like(sample_weight),)
+            return blockwise_sum(self, "_score_block", X, *weights)
         check_is_fitted(self)
         rows = self._center_space(X)
         sample_weight = _check_sample_weight(sample_weight, rows, dtype=np.float64)
         _, d2 = _assign_around_centers(rows, self._centers())
         return -float(sample_weight @ d2)
+
+    def _score_block(self, X, sample_weight=None):
+        """:meth:`score` of one block of a dask X (its sum over the
+        blocks is the score)."""
+        return self.score(X, sample_weight=sample_weight)
 
     # -- hooks ------------------------------------------------------------------
 
@@ -181,3 +201,12 @@ def _assign_around_centers(X, centers, *, d2="exact"):
     from ._coreset import _assign_around_centers as assign
 
     return assign(X, centers, d2=d2)
+
+
+def _dask_like(values):
+    """Per-sample values as a dask array (they are rechunked to X's rows)."""
+    if is_dask_collection(values):
+        return values.to_dask_array(lengths=True) if hasattr(values, "iloc") else values
+    import dask.array as da
+
+    return da.from_array(np.asarray(values))

@@ -24,7 +24,7 @@ from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._federation import FederatedMixin
-from .._remote import is_remote
+from .._remote import blockwise, is_dask_collection, is_remote
 from .._validation import StrictInterval, check_magnitude, clip_to_data
 from ..privacy import DifferentialPrivacy, check_privacy
 from ._centers import KMeansCentersMixin
@@ -716,6 +716,8 @@ class FederatedKernelKMeans(
         H : ndarray of shape (n_samples, `n_components_`)
             Same dtype as X (float32 or float64).
         """
+        if is_dask_collection(X):  # lazy, block by block on the workers
+            return blockwise(self, "transform", X)
         check_is_fitted(self)
         X = self._validated(X)
         return self._embed(X).astype(X.dtype, copy=False)

@@ -25,7 +25,7 @@ from sklearn.utils.extmath import row_norms
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._federation import FederatedMixin
-from .._remote import is_remote
+from .._remote import blockwise, is_dask_collection, is_remote
 from .._validation import StrictInterval, check_magnitude, clip_to_data
 from ..privacy import DifferentialPrivacy, check_privacy
 from ._kernel_pca_features import feature_projection, run_feature_pca
@@ -713,6 +713,8 @@ class DistributedKernelPCA(
         X_new : ndarray of shape (n_samples, n_components)
             Same dtype as X (float32 or float64).
         """
+        if is_dask_collection(X):  # lazy, block by block on the workers
+            return blockwise(self, "transform", X)
         check_is_fitted(self)
         X = validate_data(
             self, X, accept_sparse="csr", dtype=[np.float64, np.float32], reset=False
