@@ -38,6 +38,16 @@ def _count(client, state, message):
     return calls, {"calls": calls, "rows": client.n_samples, "y": client.y}
 
 
+@client_step("flowertest.blas")
+def _blas(client, state, message):
+    """Uploads the BLAS threads the step runs with."""
+    from threadpoolctl import threadpool_info
+
+    return state, [
+        p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"
+    ]
+
+
 class _Context:
     """What a ClientApp reads of Flower's Context."""
 
@@ -583,3 +593,31 @@ def test_node_loads_and_checks_its_data_once(tmp_path):
     _open(node, context)
     assert node.answer(_step("flowertest.count"), context)["upload"]["rows"] == 25
     assert len(loads) == 2
+
+
+def test_node_runs_steps_on_one_blas_thread_as_in_memory():
+    # A node's process has the machine's BLAS threads; a client step must
+    # run on one as in memory (skfed._threads), or BLAS rounds differently.
+    node, context = _node(np.ones((4, 2))), _Context(0)
+    _open(node, context)
+    with threadpool_limits(limits=2, user_api="blas"):
+        threads = node.answer(_step("flowertest.blas"), context)["upload"]
+    assert threads and set(threads) == {1}
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_kernel_kmeans_through_flower_does_not_depend_on_blas_threads(
+    in_process, threads
+):
+    X, _ = make_blobs(300, n_features=4, centers=3, random_state=3)
+    data = {1: X[:100], 2: X[100:200], 3: X[200:]}
+    params = dict(INTEGRATION_CASES["FederatedKernelKMeans"][0], eigen_solver="lanczos")
+    with threadpool_limits(limits=1):
+        expected = skfed.FederatedKernelKMeans(**params).fit(
+            X, partitions=np.repeat([1, 2, 3], 100)
+        )
+    with threadpool_limits(limits=threads, user_api="blas"):
+        got = fit_on_grid(
+            skfed.FederatedKernelKMeans(**params), in_process(data), n_nodes=3
+        )
+    np.testing.assert_array_equal(got.labels_, expected.labels_)

@@ -13,7 +13,6 @@ def load(context):
 
 
 client = client_app(load)
-# The defaults of the run; `flwr run --run-config` overrides any of them
-# (n-clusters, random-state, ... : the estimator's parameters, spelled
-# with dashes).
-server = server_app(KFed(n_clusters=8, random_state=0))
+# Its parameters come from the run config (pyproject.toml, overridden by
+# `flwr run --run-config`): n-clusters sets n_clusters, and so on.
+server = server_app(KFed())

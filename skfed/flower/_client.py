@@ -40,6 +40,7 @@ from flwr.clientapp import ClientApp
 
 from .._protocol import StepCall
 from .._remote import make_client
+from .._threads import blas_limits, thread_pools
 from .._transport import StepFailure, kept_after, picked, run_step
 from ._records import from_records, to_records
 
@@ -211,7 +212,12 @@ class _Node:
                 module = None  # not imported: only already registered steps run
             call = StepCall(request["name"], request["options"], module)
             storage = state["storage"]
-            result = run_step(call, client, storage, request["message"])
+            # One BLAS thread, or this node's own for a round of large
+            # products, as a client in memory gets (skfed._threads): BLAS
+            # rounds differently on another number of threads.
+            limits = blas_limits(request.get("large_products", False))
+            with thread_pools().limit(limits=limits):
+                result = run_step(call, client, storage, request["message"])
             state["storage"], answer = kept_after(call, storage, result)
             to_records(state, context.state, prefix=_STATE)
             if isinstance(answer, StepFailure):

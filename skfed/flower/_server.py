@@ -19,7 +19,9 @@ from flwr.app import Message
 from flwr.serverapp import ServerApp
 from sklearn.base import clone, is_classifier
 
+from .._protocol import resolve_step
 from .._remote import RemoteArray
+from .._threads import round_uses_process_threads
 from .._transport import StepFailure, assembled
 from .._validation import _canonical_order
 from ._client import ACTION, client_app
@@ -406,6 +408,13 @@ class FlowerTransport:
     def run(self, call, client_ids, messages):
         """Run the step on each client's node; per client its upload or a
         ``StepFailure``."""
+        # The BLAS threads the step gets on the nodes, decided here as the
+        # in-memory transports decide them (see skfed._threads), so that a
+        # node computes what a client in memory does.
+        large = round_uses_process_threads(
+            resolve_step(call.name, call.module),
+            [self.client_sizes[c] for c in client_ids],
+        )
         requests = {
             cid: {
                 "op": "step",
@@ -413,6 +422,7 @@ class FlowerTransport:
                 "options": call.options,
                 "module": call.module,
                 "message": message,
+                "large_products": large,
             }
             for cid, message in zip(client_ids, messages)
         }
