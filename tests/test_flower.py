@@ -212,15 +212,19 @@ def simulated(tmp_path_factory):
     def main(grid, context):
         for name, (params, _, _) in INTEGRATION_CASES.items():
             est = getattr(skfed, name)(**params)
-            fitted[name] = fit_on_grid(est, grid, n_nodes=N_NODES, timeout=120)
+            fitted[name] = fit_on_grid(
+                est, grid, n_nodes=N_NODES, timeout=120, round_timeout=300
+            )
         secure = skfed.DistributedKMeans(**SECURE)
-        fitted["secure"] = fit_on_grid(secure, grid, n_nodes=N_NODES, timeout=120)
+        fitted["secure"] = fit_on_grid(
+            secure, grid, n_nodes=N_NODES, timeout=120, round_timeout=300
+        )
         try:
             fit_on_grid(skfed.KFed(n_clusters=N_NODES * NODE_ROWS + 1), grid, n_nodes=1)
         except ValueError as exc:
             errors["too many clusters"] = exc
         # A client step that raises on one node, under both failure policies.
-        data = NodeData(grid, n_nodes=N_NODES, timeout=120)
+        data = NodeData(grid, n_nodes=N_NODES, timeout=120, round_timeout=300)
         fed = Federation.from_remote(
             data.X, None, None, random_state=0, input_checks=SPEC
         )
@@ -346,6 +350,9 @@ class _InProcessGrid:
 
     def pull_messages(self, message_ids):
         return [self.replies.pop(m) for m in message_ids if m in self.replies]
+
+    def send_and_receive(self, messages, *, timeout=None):
+        return self.pull_messages(self.push_messages(messages))
 
 
 @pytest.fixture
