@@ -49,6 +49,7 @@ LOCALHOST = Path(__file__).parent.parent / "doc" / "flower_app" / "localhost.py"
 # The deployment's app: it times `repeat` KFed fits once the nodes are
 # connected and writes the seconds and messages per node of each.
 DEPLOYED_APP = """
+import inspect
 import json
 import time
 
@@ -69,13 +70,18 @@ server = ServerApp()
 
 @server.main()
 def main(grid, context):
-    NodeData(grid, n_nodes=3)  # the nodes are up and have answered once
+    # The nodes are up and have answered once (a busy machine can take
+    # minutes to start their first ClientApps).
+    NodeData(grid, n_nodes=3, timeout=900)
     fits = []
     for _ in range(int(context.run_config["repeat"])):
         start = time.perf_counter()
         config = context.run_config
         est = KFed(n_clusters=config["n-clusters"], random_state=0)
-        est = fit_on_grid(est, grid, n_nodes=3)
+        # A round timeout of minutes where the code has one (a busy machine).
+        wait = inspect.signature(fit_on_grid).parameters
+        wait = {"round_timeout": 900} if "round_timeout" in wait else {}
+        est = fit_on_grid(est, grid, n_nodes=3, timeout=900, **wait)
         seconds = time.perf_counter() - start
         fits.append([seconds, len(est.communication_.wire_records) // 2])
     with open(context.run_config["out"], "w") as f:

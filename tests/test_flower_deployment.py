@@ -68,7 +68,7 @@ def main(grid, context):
     fitted = {{}}
     for key, name, extra in {fits!r}:
         est = getattr(skfed, name)(**INTEGRATION_CASES[name][0], **extra)
-        fitted[key] = fit_on_grid(est, grid, n_nodes={n_nodes})
+        fitted[key] = fit_on_grid(est, grid, n_nodes={n_nodes}, round_timeout=300)
     joblib.dump(fitted, context.run_config["model-path"])
 """
 
@@ -163,7 +163,9 @@ def test_localhost_deployment_gives_the_in_memory_model(federation, tmp_path):
     # directory that does not exist yet: the app creates it).
     app = localhost.copy_app(tmp_path / "page-app")
     model_path = tmp_path / "models" / "kfed.joblib"
-    run = fed.run(app, f'model-path="{model_path}"', timeout=450)
+    # A long round timeout: machines that run the suite can be busy, and
+    # every message starts a ClientApp process.
+    run = fed.run(app, f'model-path="{model_path}" round-timeout=300', timeout=900)
     assert model_path.exists(), run.stdout[-3000:] + run.stderr[-3000:]
     got = joblib.load(model_path)
     params = {**_page_config(), **_overrides(fed.run_argv)}
@@ -185,7 +187,7 @@ def test_localhost_deployment_gives_the_in_memory_model(federation, tmp_path):
     (app / "skfed_deploy_app.py").write_text(
         textwrap.dedent(APP.format(fits=FITS, n_nodes=n_nodes))
     )
-    run = fed.run(app, timeout=450)
+    run = fed.run(app, timeout=900)
     assert model_path.exists(), run.stdout[-3000:] + run.stderr[-3000:]
     fitted = joblib.load(model_path)
     for key, name, extra in FITS:

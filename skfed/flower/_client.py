@@ -58,8 +58,10 @@ def client_app(load_data, *, client_id=None, step_modules=("skfed",)):
     load_data : callable
         ``load_data(context) -> X`` or ``(X, y)``: the node's own training
         data, e.g. read from a file named in ``context.node_config``. Called
-        when a message needs the data (a deployed node may run every message
-        in a new process).
+        once per process and node config: again only when a file the node
+        config names changes size or modification time (a deployed node
+        runs every message in a new process, so there it is called per
+        message).
     client_id : callable, default=None
         ``client_id(context) -> int or str``: the node's client id, which
         orders the clients as ``partitions`` ids do in memory. By default

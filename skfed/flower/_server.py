@@ -57,7 +57,8 @@ class NodeData:
     n_nodes : int
         How many nodes hold the data; waits until that many are connected.
     timeout : float, default=600.0
-        Seconds to wait for the nodes to connect.
+        Seconds to wait for the nodes to connect and answer a first message
+        (which installs the app on a deployed node).
     round_timeout : float, default=60.0
         Seconds to wait for the nodes' answers in each round (a deployed
         node starts a ClientApp process for each message: several seconds
@@ -96,7 +97,11 @@ class NodeData:
         self._wire = []
         self._group = 0
         nodes = self._wait_for(n_nodes)
-        answers = self._exchange({n: {"op": "describe"} for n in nodes}, by="node")
+        # The first message to a node installs the app there and starts its
+        # first ClientApp: part of connecting, so under `timeout`.
+        answers = self._exchange(
+            {n: {"op": "describe"} for n in nodes}, by="node", wait=self.timeout
+        )
         failed = {n: a for n, a in answers.items() if isinstance(a, StepFailure)}
         if failed:
             node, failure = next(iter(failed.items()))
@@ -171,7 +176,7 @@ class NodeData:
                 )
             time.sleep(0.05)
 
-    def _exchange(self, requests, *, by="client"):
+    def _exchange(self, requests, *, by="client", wait=None):
         """One message to each addressee, their answers; never raises for a
         node's error (it becomes a ``StepFailure`` naming the node).
 
@@ -179,6 +184,8 @@ class NodeData:
         ----------
         requests : dict
             Client id (or node id, ``by="node"``) -> request payload.
+        wait : float, default=None
+            Seconds to wait for the answers; ``round_timeout`` when None.
 
         Returns
         -------
@@ -198,7 +205,8 @@ class NodeData:
             for key, payload in requests.items()
         ]
         down = {key_of[m.metadata.dst_node_id]: wire_bytes(m) for m in messages}
-        replies, lost = self._send_and_receive(messages)
+        wait = self.round_timeout if wait is None else wait
+        replies, lost = self._send_and_receive(messages, wait)
         answers, up = {}, {}
         for node, exc in lost.items():
             answers[key_of[node]] = StepFailure(exc, "")
@@ -222,7 +230,7 @@ class NodeData:
             self._wire += [("download", down), ("upload", up)]
         return answers
 
-    def _send_and_receive(self, messages):
+    def _send_and_receive(self, messages, wait):
         """Push the messages, then poll for their replies until all came,
         a node left the grid, or the round timed out.
 
@@ -258,11 +266,10 @@ class NodeData:
             now = time.monotonic()
             if not pending:
                 break
-            if now - start >= self.round_timeout:
+            if now - start >= wait:
                 for node in pending.values():
                     lost[node] = TimeoutError(
-                        f"node {node} sent no answer within {self.round_timeout} s "
-                        "(round_timeout)"
+                        f"node {node} sent no answer within {wait} s"
                     )
                 break
             if now - checked >= _NODE_CHECK:
