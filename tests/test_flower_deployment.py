@@ -187,7 +187,8 @@ def test_localhost_deployment_gives_the_in_memory_model(federation, tmp_path):
     (app / "skfed_deploy_app.py").write_text(
         textwrap.dedent(APP.format(fits=FITS, n_nodes=n_nodes))
     )
-    run = fed.run(app, timeout=900)
+    # Without the page's --run-config: this app has none of its keys.
+    run = fed.run(app, page_config=False, timeout=900)
     assert model_path.exists(), run.stdout[-3000:] + run.stderr[-3000:]
     fitted = joblib.load(model_path)
     for key, name, extra in FITS:

@@ -144,10 +144,16 @@ class LocalFederation:
             f'address = "{HOST}:{link}"\ninsecure = true\n'
         )
 
-    def run(self, app, *run_config, timeout=900):
+    def run(self, app, *run_config, page_config=True, timeout=900):
         """The page's ``flwr run`` in the app folder ``app``, with extra
-        ``--run-config`` overrides; returns the CompletedProcess."""
+        ``--run-config`` overrides (and without the page's own when
+        ``page_config`` is False: another app may not have its keys);
+        returns the CompletedProcess."""
         argv = self._argv(self.run_argv)
+        if not page_config:
+            while "--run-config" in argv:
+                at = argv.index("--run-config")
+                del argv[at : at + 2]
         for override in run_config:
             argv += ["--run-config", override]
         return subprocess.run(
