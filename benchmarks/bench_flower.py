@@ -16,12 +16,24 @@ against the bytes Flower put on the wire (both directions), and whether
 the two models give identical outputs (predictions or projections) on
 2,000 rows.
 
+``--deployment`` measures instead the round trips of a real deployment
+on localhost: the deployment page's own commands
+(``doc/flower_app/localhost.sh``: a SuperLink and three SuperNodes, one
+ClientApp process per message), with a Flower App that fits KFed (k = 3
+from the page's ``--run-config``, N = 360, d = 4) after the nodes have
+connected, and reports the fit's seconds per message round trip.
+``--flower-poll`` leaves out the page's ``FLWR_SUPEREXEC_TASK_POLL_INTERVAL``
+(Flower's 1 s default).
+
 Usage::
 
     python benchmarks/bench_flower.py [--n N] [--nodes M]
+    python benchmarks/bench_flower.py --deployment [--repeat R] [--flower-poll]
 """
 
 import argparse
+import importlib.util
+import json
 import tempfile
 import time
 import warnings
@@ -32,6 +44,117 @@ from bench_dask import make_estimators, output, write_report
 
 RESULTS = Path(__file__).parent / "results"
 D_FEATURES = 20
+LOCALHOST = Path(__file__).parent.parent / "doc" / "flower_app" / "localhost.py"
+
+# The deployment's app: it times `repeat` KFed fits once the nodes are
+# connected and writes the seconds and messages per node of each.
+DEPLOYED_APP = """
+import inspect
+import json
+import time
+
+import numpy as np
+from flwr.serverapp import ServerApp
+
+from skfed import KFed
+from skfed.flower import NodeData, client_app, fit_on_grid
+
+
+def load(context):
+    return np.load(context.node_config["data"])
+
+
+client = client_app(load)
+server = ServerApp()
+
+
+@server.main()
+def main(grid, context):
+    # The nodes are up and have answered once (a busy machine can take
+    # minutes to start their first ClientApps).
+    NodeData(grid, n_nodes=3, timeout=900)
+    fits = []
+    for _ in range(int(context.run_config["repeat"])):
+        start = time.perf_counter()
+        config = context.run_config
+        est = KFed(n_clusters=config["n-clusters"], random_state=0)
+        # A round timeout of minutes where the code has one (a busy machine).
+        wait = inspect.signature(fit_on_grid).parameters
+        wait = {"round_timeout": 900} if "round_timeout" in wait else {}
+        est = fit_on_grid(est, grid, n_nodes=3, timeout=900, **wait)
+        seconds = time.perf_counter() - start
+        fits.append([seconds, len(est.communication_.wire_records) // 2])
+    with open(context.run_config["out"], "w") as f:
+        json.dump(fits, f)
+"""
+
+DEPLOYED_PYPROJECT = """
+[build-system]
+requires = ["hatchling"]
+build-backend = "hatchling.build"
+
+[project]
+name = "skfedbench"
+version = "1.0.0"
+license = "BSD-3-Clause"
+dependencies = []
+
+[tool.hatch.build.targets.wheel]
+packages = ["."]
+
+[tool.flwr.app]
+publisher = "skfed"
+
+[tool.flwr.app.components]
+serverapp = "bench_app:server"
+clientapp = "bench_app:client"
+
+[tool.flwr.app.config]
+out = ""
+repeat = 1
+n-clusters = 8
+"""
+
+
+def run_deployment(folder, repeat, flower_poll):
+    """Per-message round trips of KFed fits on the page's localhost
+    deployment (three SuperNodes)."""
+    from sklearn.datasets import make_blobs
+
+    spec = importlib.util.spec_from_file_location("skfed_localhost", LOCALHOST)
+    localhost = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(localhost)
+    folder = Path(folder)
+    X, _ = make_blobs(360, n_features=4, centers=3, random_state=2)
+    sites = []
+    for p in range(3):
+        sites.append(folder / f"site{p}.npy")
+        np.save(sites[-1], X[p * 120 : (p + 1) * 120])
+    app = folder / "app"
+    app.mkdir()
+    (app / "bench_app.py").write_text(DEPLOYED_APP)
+    (app / "pyproject.toml").write_text(DEPLOYED_PYPROJECT)
+    out = folder / "fits.json"
+    federation = localhost.LocalFederation(folder, sites)
+    if flower_poll:
+        federation.skip_exports = True
+    with federation:
+        run = federation.run(app, f'out="{out}"', f"repeat={repeat}")
+    if not out.exists():
+        raise RuntimeError(run.stdout[-3000:] + run.stderr[-3000:])
+    rows = []
+    for seconds, messages in json.loads(out.read_text()):
+        rows.append(
+            {
+                "estimator": "KFed",
+                "nodes": 3,
+                "messages per node": messages,
+                "fit s": round(seconds, 1),
+                "s per round trip": round(seconds / messages, 2),
+            }
+        )
+        print(rows[-1], flush=True)
+    return rows
 
 
 def run(n, n_nodes, folder, only=None):
@@ -118,7 +241,21 @@ def main():
     parser.add_argument("--n", type=int, default=20_000)
     parser.add_argument("--nodes", type=int, default=5)
     parser.add_argument("--only", nargs="*", help="estimator class names")
+    parser.add_argument("--deployment", action="store_true")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--flower-poll", action="store_true")
     args = parser.parse_args()
+    if args.deployment:
+        with tempfile.TemporaryDirectory() as folder:
+            rows = run_deployment(folder, args.repeat, args.flower_poll)
+        poll = "Flower's default poll" if args.flower_poll else "the page's commands"
+        write_report(
+            "bench_flower_deployment",
+            f"Flower deployment on localhost, three SuperNodes ({poll}): "
+            "KFed round trips",
+            rows,
+        )
+        return
     with tempfile.TemporaryDirectory() as folder:
         rows = run(args.n, args.nodes, folder, args.only)
     write_report(

@@ -2,7 +2,9 @@
 engine against the in-memory fit (the localhost deployment is in
 test_flower_deployment.py)."""
 
+import os
 import sys
+import uuid
 from functools import partial
 
 import joblib
@@ -18,7 +20,7 @@ from skfed._testing import INTEGRATION_CASES, fail_on
 
 pytest.importorskip("flwr")
 
-from flwr.app import Context, RecordDict  # noqa: E402
+from flwr.app import Context, Message, RecordDict  # noqa: E402
 
 from skfed.flower import NodeData, client_app, fit_on_grid, simulate  # noqa: E402
 from skfed.flower._client import _Node  # noqa: E402
@@ -34,6 +36,16 @@ def _count(client, state, message):
     """Counts its calls in the state it keeps; uploads the count."""
     calls = (state or 0) + 1
     return calls, {"calls": calls, "rows": client.n_samples, "y": client.y}
+
+
+@client_step("flowertest.blas")
+def _blas(client, state, message):
+    """Uploads the BLAS threads the step runs with."""
+    from threadpoolctl import threadpool_info
+
+    return state, [
+        p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"
+    ]
 
 
 class _Context:
@@ -200,15 +212,19 @@ def simulated(tmp_path_factory):
     def main(grid, context):
         for name, (params, _, _) in INTEGRATION_CASES.items():
             est = getattr(skfed, name)(**params)
-            fitted[name] = fit_on_grid(est, grid, n_nodes=N_NODES, timeout=120)
+            fitted[name] = fit_on_grid(
+                est, grid, n_nodes=N_NODES, timeout=120, round_timeout=300
+            )
         secure = skfed.DistributedKMeans(**SECURE)
-        fitted["secure"] = fit_on_grid(secure, grid, n_nodes=N_NODES, timeout=120)
+        fitted["secure"] = fit_on_grid(
+            secure, grid, n_nodes=N_NODES, timeout=120, round_timeout=300
+        )
         try:
             fit_on_grid(skfed.KFed(n_clusters=N_NODES * NODE_ROWS + 1), grid, n_nodes=1)
         except ValueError as exc:
             errors["too many clusters"] = exc
         # A client step that raises on one node, under both failure policies.
-        data = NodeData(grid, n_nodes=N_NODES, timeout=120)
+        data = NodeData(grid, n_nodes=N_NODES, timeout=120, round_timeout=300)
         fed = Federation.from_remote(
             data.X, None, None, random_state=0, input_checks=SPEC
         )
@@ -282,11 +298,18 @@ def test_simulate_fits_and_saves_the_model(tmp_path):
 class _InProcessGrid:
     """A grid that hands each message to the real ClientApp in this
     process (no Ray): for the server's checks and failure paths. Replies
-    of the nodes in ``silent`` after their ``open`` never come back."""
+    of the nodes in ``silent`` after their ``open`` never come back; the
+    nodes in ``vanish`` also leave the grid's nodes then (a SuperNode that
+    died mid-fit); the nodes in ``flower_error`` get Flower's error reply
+    for an unavailable node instead."""
 
-    def __init__(self, app, data, silent=()):
+    def __init__(self, app, data, silent=(), vanish=(), flower_error=()):
         self.app = app
-        self.silent = set(silent)
+        self.silent = set(silent) | set(vanish)
+        self.vanish = set(vanish)
+        self.flower_error = set(flower_error)
+        self.gone = set()
+        self.replies = {}
         self.contexts = {
             node: Context(
                 run_id=1,
@@ -299,17 +322,37 @@ class _InProcessGrid:
         }
 
     def get_node_ids(self):
-        return list(self.contexts)
+        return [n for n in self.contexts if n not in self.gone]
+
+    def push_messages(self, messages):
+        from flwr.app import Error
+
+        ids = []
+        for message in messages:
+            message_id = uuid.uuid4().hex
+            message.metadata.__dict__["_message_id"] = message_id
+            ids.append(message_id)
+            node = message.metadata.dst_node_id
+            step = from_records(message.content)["op"] == "step"
+            if step and node in self.flower_error:
+                self.replies[message_id] = Message(
+                    Error(code=5, reason="node unavailable"), reply_to=message
+                )
+                continue
+            if node in self.gone:
+                continue
+            reply = self.app(message, self.contexts[node])
+            if step and node in self.vanish:
+                self.gone.add(node)
+            if not (step and node in self.silent):
+                self.replies[message_id] = reply
+        return ids
+
+    def pull_messages(self, message_ids):
+        return [self.replies.pop(m) for m in message_ids if m in self.replies]
 
     def send_and_receive(self, messages, *, timeout=None):
-        replies = []
-        for message in messages:
-            node = message.metadata.dst_node_id
-            reply = self.app(message, self.contexts[node])
-            step = from_records(message.content)["op"] == "step"
-            if not (step and node in self.silent):
-                replies.append(reply)
-        return replies
+        return self.pull_messages(self.push_messages(messages))
 
 
 @pytest.fixture
@@ -322,9 +365,9 @@ def in_process(monkeypatch):
     monkeypatch.setattr(TaskIdentity, "_node_id", 0)
     monkeypatch.setattr(TaskIdentity, "_task_id", 0)
 
-    def make(data, *, client_id=None, silent=()):
+    def make(data, *, client_id=None, **failures):
         app = client_app(lambda context: data[context.node_id], client_id=client_id)
-        return _InProcessGrid(app, data, silent)
+        return _InProcessGrid(app, data, **failures)
 
     return make
 
@@ -357,12 +400,15 @@ def test_waiting_for_nodes_times_out(in_process):
 def test_a_silent_node_fails_its_round_and_can_be_dropped(in_process):
     data = {10: _blobs(60, seed=1), 20: _blobs(60, seed=2), 30: _blobs(60, seed=3)}
     grid = in_process(data, silent={20})
-    nodes = NodeData(grid, n_nodes=3, timeout=5)
+    nodes = NodeData(grid, n_nodes=3, round_timeout=0.5)
     # The node ids are the client ids here (no partition-id in node_config).
-    with pytest.raises(skfed.ClientStepError, match="Client 20 failed .*no answer"):
+    with pytest.raises(
+        skfed.ClientStepError,
+        match=r"Client 20 failed .*node 20 sent no answer within 0.5 s",
+    ):
         skfed.KFed(n_clusters=2, random_state=0).fit(nodes.X)
     km = skfed.KFed(n_clusters=2, random_state=0, on_client_error="drop")
-    km.fit(NodeData(in_process(data, silent={20}), n_nodes=3).X)
+    km.fit(NodeData(in_process(data, silent={20}), n_nodes=3, round_timeout=0.5).X)
     assert list(km.failed_clients_) == [20]
     expected = skfed.KFed(n_clusters=2, random_state=0).fit(
         np.vstack([data[10], data[30]]), partitions=np.repeat([10, 30], 60)
@@ -393,3 +439,192 @@ def test_server_app_reads_its_run_config_and_saves_the_model(in_process, tmp_pat
     context.run_config.clear()
     with pytest.raises(ValueError, match="how many nodes"):
         server_app(skfed.KFed())(grid=in_process(data), context=context)
+
+
+def test_round_timeout_defaults_to_tens_of_seconds():
+    # A dead node must not hold a fit for the connection timeout's 600 s.
+    import inspect
+
+    for func in (NodeData, fit_on_grid, simulate):
+        default = inspect.signature(func).parameters["round_timeout"].default
+        assert 10 <= default <= 120
+
+
+@pytest.mark.parametrize("failure", ["vanish", "flower_error"])
+def test_a_node_that_dies_fails_the_fit_at_once_naming_it(in_process, failure):
+    # A SuperNode that leaves the grid (or that Flower answers for with an
+    # error) fails the round without waiting for the round timeout.
+    data = {10: _blobs(60, seed=1), 20: _blobs(60, seed=2), 30: _blobs(60, seed=3)}
+    grid = in_process(data, client_id=lambda c: f"site{c.node_id}", **{failure: {20}})
+    nodes = NodeData(grid, n_nodes=3, round_timeout=600)
+    expected = (
+        "node 20 left the federation"
+        if failure == "vanish"
+        else r"node 20: Flower error \(code 5\)"
+    )
+    with pytest.raises(skfed.ClientStepError, match=f"Client 'site20' .*{expected}"):
+        skfed.KFed(n_clusters=2, random_state=0).fit(nodes.X)
+
+
+class _NoGrid:
+    """A grid that must not be used: the app should fail before."""
+
+    def get_node_ids(self):
+        raise AssertionError("the app contacted the grid")
+
+
+def _server_context(run_config):
+    return Context(
+        run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=run_config
+    )
+
+
+def test_run_config_sets_the_estimators_parameters(in_process, tmp_path):
+    from skfed.flower import server_app
+
+    data = {1: _blobs(50, seed=1), 2: _blobs(50, seed=2)}
+    config = {"n-nodes": 2, "n-clusters": 3, "random-state": 4, "round-timeout": 30}
+    app = server_app(skfed.KFed(n_clusters=8, random_state=0))
+    app(grid=in_process(data), context=_server_context(config))
+    got = app.fitted_estimator
+    assert (got.n_clusters, got.random_state) == (3, 4)
+    expected = skfed.KFed(n_clusters=3, random_state=4).fit(
+        np.vstack([data[1], data[2]]), partitions=np.repeat([1, 2], 50)
+    )
+    _same_model(got, expected, expected.cluster_centers_)
+    # An unknown key names the valid ones; a bad value is refused; both
+    # before any node is contacted.
+    app = server_app(skfed.KFed())
+    with pytest.raises(ValueError, match="'n-cluster' is not a parameter of KFed; "):
+        app(grid=_NoGrid(), context=_server_context({"n-nodes": 2, "n-cluster": 3}))
+    with pytest.raises(ValueError, match="valid keys: .*n-clusters.*round-timeout"):
+        app(grid=_NoGrid(), context=_server_context({"n-nodes": 2, "n-cluster": 3}))
+    with pytest.raises(ValueError, match="n_clusters"):
+        app(grid=_NoGrid(), context=_server_context({"n-nodes": 2, "n-clusters": 0}))
+    with pytest.raises(ValueError, match="round-timeout"):
+        app(grid=_NoGrid(), context=_server_context({"n-nodes": 2, "round-timeout": 0}))
+
+
+def test_model_path_is_checked_before_the_fit(tmp_path, in_process):
+    from skfed.flower import server_app
+
+    # A missing directory is created ...
+    path = tmp_path / "new" / "dir" / "kfed.joblib"
+    config = {"n-nodes": 2, "n-clusters": 2, "model-path": str(path)}
+    data = {1: _blobs(50, seed=1), 2: _blobs(50, seed=2)}
+    server_app(skfed.KFed())(grid=in_process(data), context=_server_context(config))
+    assert joblib.load(path).n_clients_ == 2
+    # ... one that cannot be is refused before the grid is used.
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    config["model-path"] = str(blocker / "kfed.joblib")
+    with pytest.raises(ValueError, match="Cannot save the fitted model at"):
+        server_app(skfed.KFed())(grid=_NoGrid(), context=_server_context(config))
+    config["model-path"] = str(tmp_path)
+    with pytest.raises(ValueError, match="is a directory"):
+        server_app(skfed.KFed())(grid=_NoGrid(), context=_server_context(config))
+
+
+def test_a_failed_save_keeps_the_model_and_fails_the_app(
+    tmp_path, in_process, monkeypatch
+):
+    from skfed.flower import server_app
+
+    path = tmp_path / "kfed.joblib"
+    dump = joblib.dump
+
+    def full_disk(value, filename, *args, **kwargs):
+        if str(filename) == str(path):
+            raise OSError(28, "No space left on device")
+        return dump(value, filename, *args, **kwargs)
+
+    monkeypatch.setattr(joblib, "dump", full_disk)
+    config = {"n-nodes": 2, "n-clusters": 2, "model-path": str(path)}
+    data = {1: _blobs(50, seed=1), 2: _blobs(50, seed=2)}
+    app = server_app(skfed.KFed())
+    with pytest.raises(OSError, match="No space left.*it is kept at") as info:
+        app(grid=in_process(data), context=_server_context(config))
+    kept = str(info.value).rsplit("kept at ", 1)[1].strip("'.")
+    try:
+        assert joblib.load(kept).n_clients_ == 2
+    finally:
+        os.remove(kept)
+    assert not path.exists()
+    assert app.save_error is info.value
+
+
+def test_sample_indices_are_global_across_nodes(in_process):
+    # The classifier's support_ and sent samples number the nodes' rows
+    # stacked in client order, as the in-memory fit numbers X's rows.
+    X, y = make_blobs(90, n_features=2, centers=2, cluster_std=3.0, random_state=0)
+    data = {7: (X[:30], y[:30]), 8: (X[30:], y[30:])}
+    nodes = NodeData(in_process(data), n_nodes=2)
+    assert nodes.first_rows == {7: 0, 8: 30}
+    got = skfed.FederatedRKHSClassifier(random_state=0).fit(nodes.X, nodes.y)
+    expected = skfed.FederatedRKHSClassifier(random_state=0).fit(
+        X, y, partitions=np.repeat([7, 8], [30, 60])
+    )
+    assert expected.support_.max() >= 30  # the second node's rows count
+    np.testing.assert_array_equal(got.support_, expected.support_)
+    for c in (7, 8):
+        np.testing.assert_array_equal(got.sent_samples_[c], expected.sent_samples_[c])
+    # (client, row) back from a global index.
+    clients, rows = nodes.locate(got.support_)
+    for c, r, i in zip(clients, rows, got.support_):
+        np.testing.assert_array_equal(data[c][0][r], X[i])
+    with pytest.raises(ValueError, match=r"\[0, 90\)"):
+        nodes.locate([90])
+
+
+def test_node_loads_and_checks_its_data_once(tmp_path):
+    # A process that answers several messages reads the node's file once,
+    # and again only when the file changes.
+    path = tmp_path / "X.npy"
+    np.save(path, _blobs(20))
+    loads = []
+
+    def load(context):
+        loads.append(context.node_config["data"])
+        return np.load(context.node_config["data"])
+
+    node = _Node(load, None, ("skfed",))
+    context = _Context(0)
+    context.node_config["data"] = str(path)
+    node.answer({"op": "describe"}, context)
+    _open(node, context)
+    for _ in range(3):
+        node.answer(_step("flowertest.count"), context)
+    assert len(loads) == 1
+    np.save(path, _blobs(25))
+    assert node.answer({"op": "describe"}, context)["n_samples"] == 25
+    _open(node, context)
+    assert node.answer(_step("flowertest.count"), context)["upload"]["rows"] == 25
+    assert len(loads) == 2
+
+
+def test_node_runs_steps_on_one_blas_thread_as_in_memory():
+    # A node's process has the machine's BLAS threads; a client step must
+    # run on one as in memory (skfed._threads), or BLAS rounds differently.
+    node, context = _node(np.ones((4, 2))), _Context(0)
+    _open(node, context)
+    with threadpool_limits(limits=2, user_api="blas"):
+        threads = node.answer(_step("flowertest.blas"), context)["upload"]
+    assert threads and set(threads) == {1}
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_kernel_kmeans_through_flower_does_not_depend_on_blas_threads(
+    in_process, threads
+):
+    X, _ = make_blobs(300, n_features=4, centers=3, random_state=3)
+    data = {1: X[:100], 2: X[100:200], 3: X[200:]}
+    params = dict(INTEGRATION_CASES["FederatedKernelKMeans"][0], eigen_solver="lanczos")
+    with threadpool_limits(limits=1):
+        expected = skfed.FederatedKernelKMeans(**params).fit(
+            X, partitions=np.repeat([1, 2, 3], 100)
+        )
+    with threadpool_limits(limits=threads, user_api="blas"):
+        got = fit_on_grid(
+            skfed.FederatedKernelKMeans(**params), in_process(data), n_nodes=3
+        )
+    np.testing.assert_array_equal(got.labels_, expected.labels_)

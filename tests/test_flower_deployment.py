@@ -1,21 +1,19 @@
-"""A real Flower deployment on localhost: a SuperLink, three SuperNodes
-each loading its own client's file, and ``flwr run`` of a Flower App that
-fits KFed, DistributedKMeans and, with secure aggregation of its sum-only
-rounds, FederatedKernelKMeans with skfed.flower.
+"""A real Flower deployment on localhost, from the deployment page's own
+files: its commands (``doc/flower_app/localhost.sh``: a SuperLink and three
+SuperNodes, each loading its own site's file) and its Flower App
+(``doc/flower_app/``: pyproject.toml and skfed_app.py, fitting KFed with
+hyperparameters from ``--run-config``). A second run of a Flower App of
+the test's own fits DistributedKMeans and, with secure aggregation of its
+sum-only rounds, FederatedKernelKMeans on the same SuperNodes.
 
 Every message starts a ClientApp process on its node (Flower's default
-isolation), about 10-15 s per round trip here, so the test takes minutes:
-it is marked ``deployment`` and left out of the default run; CI runs it as
-a step of its own (``pytest -m deployment``).
+isolation), several seconds per round trip here, so the test takes
+minutes: it is marked ``deployment`` and left out of the default run; CI
+runs it as a step of its own (``pytest -m deployment``).
 """
 
-import os
-import shutil
-import socket
-import subprocess
-import sys
+import importlib.util
 import textwrap
-import time
 from pathlib import Path
 
 import joblib
@@ -27,14 +25,17 @@ import skfed
 from skfed._testing import INTEGRATION_CASES
 
 pytest.importorskip("flwr")
+try:
+    import tomllib
+except ImportError:  # Python 3.10: Flower depends on tomli there
+    import tomli as tomllib
 
 pytestmark = pytest.mark.deployment
 
-N_NODES = 3
+APP_DIR = Path(__file__).parent.parent / "doc" / "flower_app"
 NODE_ROWS = 120
 # (key, estimator, parameters beyond the integration case's)
 FITS = (
-    ("KFed", "KFed", {}),
     ("DistributedKMeans", "DistributedKMeans", {}),
     # γ given: the masked kernel-width rounds are tested in simulation.
     (
@@ -43,7 +44,6 @@ FITS = (
         {"secure_aggregation": True, "gamma": 0.05},
     ),
 )
-HOST = "127.0.0.1"
 
 APP = """
 import joblib
@@ -68,7 +68,7 @@ def main(grid, context):
     fitted = {{}}
     for key, name, extra in {fits!r}:
         est = getattr(skfed, name)(**INTEGRATION_CASES[name][0], **extra)
-        fitted[key] = fit_on_grid(est, grid, n_nodes={n_nodes}, timeout=300)
+        fitted[key] = fit_on_grid(est, grid, n_nodes={n_nodes}, round_timeout=300)
     joblib.dump(fitted, context.run_config["model-path"])
 """
 
@@ -99,119 +99,98 @@ model-path = "{model_path}"
 """
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
+def _localhost():
+    spec = importlib.util.spec_from_file_location(
+        "skfed_localhost", APP_DIR / "localhost.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def _wait_for_port(port, proc, log, timeout=60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"exited early:\n{Path(log).read_text()[-2000:]}")
-        with socket.socket() as s:
-            if s.connect_ex((HOST, port)) == 0:
-                return
-        time.sleep(0.2)
-    raise TimeoutError(f"nothing listens on {HOST}:{port}")
+def _page_config():
+    with open(APP_DIR / "pyproject.toml", "rb") as f:
+        return tomllib.load(f)["tool"]["flwr"]["app"]["config"]
+
+
+def _overrides(run_argv):
+    """The --run-config values of the page's `flwr run`, as a dict."""
+    values = {}
+    for flag, text in zip(run_argv, run_argv[1:]):
+        if flag == "--run-config":
+            for item in text.split():
+                key, value = item.split("=", 1)
+                values[key] = tomllib.loads(f"v = {value}")["v"]
+    return values
+
+
+def test_the_pages_nodes_match_its_run_config():
+    localhost = _localhost()
+    page = localhost.commands()
+    n_nodes = sum(kind == "supernode" for kind, _ in page)
+    assert _page_config()["n-nodes"] == n_nodes
+    ids = [
+        argv[argv.index("--node-config") + 1].split()[0]
+        for kind, argv in page
+        if kind == "supernode"
+    ]
+    assert ids == [f"partition-id={p}" for p in range(n_nodes)]
 
 
 @pytest.fixture
 def federation(tmp_path):
-    """SuperLink and SuperNodes on 127.0.0.1 only, stopped afterwards."""
-    bin_dir = Path(sys.executable).parent
-    if shutil.which("flower-superlink", path=str(bin_dir)) is None:
-        pytest.skip("Flower's command-line tools are not installed")
-    env = {
-        **os.environ,
-        "FLWR_HOME": str(tmp_path / "flwr-home"),
-        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-    }
-    link_port = _free_port()
-    processes = []
-
-    def start(args, log):
-        with open(log, "w") as out:
-            proc = subprocess.Popen(
-                args, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path
-            )
-        processes.append(proc)
-        return proc
-
+    """The page's SuperLink and SuperNodes on 127.0.0.1, stopped after."""
+    localhost = _localhost()
+    n_nodes = _page_config()["n-nodes"]
+    X, _ = make_blobs(n_nodes * NODE_ROWS, n_features=4, centers=3, random_state=2)
+    sites = []
+    for p in range(n_nodes):
+        sites.append(tmp_path / f"site{p}.npy")
+        np.save(sites[-1], X[p * NODE_ROWS : (p + 1) * NODE_ROWS])
     try:
-        log = tmp_path / "superlink.log"
-        link = start(
-            [
-                "flower-superlink",
-                "--insecure",
-                "--host",
-                HOST,
-                "--port",
-                str(link_port),
-            ],
-            log,
-        )
-        _wait_for_port(link_port, link, log)
-        X, _ = make_blobs(N_NODES * NODE_ROWS, n_features=4, centers=3, random_state=2)
-        for p in range(N_NODES):
-            data = tmp_path / f"X{p}.npy"
-            np.save(data, X[p * NODE_ROWS : (p + 1) * NODE_ROWS])
-            port = _free_port()
-            log = tmp_path / f"supernode{p}.log"
-            node = start(
-                [
-                    "flower-supernode",
-                    "--insecure",
-                    "--superlink",
-                    f"{HOST}:{link_port}",
-                    "--host",
-                    HOST,
-                    "--port",
-                    str(port),
-                    "--node-config",
-                    f'partition-id={p} data="{data}"',
-                ],
-                log,
-            )
-            _wait_for_port(port, node, log)
-        home = tmp_path / "flwr-home"
-        home.mkdir(exist_ok=True)
-        (home / "config.toml").write_text(
-            f'[superlink]\ndefault = "local"\n\n[superlink.local]\n'
-            f'address = "{HOST}:{link_port}"\ninsecure = true\n'
-        )
-        yield X, env
-    finally:
-        for proc in reversed(processes):
-            proc.terminate()
-        for proc in processes:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        with localhost.LocalFederation(tmp_path, sites) as fed:
+            yield X, fed, localhost
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
 
 
 def test_localhost_deployment_gives_the_in_memory_model(federation, tmp_path):
-    X, env = federation
-    app = tmp_path / "app"
+    X, fed, localhost = federation
+    n_nodes = _page_config()["n-nodes"]
+    parts = np.repeat(np.arange(n_nodes), NODE_ROWS)
+
+    # 1. The page's app and command, saving where this test can look (a
+    # directory that does not exist yet: the app creates it).
+    app = localhost.copy_app(tmp_path / "page-app")
+    model_path = tmp_path / "models" / "kfed.joblib"
+    # A long round timeout: machines that run the suite can be busy, and
+    # every message starts a ClientApp process.
+    run = fed.run(app, f'model-path="{model_path}" round-timeout=300', timeout=900)
+    assert model_path.exists(), run.stdout[-3000:] + run.stderr[-3000:]
+    got = joblib.load(model_path)
+    params = {**_page_config(), **_overrides(fed.run_argv)}
+    expected = skfed.KFed(
+        n_clusters=params["n-clusters"], random_state=params["random-state"]
+    ).fit(X, partitions=parts)
+    assert got.n_clusters == 3  # from the page's --run-config
+    np.testing.assert_array_equal(got.labels_, expected.labels_)
+    np.testing.assert_allclose(
+        got.cluster_centers_, expected.cluster_centers_, rtol=1e-8, atol=1e-10
+    )
+    assert got.communication_.to_records() == expected.communication_.to_records()
+
+    # 2. More estimators on the same SuperNodes, from an app of the test's.
+    app = tmp_path / "test-app"
     app.mkdir()
     model_path = tmp_path / "models.joblib"
     (app / "pyproject.toml").write_text(PYPROJECT.format(model_path=model_path))
     (app / "skfed_deploy_app.py").write_text(
-        textwrap.dedent(APP.format(fits=FITS, n_nodes=N_NODES))
+        textwrap.dedent(APP.format(fits=FITS, n_nodes=n_nodes))
     )
-    run = subprocess.run(
-        ["flwr", "run", str(app), "local", "--stream"],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    # Without the page's --run-config: this app has none of its keys.
+    run = fed.run(app, page_config=False, timeout=900)
     assert model_path.exists(), run.stdout[-3000:] + run.stderr[-3000:]
     fitted = joblib.load(model_path)
-    parts = np.repeat(np.arange(N_NODES), NODE_ROWS)
     for key, name, extra in FITS:
         params = {**INTEGRATION_CASES[name][0], **extra}
         expected = getattr(skfed, name)(**params).fit(X, partitions=parts)

@@ -21,12 +21,17 @@ The ClientApp answers ``query.skfed`` messages from the ServerApp of a fit
     The distinct labels the node holds (a classifier's classes).
 
 What a node keeps between messages lives in ``context.state``, as codec
-records: a deployed SuperNode may start a new ClientApp process for every
-message, so nothing may rely on module globals. A step runs only if it is
+records: a deployed SuperNode (Flower 1.42) starts a new ClientApp process
+for every message, so nothing may rely on module globals for correctness.
+A process that answers several messages (the simulation engine's workers)
+loads the node's data once and checks it once per fit: both are cached,
+keyed by the node config and the size and modification time of every file
+it names, so a changed file is read again. A step runs only if it is
 registered under the name the message gives; no code is received.
 """
 
 import json
+import os
 import traceback
 
 import numpy as np
@@ -35,6 +40,7 @@ from flwr.clientapp import ClientApp
 
 from .._protocol import StepCall
 from .._remote import make_client
+from .._threads import blas_limits, thread_pools
 from .._transport import StepFailure, kept_after, picked, run_step
 from ._records import from_records, to_records
 
@@ -52,8 +58,10 @@ def client_app(load_data, *, client_id=None, step_modules=("skfed",)):
     load_data : callable
         ``load_data(context) -> X`` or ``(X, y)``: the node's own training
         data, e.g. read from a file named in ``context.node_config``. Called
-        when a message needs the data (a deployed node may run every message
-        in a new process).
+        once per process and node config: again only when a file the node
+        config names changes size or modification time (a deployed node
+        runs every message in a new process, so there it is called per
+        message).
     client_id : callable, default=None
         ``client_id(context) -> int or str``: the node's client id, which
         orders the clients as ``partitions`` ids do in memory. By default
@@ -83,6 +91,22 @@ def client_app(load_data, *, client_id=None, step_modules=("skfed",)):
     return app
 
 
+def _data_key(context):
+    """What identifies the data ``load_data`` would load: the node, its
+    config, and the size and modification time of each file it names."""
+    items = []
+    for name, value in sorted(context.node_config.items()):
+        stat = None
+        if isinstance(value, str) and value:
+            try:
+                info = os.stat(value)
+                stat = (info.st_size, info.st_mtime_ns)
+            except OSError:
+                pass
+        items.append((name, value, stat))
+    return context.node_id, tuple(items)
+
+
 def _error_record(exc, tb):
     return {
         "type": type(exc).__name__,
@@ -93,14 +117,15 @@ def _error_record(exc, tb):
 
 
 class _Node:
-    """This node's answers; its data is reloaded or taken from a cache of
-    this process, its state always read from the context."""
+    """This node's answers; its data is loaded and checked once per process
+    (and fit), its state always read from the context."""
 
     def __init__(self, load_data, client_id, step_modules):
         self.load_data = load_data
         self.client_id = client_id
         self.step_modules = step_modules
         self._cache = {}
+        self._loaded = {}
 
     def _id(self, context):
         if self.client_id is not None:
@@ -108,9 +133,16 @@ class _Node:
         return context.node_config.get("partition-id", context.node_id)
 
     def _data(self, context):
-        data = self.load_data(context)
-        X, y = data if isinstance(data, tuple) else (data, None)
-        return X, y
+        """``(X, y)`` as ``load_data`` gives them, loaded once per node
+        config and state of the files it names."""
+        key = _data_key(context)
+        kept = self._loaded.get(context.node_id)
+        if kept is None or kept[0] != key:
+            data = self.load_data(context)
+            # One entry per node: a simulation worker serves several nodes.
+            kept = key, data if isinstance(data, tuple) else (data, None)
+            self._loaded[context.node_id] = kept
+        return kept[1]
 
     def _client(self, context, settings):
         """This node's ClientData for the fit ``settings`` describe (built
@@ -119,14 +151,16 @@ class _Node:
         run never share a client built for the other."""
         classes = settings["classes"]
         key = (
+            _data_key(context),
             context.run_id,
-            context.node_id,
+            settings["first_row"],
             settings["seed"],
             settings["use_y"],
             json.dumps(settings["spec"], sort_keys=True),
             None if classes is None else (classes.dtype.str, classes.tobytes()),
         )
-        if key not in self._cache:
+        kept = self._cache.get(context.node_id)
+        if kept is None or kept[0] != key:
             X, y = self._data(context)
             if not settings["use_y"]:
                 y = None
@@ -136,13 +170,15 @@ class _Node:
                 self._id(context),
                 X,
                 y,
-                np.arange(len(X)),
+                settings["first_row"] + np.arange(len(X)),
                 settings["seed"],
                 settings["spec"],
             )
-            # One fit per node at a time: drop other fits' clients.
-            self._cache = {key: client}
-        return self._cache[key]
+            # One fit per node at a time: drop the node's other fits'
+            # clients (a simulation worker serves several nodes).
+            kept = key, client
+            self._cache[context.node_id] = kept
+        return kept[1]
 
     def answer(self, request, context):
         op = request["op"]
@@ -162,6 +198,9 @@ class _Node:
         state = from_records(context.state, prefix=_STATE, default={})
         if op == "open":
             settings = {k: request[k] for k in ("seed", "spec", "classes", "use_y")}
+            # Where this node's rows start among all nodes' (sample indices
+            # the fit reports are global).
+            settings["first_row"] = int(request.get("first_row", 0))
             client = self._client(context, settings)
             state = {"settings": settings, "storage": {}}
             to_records(state, context.state, prefix=_STATE)
@@ -175,7 +214,12 @@ class _Node:
                 module = None  # not imported: only already registered steps run
             call = StepCall(request["name"], request["options"], module)
             storage = state["storage"]
-            result = run_step(call, client, storage, request["message"])
+            # One BLAS thread, or this node's own for a round of large
+            # products, as a client in memory gets (skfed._threads): BLAS
+            # rounds differently on another number of threads.
+            limits = blas_limits(request.get("large_products", False))
+            with thread_pools().limit(limits=limits):
+                result = run_step(call, client, storage, request["message"])
             state["storage"], answer = kept_after(call, storage, result)
             to_records(state, context.state, prefix=_STATE)
             if isinstance(answer, StepFailure):

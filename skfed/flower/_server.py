@@ -9,25 +9,42 @@ Opening the fit builds a :class:`FlowerTransport` under the estimator's
 :mod:`skfed.flower._client`.
 """
 
+import os
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 from flwr.app import Message
 from flwr.serverapp import ServerApp
 from sklearn.base import clone, is_classifier
 
+from .._protocol import resolve_step
 from .._remote import RemoteArray
+from .._threads import round_uses_process_threads
 from .._transport import StepFailure, assembled
 from .._validation import _canonical_order
 from ._client import ACTION, client_app
 from ._records import from_records, to_records, wire_bytes
 
-__all__ = ["FlowerTransport", "NodeData", "fit_on_grid", "server_app", "simulate"]
+__all__ = [
+    "FlowerTransport",
+    "NodeData",
+    "fit_on_grid",
+    "locate_rows",
+    "server_app",
+    "simulate",
+]
 
 _MESSAGE_TYPE = f"query.{ACTION}"
-# Seconds between polls of the simulation's in-memory grid for replies;
-# Flower's 0.1 s default would dominate the many short rounds of Lanczos.
-_PULL_INTERVAL = 0.005
+# Seconds between polls for a round's replies: from _MIN_POLL, growing by
+# half each time up to _MAX_POLL, so that short rounds (simulation, the
+# many rounds of Lanczos) are not slowed and long ones poll a deployed
+# SuperLink a few times a second at most.
+_MIN_POLL = 0.005
+_MAX_POLL = 0.25
+# Seconds between checks that the nodes a round waits for are connected.
+_NODE_CHECK = 1.0
 
 
 class NodeData:
@@ -40,8 +57,15 @@ class NodeData:
     n_nodes : int
         How many nodes hold the data; waits until that many are connected.
     timeout : float, default=600.0
-        Seconds to wait for the nodes to connect, and for their answers in
-        each round; a node that does not answer in time fails the round.
+        Seconds to wait for the nodes to connect and answer a first message
+        (which installs the app on a deployed node).
+    round_timeout : float, default=60.0
+        Seconds to wait for the nodes' answers in each round (a deployed
+        node starts a ClientApp process for each message: several seconds
+        on a busy machine). A node that has not answered by then, or that
+        leaves the grid's nodes or gets an error from Flower before, fails
+        the round; the error names the node and its client. Raise it for
+        rounds that take long on the nodes (large sites).
 
     Attributes
     ----------
@@ -55,17 +79,29 @@ class NodeData:
         memory.
     client_sizes : dict
         Client id -> number of rows (public protocol metadata).
+    first_rows : dict
+        Client id -> the index of its node's first row in the fit's sample
+        indices: sample ``first_rows[c] + i`` is row ``i`` of client ``c``'s
+        node, as if the nodes' rows were stacked in client order. Fitted
+        attributes that hold sample indices (the RKHS classifier's
+        ``support_`` and ``sent_samples_``) use these; see
+        :meth:`locate`.
+    node_ids : dict
+        Client id -> the Flower node id that holds it.
     """
 
-    def __init__(self, grid, *, n_nodes, timeout=600.0):
+    def __init__(self, grid, *, n_nodes, timeout=600.0, round_timeout=60.0):
         self.grid = grid
         self.timeout = timeout
-        if hasattr(grid, "pull_interval"):
-            grid.pull_interval = min(grid.pull_interval, _PULL_INTERVAL)
+        self.round_timeout = round_timeout
         self._wire = []
         self._group = 0
         nodes = self._wait_for(n_nodes)
-        answers = self._exchange({n: {"op": "describe"} for n in nodes}, by="node")
+        # The first message to a node installs the app there and starts its
+        # first ClientApp: part of connecting, so under `timeout`.
+        answers = self._exchange(
+            {n: {"op": "describe"} for n in nodes}, by="node", wait=self.timeout
+        )
         failed = {n: a for n, a in answers.items() if isinstance(a, StepFailure)}
         if failed:
             node, failure = next(iter(failed.items()))
@@ -82,6 +118,7 @@ class NodeData:
                 )
             self._node_of[cid] = node
         self.client_ids = _canonical_order(self._node_of)
+        self.node_ids = {c: self._node_of[c] for c in self.client_ids}
         # The describe messages went out before the ids were known.
         client_of = {node: cid for cid, node in self._node_of.items()}
         self._wire = [
@@ -90,6 +127,10 @@ class NodeData:
         ]
         info = {c: answers[self._node_of[c]] for c in self.client_ids}
         self.client_sizes = {c: info[c]["n_samples"] for c in self.client_ids}
+        sizes = [self.client_sizes[c] for c in self.client_ids]
+        self.first_rows = dict(
+            zip(self.client_ids, np.cumsum([0] + sizes[:-1]).tolist())
+        )
         widths = {info[c]["n_features"] for c in self.client_ids}
         if len(widths) != 1 or -1 in widths:
             raise ValueError(
@@ -105,6 +146,23 @@ class NodeData:
             raise ValueError(f"Client(s) {missing[:5]} hold no labels; others do.")
         self.y = _NodeArray(self, "y", (n_samples,), None) if all(with_y) else None
 
+    def locate(self, indices):
+        """The node and row of each sample index of a fit on this data.
+
+        Parameters
+        ----------
+        indices : array-like of int
+            Sample indices, e.g. a fitted classifier's ``support_``.
+
+        Returns
+        -------
+        client_ids : list
+            The client (node) that holds each sample.
+        rows : ndarray of int
+            Its row in that node's data.
+        """
+        return locate_rows(self.client_sizes, indices, self.client_ids)
+
     def _wait_for(self, n_nodes):
         deadline = time.monotonic() + self.timeout
         while True:
@@ -118,14 +176,16 @@ class NodeData:
                 )
             time.sleep(0.05)
 
-    def _exchange(self, requests, *, by="client"):
+    def _exchange(self, requests, *, by="client", wait=None):
         """One message to each addressee, their answers; never raises for a
-        node's error (it becomes a ``StepFailure``).
+        node's error (it becomes a ``StepFailure`` naming the node).
 
         Parameters
         ----------
         requests : dict
             Client id (or node id, ``by="node"``) -> request payload.
+        wait : float, default=None
+            Seconds to wait for the answers; ``round_timeout`` when None.
 
         Returns
         -------
@@ -145,28 +205,85 @@ class NodeData:
             for key, payload in requests.items()
         ]
         down = {key_of[m.metadata.dst_node_id]: wire_bytes(m) for m in messages}
-        replies = self.grid.send_and_receive(messages, timeout=self.timeout)
+        wait = self.round_timeout if wait is None else wait
+        replies, lost = self._send_and_receive(messages, wait)
         answers, up = {}, {}
+        for node, exc in lost.items():
+            answers[key_of[node]] = StepFailure(exc, "")
         for reply in replies:
-            key = key_of.get(reply.metadata.src_node_id)
+            node = reply.metadata.src_node_id
+            key = key_of.get(node)
             if key is None:
                 continue
             up[key] = wire_bytes(reply)
             if reply.has_error():
-                exc = RuntimeError(f"Flower error on the node: {reply.error.reason}")
+                exc = RuntimeError(
+                    f"node {node}: Flower error (code {reply.error.code}): "
+                    f"{reply.error.reason}"
+                )
                 answers[key] = StepFailure(exc, "")
                 continue
             answer = from_records(reply.content)
             error = answer.get("error")
-            answers[key] = answer if error is None else _failure(error)
-        for key in requests:
-            if key not in answers:
-                answers[key] = StepFailure(
-                    TimeoutError(f"no answer within {self.timeout} s"), ""
-                )
+            answers[key] = answer if error is None else _failure(error, node)
         if None not in down.values() and None not in up.values():
             self._wire += [("download", down), ("upload", up)]
         return answers
+
+    def _send_and_receive(self, messages, wait):
+        """Push the messages, then poll for their replies until all came,
+        a node left the grid, or the round timed out.
+
+        Flower's own ``send_and_receive`` waits 3 s between polls of a
+        deployed SuperLink, and only gives up at its timeout. Polling here
+        starts at a few milliseconds and backs off to ``_MAX_POLL``, and
+        checks every ``_NODE_CHECK`` s that the nodes still waited for are
+        connected.
+
+        Returns
+        -------
+        replies : list of Message
+        lost : dict
+            Node id -> the exception saying why its reply will not come.
+        """
+        ids = list(self.grid.push_messages(messages))
+        pending, lost = {}, {}
+        for message, message_id in zip(messages, ids):
+            node = message.metadata.dst_node_id
+            if message_id:
+                pending[message_id] = node
+            else:
+                lost[node] = RuntimeError(
+                    f"node {node}: Flower did not accept the message for it"
+                )
+        replies = []
+        start = time.monotonic()
+        checked, pause = start, _MIN_POLL
+        while pending:
+            for reply in self.grid.pull_messages(list(pending)):
+                if pending.pop(reply.metadata.reply_to_message_id, None) is not None:
+                    replies.append(reply)
+            now = time.monotonic()
+            if not pending:
+                break
+            if now - start >= wait:
+                for node in pending.values():
+                    lost[node] = TimeoutError(
+                        f"node {node} sent no answer within {wait} s"
+                    )
+                break
+            if now - checked >= _NODE_CHECK:
+                checked = now
+                connected = set(self.grid.get_node_ids())
+                for message_id, node in list(pending.items()):
+                    if node not in connected:
+                        del pending[message_id]
+                        lost[node] = ConnectionError(
+                            f"node {node} left the federation before answering"
+                        )
+            time.sleep(pause)
+            pause = min(pause * 1.5, _MAX_POLL)
+        return replies, lost
 
     def _ask(self, requests, what):
         """Answers of every addressed client; raises for the first failure."""
@@ -185,11 +302,47 @@ class NodeData:
         return pending
 
 
-def _failure(error):
+def _failure(error, node):
     """A node's error record as a ``StepFailure`` (a ``ValueError`` stays a
     ``ValueError``: it is the client rejecting its input)."""
     cls = ValueError if error["value_error"] else RuntimeError
-    return StepFailure(cls(f"{error['type']}: {error['text']}"), error["traceback"])
+    text = f"node {node}: {error['type']}: {error['text']}"
+    return StepFailure(cls(text), error["traceback"])
+
+
+def locate_rows(client_sizes, indices, client_ids=None):
+    """The client and row of each sample index of a fit over nodes.
+
+    A fit through Flower numbers the samples as if the nodes' rows were
+    stacked in client order (``NodeData.first_rows``); this undoes it.
+
+    Parameters
+    ----------
+    client_sizes : dict
+        Client id -> number of rows (``NodeData.client_sizes``).
+    indices : array-like of int
+        Sample indices of the fit.
+    client_ids : list, default=None
+        The clients' order; by default the order of ``client_sizes``.
+
+    Returns
+    -------
+    client_ids : list
+        The client holding each sample.
+    rows : ndarray of int
+        Its row in that client's node.
+    """
+    order = list(client_sizes if client_ids is None else client_ids)
+    ends = np.cumsum([client_sizes[c] for c in order])
+    indices = np.asarray(indices, dtype=np.intp)
+    if indices.size and (indices.min() < 0 or indices.max() >= ends[-1]):
+        raise ValueError(
+            f"Sample indices must lie in [0, {int(ends[-1])}), the rows of the "
+            "nodes together."
+        )
+    which = np.searchsorted(ends, indices, side="right")
+    starts = np.concatenate([[0], ends[:-1]])
+    return [order[i] for i in which], indices - starts[which]
 
 
 class _NodeArray(RemoteArray):
@@ -241,7 +394,10 @@ class FlowerTransport:
             "use_y": y is not None,
         }
         answers = nodes._ask(
-            {c: {"op": "open", **settings} for c in self.client_ids},
+            {
+                c: {"op": "open", "first_row": nodes.first_rows[c], **settings}
+                for c in self.client_ids
+            },
             "check its data",
         )
         first = answers[self.client_ids[0]]
@@ -259,6 +415,13 @@ class FlowerTransport:
     def run(self, call, client_ids, messages):
         """Run the step on each client's node; per client its upload or a
         ``StepFailure``."""
+        # The BLAS threads the step gets on the nodes, decided here as the
+        # in-memory transports decide them (see skfed._threads), so that a
+        # node computes what a client in memory does.
+        large = round_uses_process_threads(
+            resolve_step(call.name, call.module),
+            [self.client_sizes[c] for c in client_ids],
+        )
         requests = {
             cid: {
                 "op": "step",
@@ -266,6 +429,7 @@ class FlowerTransport:
                 "options": call.options,
                 "module": call.module,
                 "message": message,
+                "large_products": large,
             }
             for cid, message in zip(client_ids, messages)
         }
@@ -287,25 +451,24 @@ class FlowerTransport:
         """A per-sample value kept by the nodes, fetched, in client order
         (the rows of all nodes one after the other)."""
         values = self.local_values(namespace, key, client_ids)
-        offsets = dict(
-            zip(
-                self.client_ids,
-                np.cumsum([0] + [self.client_sizes[c] for c in self.client_ids]),
-            )
-        )
+        first = self.nodes.first_rows
         parts = [
-            (np.arange(offsets[c], offsets[c] + len(v)), np.asarray(v))
+            (np.arange(first[c], first[c] + len(v)), np.asarray(v))
             for c, v in values.items()
         ]
         return assembled(parts, n_samples, fill=fill, dtype=dtype)
 
 
-def fit_on_grid(estimator, grid, *, n_nodes, timeout=600.0, **fit_params):
+def fit_on_grid(
+    estimator, grid, *, n_nodes, timeout=600.0, round_timeout=60.0, **fit_params
+):
     """Fit ``estimator`` on the data of the Flower nodes ``grid`` reaches.
 
     Call it in a ServerApp's ``main``; the nodes run
     :func:`~skfed.flower.client_app`. A classifier is fitted with the
-    nodes' labels.
+    nodes' labels. Sample indices in the fitted attributes number the
+    nodes' rows stacked in client order (see ``NodeData.first_rows`` and
+    :func:`locate_rows`).
 
     Parameters
     ----------
@@ -315,7 +478,9 @@ def fit_on_grid(estimator, grid, *, n_nodes, timeout=600.0, **fit_params):
     n_nodes : int
         Nodes to wait for; every connected node takes part.
     timeout : float, default=600.0
-        See :class:`NodeData`.
+        Seconds to wait for the nodes to connect.
+    round_timeout : float, default=60.0
+        Seconds to wait for each round's answers; see :class:`NodeData`.
     **fit_params
         Passed to ``fit``.
 
@@ -324,7 +489,7 @@ def fit_on_grid(estimator, grid, *, n_nodes, timeout=600.0, **fit_params):
     estimator
         The fitted estimator.
     """
-    data = NodeData(grid, n_nodes=n_nodes, timeout=timeout)
+    data = NodeData(grid, n_nodes=n_nodes, timeout=timeout, round_timeout=round_timeout)
     if is_classifier(estimator):
         if data.y is None:
             raise ValueError("A classifier needs labels; the nodes hold none.")
@@ -332,21 +497,125 @@ def fit_on_grid(estimator, grid, *, n_nodes, timeout=600.0, **fit_params):
     return estimator.fit(data.X, **fit_params)
 
 
-def server_app(estimator, *, n_nodes=None, save_to=None, timeout=600.0):
+# Run config keys server_app reads itself; every other key names a
+# parameter of the estimator, with dashes for underscores.
+_APP_KEYS = ("n-nodes", "model-path", "round-timeout")
+
+
+def configured(estimator, run_config):
+    """A copy of ``estimator`` with the parameters ``run_config`` sets.
+
+    Every key of the run config other than ``n-nodes``, ``model-path`` and
+    ``round-timeout`` names a parameter of the estimator, spelled with
+    dashes (``n-clusters`` sets ``n_clusters``); its value (a TOML string,
+    number or boolean) is checked as the estimator checks its parameters.
+
+    Raises
+    ------
+    ValueError
+        For a key that is no parameter (naming the valid keys), or a value
+        the parameter does not accept.
+    """
+    estimator = clone(estimator)
+    valid = {name.replace("_", "-"): name for name in estimator.get_params(deep=False)}
+    params = {}
+    for key, value in run_config.items():
+        if key in _APP_KEYS:
+            continue
+        if key not in valid:
+            raise ValueError(
+                f"The run config's {key!r} is not a parameter of "
+                f"{type(estimator).__name__}; valid keys: "
+                f"{', '.join(sorted(valid) + list(_APP_KEYS))}."
+            )
+        params[valid[key]] = value
+    estimator.set_params(**params)
+    # Check now, before waiting for nodes: a bad value from the command
+    # line should not cost a connection and the setup rounds.
+    estimator._validate_params()
+    return estimator
+
+
+def _writable_path(path):
+    """``path`` as a Path whose directory exists (created if missing) and
+    accepts a new file; raises ``ValueError`` saying why not."""
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise ValueError(f"model-path {str(path)!r} is a directory; name a file.")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".skfed-check-"):
+            pass
+    except OSError as exc:
+        raise ValueError(
+            f"Cannot save the fitted model at {str(path)!r}: {exc}. Give a "
+            "model-path in a directory this ServerApp may write to."
+        ) from exc
+    return path
+
+
+def save_model(estimator, path):
+    """``joblib.dump`` the fitted ``estimator`` at ``path``; if that fails,
+    keep it in a temporary file and raise ``OSError`` naming both."""
+    import joblib
+
+    try:
+        joblib.dump(estimator, path)
+    except Exception as exc:
+        fd, kept = tempfile.mkstemp(prefix="skfed-model-", suffix=".joblib")
+        os.close(fd)
+        joblib.dump(estimator, kept)
+        raise OSError(
+            f"Could not save the fitted model at {str(path)!r} ({exc}); it is "
+            f"kept at {kept!r}."
+        ) from exc
+    return path
+
+
+def server_app(
+    estimator, *, n_nodes=None, save_to=None, timeout=600.0, round_timeout=None
+):
     """A Flower ServerApp that fits a copy of ``estimator`` over its grid.
+
+    The run config (``[tool.flwr.app.config]`` of the app's
+    ``pyproject.toml``, overridden by ``flwr run --run-config``) says:
+
+    ``n-nodes``
+        how many nodes to wait for (unless ``n_nodes`` is given);
+    ``model-path``
+        where to save the fitted estimator (unless ``save_to`` is given);
+    ``round-timeout``
+        seconds to wait for each round's answers (unless ``round_timeout``
+        is given);
+    any other key
+        a parameter of the estimator, with dashes for underscores:
+        ``n-clusters = 8`` sets ``n_clusters=8``. Flower accepts on the
+        command line only keys the ``pyproject.toml`` lists, so list there
+        every parameter a run may change.
+
+    Unknown keys and bad values raise ``ValueError`` before any node is
+    contacted, as does a save path whose directory cannot be created or
+    written to. If saving fails after the fit, the fitted estimator is
+    kept in a temporary file and the ServerApp fails with an ``OSError``
+    naming it (Flower then marks the run failed).
 
     Parameters
     ----------
     estimator : skfed estimator
-        Cloned, then fitted with :func:`fit_on_grid`.
+        Cloned, configured from the run config, then fitted with
+        :func:`fit_on_grid`.
     n_nodes : int, default=None
         Nodes to wait for; when None, the run config's ``n-nodes``.
     save_to : str or path, default=None
         Where to save the fitted estimator (``joblib.dump``); when None, the
-        run config's ``model-path`` if it has one. A simulation keeps the
-        fitted estimator in ``app.fitted_estimator`` as well.
+        run config's ``model-path`` if it has one. Its directory is
+        created if missing. A simulation keeps the fitted estimator in
+        ``app.fitted_estimator`` as well.
     timeout : float, default=600.0
-        See :class:`NodeData`.
+        Seconds to wait for the nodes to connect.
+    round_timeout : float, default=None
+        Seconds to wait for each round's answers; when None, the run
+        config's ``round-timeout``, else 60. See :class:`NodeData`.
 
     Returns
     -------
@@ -354,24 +623,36 @@ def server_app(estimator, *, n_nodes=None, save_to=None, timeout=600.0):
     """
     app = ServerApp()
     app.fitted_estimator = None
+    app.save_error = None
 
     @app.main()
     def main(grid, context):
-        import joblib
-
-        nodes = n_nodes if n_nodes is not None else context.run_config.get("n-nodes")
+        config = context.run_config
+        est = configured(estimator, config)
+        nodes = n_nodes if n_nodes is not None else config.get("n-nodes")
         if nodes is None:
             raise ValueError(
                 "Say how many nodes hold the data: server_app(..., n_nodes=) "
                 "or the run config's n-nodes."
             )
-        fitted = fit_on_grid(
-            clone(estimator), grid, n_nodes=int(nodes), timeout=timeout
-        )
-        path = save_to if save_to is not None else context.run_config.get("model-path")
+        wait = round_timeout
+        if wait is None:
+            wait = config.get("round-timeout", 60.0)
+        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or wait <= 0:
+            raise ValueError(f"round-timeout must be a positive number; got {wait!r}.")
+        path = save_to if save_to is not None else config.get("model-path")
         if path:
-            joblib.dump(fitted, path)
+            path = _writable_path(path)
+        fitted = fit_on_grid(
+            est, grid, n_nodes=int(nodes), timeout=timeout, round_timeout=wait
+        )
         app.fitted_estimator = fitted
+        if path:
+            try:
+                save_model(fitted, path)
+            except OSError as exc:
+                app.save_error = exc
+                raise
 
     return app
 
@@ -385,6 +666,7 @@ def simulate(
     save_to=None,
     backend_config=None,
     timeout=600.0,
+    round_timeout=60.0,
 ):
     """Fit ``estimator`` through Flower's simulation engine.
 
@@ -411,7 +693,9 @@ def simulate(
     backend_config : dict, default=None
         Flower's simulation backend config; by default one CPU per node.
     timeout : float, default=600.0
-        See :class:`NodeData`.
+        Seconds to wait for the nodes to connect.
+    round_timeout : float, default=60.0
+        Seconds to wait for each round's answers; see :class:`NodeData`.
 
     Returns
     -------
@@ -420,7 +704,13 @@ def simulate(
     """
     from flwr.simulation import run_simulation
 
-    server = server_app(estimator, n_nodes=n_nodes, save_to=save_to, timeout=timeout)
+    server = server_app(
+        estimator,
+        n_nodes=n_nodes,
+        save_to=save_to,
+        timeout=timeout,
+        round_timeout=round_timeout,
+    )
     client = client_app(load_data, client_id=client_id)
     run_simulation(
         server_app=server,
@@ -428,6 +718,8 @@ def simulate(
         num_supernodes=n_nodes,
         backend_config=backend_config or {"client_resources": {"num_cpus": 1}},
     )
+    if server.save_error is not None:
+        raise server.save_error
     if server.fitted_estimator is None:
         raise RuntimeError("The simulated fit did not finish; see Flower's log.")
     return server.fitted_estimator
