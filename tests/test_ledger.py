@@ -65,6 +65,7 @@ def test_totals_rounds_and_records():
         "bytes": 240,
         "disclosure": "",
         "raw_rows": 0,
+        "noised": 0,
     }
     assert log.floats_by_name("download") == {"seed": 2, "model": 10}
 
