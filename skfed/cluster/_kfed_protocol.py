@@ -757,7 +757,7 @@ def _kmeans(
     has it.
     """
     if not _batched(X):
-        if init is None and not sp.issparse(X):
+        if init is None and not sp.issparse(X) and n_clusters >= GREEDY_MIN_CLUSTERS:
             return _restarts(
                 X,
                 weights,
@@ -795,6 +795,15 @@ def _kmeans(
         init=init,
     )
     return centers + prepared.shift, labels, n_iter
+
+
+# From this many clusters a large client's k-means++ seedings outweigh its
+# Lloyd iterations, and its restarts take the float32 greedy seeding below
+# (1.6 times faster at k(z) = 64 on clients of 10,000 rows in 50 features).
+# Below it the seedings are cheap and ``KMeans``' own restarts, which check
+# and copy the rows once rather than once per restart, are faster (15% at
+# k = 10 on clients of 100,000 rows in 20 features).
+GREEDY_MIN_CLUSTERS = 32
 
 
 def _restarts(X, weights, n_clusters, *, n_init, max_iter, tol, seed):

@@ -1135,12 +1135,13 @@ def test_large_clients_local_cost_matches_kmeans():
 def test_large_clients_invariant_to_n_jobs(backend):
     # Clients above SMALL_ROWS rows take the float32 greedy seeding: its
     # draws must not depend on where the clients run.
+    k = kfed_module.GREEDY_MIN_CLUSTERS
     X, _ = make_blobs(
-        2 * kfed_module.SMALL_ROWS + 400, centers=12, n_features=6, random_state=1
+        2 * kfed_module.SMALL_ROWS + 400, centers=k, n_features=6, random_state=1
     )
     partitions = np.arange(X.shape[0]) % 2
-    reference = KFed(12, random_state=0).fit(X, partitions=partitions)
+    reference = KFed(k, random_state=0).fit(X, partitions=partitions)
     with joblib.parallel_config(backend=backend):
-        model = KFed(12, n_jobs=2, random_state=0).fit(X, partitions=partitions)
+        model = KFed(k, n_jobs=2, random_state=0).fit(X, partitions=partitions)
     assert_allclose(model.cluster_centers_, reference.cluster_centers_, rtol=1e-12)
     assert_array_equal(model.labels_, reference.labels_)
