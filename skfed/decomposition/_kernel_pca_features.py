@@ -28,21 +28,21 @@ import numpy as np
 
 from .._ledger import SUM_ONLY
 from .._protocol import client_step
-from ..cluster._kernel_kmeans_one_shot import feature_covariance_basis
+from ..cluster._kernel_kmeans_one_shot import (
+    feature_covariance_basis,
+    one_shot_embedding,
+)
 from ..kernel._private_features import (
     feature_gram_statistics,
     paired_fourier_map,
     private_statistics,
 )
-from ..kernel._random_features import random_fourier_features
 from ..privacy import gaussian_noise
 from ._kernel_pca_protocol import _server_gamma
 
 __all__ = ["FeaturePCAResult", "feature_projection", "run_feature_pca"]
 
 _SEED_MAX = np.iinfo(np.int32).max
-# Rows of random features a client or transform holds at once.
-_CHUNK = 4096
 
 
 class FeaturePCAResult(NamedTuple):
@@ -157,19 +157,12 @@ def run_feature_pca(
 
 def feature_projection(X, seed, n_random_features, gamma, kernel, components, offset):
     """(z(x) − z̄)ᵀ V for the rows X, a block of rows at a time (the
-    estimator's transform)."""
+    estimator's transform): kernel k-means' one-shot embedding with this
+    kernel's map."""
     omega, offset_map = paired_fourier_map(
         seed, X.shape[1], n_random_features, gamma, kernel
     )
-    out = np.empty((X.shape[0], components.shape[1]))
-    Z = np.empty((min(_CHUNK, X.shape[0]), n_random_features))
-    for start in range(0, X.shape[0], _CHUNK):
-        block = slice(start, min(start + _CHUNK, X.shape[0]))
-        rows = Z[: block.stop - block.start]
-        random_fourier_features(X[block], omega, offset_map, out=rows)
-        np.matmul(rows, components, out=out[block])
-    out -= offset
-    return out
+    return one_shot_embedding(X, omega, offset_map, components, offset)
 
 
 # --------------------------------------------------------------------------
