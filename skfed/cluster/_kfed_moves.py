@@ -149,47 +149,41 @@ def _split_savings(X, w, centers, labels):
     n_clusters, n_features = centers.shape
     savings = np.zeros(n_clusters)
     halves = np.zeros((n_clusters, 2, n_features))
+    # Rows grouped by cluster once: each cluster's rows are then a slice.
     order = np.argsort(labels, kind="stable")
     bounds = np.searchsorted(labels[order], np.arange(n_clusters + 1))
+    X_sorted, w_sorted = X[order], w[order]
     for j in range(n_clusters):
-        rows = order[bounds[j] : bounds[j + 1]]
-        if len(rows) < 2:
+        lo, hi = bounds[j], bounds[j + 1]
+        if hi - lo < 2:
             continue
-        Y = X[rows] - centers[j]
-        wj = w[rows]
+        Y = X_sorted[lo:hi] - centers[j]
+        wj = w_sorted[lo:hi]
+        total = wj.sum()
+        total_sum = wj @ Y  # W m
         axis = Y[np.argmax(np.einsum("ij,ij->i", Y, Y))]
         for _ in range(_POWER_STEPS):
             axis = (wj * (Y @ axis)) @ Y
             norm = np.linalg.norm(axis)
             if norm == 0.0:
                 break
-            axis = axis / norm
+            axis /= norm
         side = Y @ axis > 0
-        for _ in range(_SPLIT_STEPS):
-            found = _two_means(Y, wj, side)
-            if found is None:
+        for step in range(_SPLIT_STEPS + 1):
+            w_side = np.where(side, wj, 0.0)
+            w_a = w_side.sum()
+            w_b = total - w_a
+            if not (w_a > 0 and w_b > 0):
                 break
-            a, b = found
-            side = Y @ (a - b) > 0.5 * (a @ a - b @ b)  # nearer to a
-        found = _two_means(Y, wj, side)
-        if found is None:
-            continue
-        a, b = found
-        m = wj @ Y / wj.sum()
-        savings[j] = wj[side].sum() * (a @ a) + wj[~side].sum() * (b @ b)
-        savings[j] -= wj.sum() * (m @ m)
-        halves[j] = a + centers[j], b + centers[j]
+            sum_a = w_side @ Y
+            a, b = sum_a / w_a, (total_sum - sum_a) / w_b
+            if step < _SPLIT_STEPS:
+                side = Y @ (a - b) > 0.5 * (a @ a - b @ b)  # nearer to a
+        else:
+            m = total_sum / total
+            savings[j] = w_a * (a @ a) + w_b * (b @ b) - total * (m @ m)
+            halves[j] = a + centers[j], b + centers[j]
     return savings, halves
-
-
-def _two_means(Y, w, side):
-    """The weighted means of ``Y[side]`` and ``Y[~side]`` (None if either
-    has no weight)."""
-    w_a = w[side].sum()
-    w_b = w[~side].sum()
-    if not (w_a > 0 and w_b > 0):
-        return None
-    return w[side] @ Y[side] / w_a, w[~side] @ Y[~side] / w_b
 
 
 def _means(X, w, labels, centers):
