@@ -57,15 +57,15 @@ class KFed(
 ):
     """One-shot federated k-means (k-FED).
 
-    Each client runs the Awasthi–Sheffet variant of Lloyd's method on its own
-    data with k(z) local clusters (keeping plain k-means++/Lloyd instead when
-    that is cheaper, ``local_step``) and uploads its local centers Θ(z)
-    once. The server pools the centers and clusters them into
-    ``n_clusters`` by weighted k-means (or, with ``merge="farthest"``, the
-    paper's farthest-point traversal and one Lloyd round) and tells each
-    client the global cluster of each of its local centers. Training points
-    inherit the global cluster of their local cluster (the k-FED induced
-    clustering).
+    Each client runs the Awasthi–Sheffet variant of Lloyd's method on its
+    own data with k(z) local clusters (keeping plain k-means++/Lloyd instead
+    when that is cheaper, or improving it by split-and-merge moves on large
+    clients, ``local_step``) and uploads its local centers Θ(z) once. The
+    server pools the centers and clusters them into ``n_clusters`` by
+    weighted k-means (or, with ``merge="farthest"``, the paper's
+    farthest-point traversal and one Lloyd round) and tells each client the global
+    cluster of each of its local centers. Training points inherit the global
+    cluster of their local cluster (the k-FED induced clustering).
 
     The algorithm needs one upload round. It suits heterogeneous (non-IID)
     networks where every client holds data from only a few (k' ≤ k) of the
@@ -118,25 +118,39 @@ class KFed(
         pooled local centers, or 10 when fewer (more only repeat
         seedings): a larger value is clipped with a warning.
 
-    local_step : {"best", "awasthi-sheffet"}, default="best"
-        The clients' local clustering. ``"awasthi-sheffet"`` is the paper's
-        Algorithm 1 alone; ``"best"`` (ours) also runs plain k-means++ and
-        Lloyd on the client's rows and keeps whichever of the two has the
-        lower weighted local cost: local work only, the same upload. On the
-        benchmark's mixtures (d = 100, k = 64, k' = 8) at 6σ: 97.2% against
-        96.1% accuracy; on label-skewed digits the NMI gap to KMeans fell
-        from 0.039 to 0.023 (10 clients).
+    local_step : {"auto", "best", "awasthi-sheffet"}, default="auto"
+        The clients' local clustering (local work only: the upload is the
+        same whichever). ``"awasthi-sheffet"`` is the paper's Algorithm 1
+        alone. ``"best"`` (ours) also runs plain k-means++ and Lloyd on the
+        client's rows and keeps whichever of the two has the lower weighted
+        local cost: on the benchmark's mixtures (d = 100, k = 64, k' = 8)
+        at 6σ, 97.2% against 96.1% accuracy; on label-skewed digits the NMI
+        gap to KMeans fell from 0.039 to 0.023 (10 clients). ``"auto"``
+        (ours) is ``"best"`` on clients of at most 2,048 rows and on sparse
+        ones; a larger dense client runs Algorithm 1 with one seeding
+        (``n_init`` at most 1) and then split-and-merge moves: the two
+        local clusters whose merge costs least are merged and the cluster
+        whose split saves most is split in two, when the split saves more,
+        and Lloyd settles; a round of moves is kept only if it lowers the
+        weighted local cost, so no draw is made and the result is never
+        worse than Algorithm 1's. Restarts find a better local optimum by
+        chance, the moves directly: on the benchmark's mixtures (clients
+        of 10,000 rows, d = 50, k(z) = k = 64) the local cost ended 2-3%
+        below ``"best"``'s at about a quarter of its time, and the fit's
+        NMI rose from 0.973 to 0.999 (N = 100,000, 10 clients).
 
     n_init : int, default=3
         Number of k-means++ seedings, each refined by Lloyd iterations, that
         a client runs on its k(z)-dimensional projection (step 2 of
-        Algorithm 1); the one with the lowest cost there seeds the pruning.
-        The paper only asks for a constant-factor approximation on the
-        projection; several runs there are cheap next to the SVD and avoid
-        most bad local seedings. 0 means a single k-means++ seeding without
-        Lloyd refinement. A client runs at most as many seedings as it has
-        samples (of positive weight); the fit warns when that clips
-        ``n_init``.
+        Algorithm 1), and of plain k-means restarts under
+        ``local_step="best"``; the one with the lowest cost there seeds the
+        pruning. The paper only asks for a constant-factor approximation on
+        the projection; several runs there are cheap next to the SVD and
+        avoid most bad local seedings. ``local_step="auto"`` runs at most
+        one on clients above 2,048 rows (its moves replace the restarts).
+        0 means a single k-means++ seeding without Lloyd refinement. A
+        client runs at most as many seedings as it has samples (of
+        positive weight); the fit warns when that clips ``n_init``.
 
     max_iter : int, default=300
         Maximum number of Lloyd iterations, on the projection and in the
@@ -309,13 +323,15 @@ class KFed(
     paper's SVD is of the uncentered rows); the best of ``n_init``
     k-means++ + Lloyd runs on the projection P = X V gives ν; pruning keeps
     S_r = {i : ‖P_i − ν_r‖ ≤ ⅓ ‖P_i − ν_s‖ for all s ≠ r} and sets θ_r =
-    mean(P[S_r]) Vᵀ, the mean of S_r in the projection mapped back (ν_r Vᵀ
-    if S_r is empty), as the authors' code does; Lloyd's method from θ in
-    the full space gives Θ(z). A client with at most k(z) distinct samples uses
-    them as its centers. Samples of zero weight take no part (as if
-    removed) and then join their nearest local center. Each client
-    processes its rows in a canonical (content-defined) order, so the result
-    does not depend on the order of the samples either.
+    mean(P[S_r]) Vᵀ, the mean of S_r in the projection mapped back (ν_r Vᵀ if S_r is
+    empty), as the authors' code does; Lloyd's method from θ in the full
+    space gives Θ(z) (``local_step="auto"`` on a client above 2,048 dense
+    rows: from one seeding, then rounds of split-and-merge moves, each kept
+    if Lloyd then ends at a lower local cost). A client with at most k(z)
+    distinct samples uses them as its centers. Samples of zero weight take
+    no part (as if removed) and then join their nearest local center. Each
+    client processes its rows in a canonical (content-defined) order, so the
+    result does not depend on the order of the samples either.
 
     Server, ``merge="kmeans"``: weighted k-means++ and weighted Lloyd over
     the pooled centers, best of ``server_n_init``. ``merge="farthest"``
