@@ -24,8 +24,15 @@ BLAS and OpenMP keep their default thread counts (the defaults are what is
 compared) unless ``--one-thread`` pins both sides to one; the machine is
 shared, so read ratios, and the load average printed with each case.
 
+``headline`` runs the four N = 1,000,000 scale cases (d = 20 and 50,
+k = 16 and 64, 100 clients) and ``table1-cases`` the Table 1 cases of the
+report (d = 100 and 300, k = 16 and 64, and d = 300, k = 100), each
+against KMeans(n_init=1), KFed only unless ``--estimators`` says otherwise.
+
 Usage::
 
+    python benchmarks/bench_vs_lloyd.py headline
+    python benchmarks/bench_vs_lloyd.py table1-cases --repeats 3
     python benchmarks/bench_vs_lloyd.py scale --n 1000000 --d 50 --k 64
     python benchmarks/bench_vs_lloyd.py table1 --d 100 --k 64 --repeats 3
     python benchmarks/bench_vs_lloyd.py scale --n 200000 --d 50 --k 64 \
@@ -115,6 +122,24 @@ def profile_parts(fit):
         )
     parts["federation and the rest"] = total - sum(parts.values())
     return total, parts
+
+
+# (kind, d, k) of the preset lists; scale cases at --n rows (1,000,000).
+PRESETS = {
+    "headline": [
+        ("scale", 20, 16),
+        ("scale", 50, 64),
+        ("scale", 20, 64),
+        ("scale", 50, 16),
+    ],
+    "table1-cases": [
+        ("table1", 100, 16),
+        ("table1", 300, 16),
+        ("table1", 100, 64),
+        ("table1", 300, 64),
+        ("table1", 300, 100),
+    ],
+}
 
 
 def run_case(args):
@@ -227,7 +252,7 @@ def markdown(rows):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("kind", choices=["scale", "table1"])
+    parser.add_argument("kind", choices=["scale", "table1", *PRESETS])
     parser.add_argument("--n", type=int, default=1_000_000)
     parser.add_argument("--d", type=int, default=50)
     parser.add_argument("--k", type=int, default=64)
@@ -237,8 +262,9 @@ def main():
     parser.add_argument(
         "--estimators",
         nargs="+",
-        default=["KFed", "DistributedKMeans"],
+        default=None,
         choices=["KFed", "DistributedKMeans"],
+        help="default: both for scale and table1, KFed for a preset list",
     )
     parser.add_argument("--profile", action="store_true")
     parser.add_argument(
@@ -248,11 +274,25 @@ def main():
         "machine slows KMeans' OpenMP team more than one thread)",
     )
     args = parser.parse_args()
-    if args.one_thread:
-        with threadpool_limits(limits=1):
-            rows = run_case(args)
+    if args.kind in PRESETS:
+        cases = [
+            argparse.Namespace(**{**vars(args), "kind": kind, "d": d, "k": k})
+            for kind, d, k in PRESETS[args.kind]
+        ]
+        default_estimators = ["KFed"]
     else:
-        rows = run_case(args)
+        cases = [args]
+        default_estimators = ["KFed", "DistributedKMeans"]
+    rows = []
+    for case in cases:
+        if case.estimators is None:
+            case.estimators = default_estimators
+        print(f"{case.kind} d={case.d} k={case.k} (load {os.getloadavg()[0]:.1f})")
+        if args.one_thread:
+            with threadpool_limits(limits=1):
+                rows += run_case(case)
+        else:
+            rows += run_case(case)
     for row in rows:
         row["threads"] = 1 if args.one_thread else "default"
     RESULTS.mkdir(parents=True, exist_ok=True)

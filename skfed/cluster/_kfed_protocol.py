@@ -451,7 +451,8 @@ def _local_step(
     thread: the clients already run in parallel, and OpenMP teams inside
     parallel clients oversubscribe the cores. A small client's k-means
     runs are handed over to be solved with other clients' (see
-    :func:`_kmeans`).
+    :func:`_kmeans`). ``local_step`` as in :class:`~skfed.KFed`; which path
+    ``"auto"`` takes is :func:`_moves_client`'s rule.
     """
     if dropout and client.random_state(_DROPOUT_STREAM).random_sample() < dropout:
         raise _SimulatedDropout(f"simulated dropout (client_dropout={dropout})")
