@@ -31,9 +31,9 @@ __all__ = ["improve_by_moves"]
 MAX_ROUNDS = 8
 # Power iterations for a cluster's principal axis: the split only needs a
 # direction that separates two groups, not an accurate eigenvector.
-_POWER_STEPS = 4
+_POWER_STEPS = 2
 # Lloyd steps of the two-way split along that axis.
-_SPLIT_STEPS = 2
+_SPLIT_STEPS = 1
 
 
 class Moves(NamedTuple):
