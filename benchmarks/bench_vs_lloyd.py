@@ -73,6 +73,14 @@ PARTS = [
     ("local: k-means++ seedings", ("_greedy_kmeans_plusplus", "_kmeans_plusplus")),
     ("local: batched seedings (small clients)", ("_batched_kmeans.py:_seed",)),
     ("local: Lloyd", ("_kmeans_single_lloyd", "_batched_kmeans.py:_lloyd")),
+    (
+        "local: split-and-merge moves (their Lloyd runs above)",
+        (
+            "_kfed_moves.py:_moved_centers",
+            "_kfed_moves.py:_cost",
+            "_kfed_moves.py:_means",
+        ),
+    ),
     ("local: projection (SVD)", ("eigh", "randomized_svd")),
     ("server merge", ("_kmeans_merge", "_farthest_point_initialization")),
     ("cluster map round", ("_induce_labels_step",)),
