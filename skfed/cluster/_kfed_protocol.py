@@ -785,7 +785,8 @@ def _kmeans(
     has it.
     """
     if not _batched(X):
-        if init is None and not sp.issparse(X) and n_clusters >= GREEDY_MIN_CLUSTERS:
+        greedy = n_clusters >= GREEDY_MIN_CLUSTERS or n_init == 1
+        if init is None and not sp.issparse(X) and greedy:
             return _restarts(
                 X,
                 weights,
@@ -830,7 +831,11 @@ def _kmeans(
 # (1.6 times faster at k(z) = 64 on clients of 10,000 rows in 50 features).
 # Below it the seedings are cheap and ``KMeans``' own restarts, which check
 # and copy the rows once rather than once per restart, are faster (15% at
-# k = 10 on clients of 100,000 rows in 20 features).
+# k = 10 on clients of 100,000 rows in 20 features). A single seeding (as
+# ``local_step="auto"`` runs on large clients) has nothing to share, and
+# takes the greedy seeding whatever k: 1.14 to 1.9 times faster on the
+# 16-dimensional projections of clients of 10,000 rows at k(z) = 16, and
+# 1.16 at k(z) = 8, at the same cost.
 GREEDY_MIN_CLUSTERS = 32
 
 
