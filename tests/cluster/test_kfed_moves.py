@@ -177,3 +177,22 @@ def test_moves_path_invariant_to_translation_and_scale(scale, shift):
         np.sort(ref.cluster_centers_, axis=0),
         atol=atol / scale,
     )
+
+
+def test_single_seeding_on_large_clients_is_greedy_float32(monkeypatch):
+    # Below GREEDY_MIN_CLUSTERS a single seeding (as "auto" runs on large
+    # clients) still takes the float32 greedy seeding: once per large
+    # client, never on the small one (batched there).
+    X, _ = mixture(SMALL_ROWS + 1 + 500, 5, 8, 10.0, 0)
+    partitions = np.repeat([0, 1], [SMALL_ROWS + 1, 500])
+    calls = []
+    real = kfed_module._greedy_kmeans_plusplus
+
+    def greedy(X_f32, *args, **kwargs):
+        calls.append(X_f32.shape[0])
+        return real(X_f32, *args, **kwargs)
+
+    monkeypatch.setattr(kfed_module, "_greedy_kmeans_plusplus", greedy)
+    assert 8 < kfed_module.GREEDY_MIN_CLUSTERS
+    KFed(8, random_state=0).fit(X, partitions=partitions)
+    assert calls == [SMALL_ROWS + 1]
