@@ -12,8 +12,8 @@ each cluster's principal axis, found from the cluster's own rows, so the
 moves depend on the rows only.
 
 On the benchmark's mixtures (10,000 rows per client, d = 50, k(z) = 64)
-one seeding, Lloyd and these moves ended 2% below the cost of the best of
-six restarts, at a quarter of their time.
+one seeding, Lloyd and these moves ended 2-3% below the cost of the best
+of six restarts, in a fifth to a third of their time.
 """
 
 from typing import NamedTuple

@@ -573,9 +573,9 @@ def _moves_client(rows, local_step):
     ``"best"``'s restarts.
 
     Dense clients of more than ``SMALL_ROWS`` (2,048) rows. On 10,000
-    rows (d = 50, k(z) = 64) the moves ended 2% below the cost of
+    rows (d = 50, k(z) = 64) the moves ended 2-3% below the cost of
     ``"best"`` (Algorithm 1 and plain k-means, three restarts each) in a
-    quarter of its time; smaller clients keep ``"best"``, whose restarts
+    fifth to a third of its time; smaller clients keep ``"best"``, whose restarts
     run batched across clients and are cheap there, and sparse ones too
     (the moves work on dense rows).
     """
