@@ -66,13 +66,13 @@ def improve_by_moves(X, weights, centers, labels, *, max_iter, tol):
     moves : Moves
         The centers (means of their clusters) and labels of lowest cost.
     """
-    w = np.asarray(weights, dtype=np.float64)
     n_clusters = len(centers)
-    cost = _cost(X, w, centers, labels)
-    n_iter = n_moves = 0
     if n_clusters < 3:
         # A move needs a merged pair and a third cluster to split.
         return Moves(centers, labels, 0, 0)
+    w = np.asarray(weights, dtype=np.float64)
+    cost = _cost(X, w, centers, labels)
+    n_iter = n_moves = 0
     for _ in range(MAX_ROUNDS):
         moved, n_new = _moved_centers(X, w, centers, labels)
         if n_new == 0:
