@@ -191,15 +191,14 @@ def _wide_digits():
 def test_auto_features_reach_exact_kernel_kmeans_on_wide_data():
     # Exact centred kernel k-means on wide rows (1,797 x 576) against the
     # default over 2 clients, which takes D = 452 features here: a map of
-    # 300 fell 0.03 NMI short of it (mean of 4 seeds), the default is
-    # within 0.02.
+    # 300 fell 0.03 NMI short of it (0.711 against 0.739, mean of 3 seeds),
+    # the default (0.734) is within 0.02.
     X, y = _wide_digits()
     nmis = []
-    for seed in range(4):
+    for seed in range(3):
         km = FederatedKernelKMeans(10, random_state=seed).fit(X, partitions=2)
         nmis.append(nmi(y, km.labels_))
     assert km.n_random_features_ == one_shot_features(*X.shape, 2) > 300
-    n = X.shape[0]
     K = rbf_kernel(X, gamma=km.gamma_)
     K -= K.mean(axis=0)
     K -= K.mean(axis=1)[:, None]
@@ -208,7 +207,7 @@ def test_auto_features_reach_exact_kernel_kmeans_on_wide_data():
     exact = np.mean(
         [nmi(y, KMeans(10, n_init=10, random_state=sd).fit_predict(H)) for sd in (0, 1)]
     )
-    assert n == 1797 and np.mean(nmis) >= exact - 0.02
+    assert np.mean(nmis) >= exact - 0.02
 
 
 @settings(max_examples=4, deadline=None)
