@@ -36,9 +36,11 @@ times are noisy and only their ratios within this run mean anything.
 Usage::
 
     python benchmarks/bench_kernel_kmeans.py [--quick] [--seeds S] [--solvers]
+        [--algorithms one_shot,dspgd] [--data digits,images]
 """
 
 import argparse
+import os
 import platform
 import time
 import tracemalloc
@@ -530,14 +532,35 @@ def solver_datasets(quick):
     ]
 
 
-def solvers_against_each_other(quick, seeds):
+def exact_reference(X, y, k, gamma, seeds):
+    """Exact kernel k-means on the fit's kernel, the ceiling of both
+    solvers: the top s = 3k eigenpairs of the centred N x N kernel matrix
+    (as the one-shot centres its features), KMeans(n_init=10) on U Λ^½."""
+    K = rbf_kernel(X, gamma=gamma)
+    K -= K.mean(axis=0)
+    K -= K.mean(axis=1)[:, None]
+    s = min(3 * k, X.shape[0] - 1)
+    w, U = eigsh(K, k=s, which="LA")
+    H = U * np.sqrt(np.maximum(w, 0))
+    return np.array(
+        [nmi(y, KMeans(k, n_init=10, random_state=sd).fit_predict(H)) for sd in seeds]
+    )
+
+
+def solvers_against_each_other(
+    quick, seeds, algorithms=("one_shot", "dspgd"), only=None
+):
     """The one-shot solver and DSPGD, each with its defaults, on the same
     data and clients: mean NMI (and its range), floats up and down, rounds
-    with uploads and fit time (BLAS on one thread)."""
+    with uploads and fit time (BLAS on one thread); and exact kernel
+    k-means on the same γ where the N x N kernel is small (N ≤ 5,000)."""
     rows = []
     for name, X, y, k, gamma, clients in solver_datasets(quick):
+        if only is not None and not any(word in name for word in only):
+            continue
         parts = iid(X.shape[0], clients, random_state=0)
-        for algorithm in ("one_shot", "dspgd"):
+        fitted_gamma = gamma
+        for algorithm in algorithms:
             runs = []
             for seed in seeds:
                 km = FederatedKernelKMeans(
@@ -548,6 +571,7 @@ def solvers_against_each_other(quick, seeds):
                     warnings.simplefilter("ignore")
                     km.fit(X, partitions=parts)
                 log = km.communication_
+                fitted_gamma = km.gamma_
                 runs.append(
                     (
                         nmi(y, km.labels_),
@@ -563,6 +587,7 @@ def solvers_against_each_other(quick, seeds):
                     "data": name,
                     "clients": clients,
                     "solver": algorithm,
+                    "D": getattr(km, "n_random_features_", km.n_random_features),
                     "NMI": float(nmis.mean()),
                     "NMI range": f"{nmis.min():.3f}-{nmis.max():.3f}",
                     "floats up": int(up.mean()),
@@ -570,10 +595,32 @@ def solvers_against_each_other(quick, seeds):
                     "floats down": int(down.mean()),
                     "rounds": float(rounds.mean()),
                     "time s": float(times.mean()),
+                    "load": _load(),
+                }
+            )
+            print("  " + ", ".join(f"{a}={_fmt(b)}" for a, b in rows[-1].items()))
+        if X.shape[0] <= 5_000 and fitted_gamma is not None:
+            nmis = exact_reference(X, y, k, fitted_gamma, seeds)
+            rows.append(
+                {
+                    "data": name,
+                    "clients": clients,
+                    "solver": "exact kernel k-means (centralized)",
+                    "NMI": float(nmis.mean()),
+                    "NMI range": f"{nmis.min():.3f}-{nmis.max():.3f}",
+                    "up / raw": 1.0,
                 }
             )
             print("  " + ", ".join(f"{a}={_fmt(b)}" for a, b in rows[-1].items()))
     return rows
+
+
+def _load():
+    """The 1-minute load average, recorded beside each time."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:  # pragma: no cover
+        return None
 
 
 # ----------------------------------------------------------------- output
@@ -665,10 +712,26 @@ def main():
     parser.add_argument(
         "--solvers", action="store_true", help="only the one-shot against DSPGD"
     )
+    parser.add_argument(
+        "--algorithms",
+        default="one_shot,dspgd",
+        help="with --solvers: the solvers compared (comma-separated)",
+    )
+    parser.add_argument(
+        "--data",
+        default=None,
+        help="with --solvers: only the data sets whose name contains one of "
+        "these words (comma-separated, e.g. digits,images)",
+    )
     args = parser.parse_args()
     if args.solvers:
         with threadpool_limits(limits=1):
-            rows = solvers_against_each_other(args.quick, range(args.seeds or 3))
+            rows = solvers_against_each_other(
+                args.quick,
+                range(args.seeds or 3),
+                tuple(args.algorithms.split(",")),
+                None if args.data is None else args.data.split(","),
+            )
         RESULTS.mkdir(exist_ok=True)
         report = RESULTS / f"bench_kernel_kmeans_solvers{'_quick' * args.quick}.md"
         text = "\n\n".join(
@@ -677,7 +740,7 @@ def main():
                 f"Machine: {platform.machine()}, Python "
                 f"{platform.python_version()}, BLAS pinned to 1 thread; shared "
                 "2-core machine, timings are noisy. IID clients; each solver "
-                "with its defaults (D = 300, s = 3k); mean over "
+                "with its defaults (s = 3k; D in its column); mean over "
                 f"{args.seeds or 3} seeds. `up / raw`: floats up over N d.",
                 markdown(rows),
             ]
