@@ -76,7 +76,10 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
        the model (no communication).
     4. Refinement (``refinement_rounds``): the server sends the model; the
        clients check their other samples against it and send (x_n, class)
-       of those that violate its constraints; the server re-solves. Local
+       of those that violate its constraints; the server re-solves the
+       one-vs-rest problems whose constraints y f(x) ≥ 1 − ε some new
+       sample violates (the others' refits stay optimal on the grown pool,
+       Proposition 2, and are kept). Local
        models are far more flexible than the sparse global one, so samples
        safely inside the local margins can sit on the wrong side of the
        global boundary; on separable data one-shot pooling lost up to 13
@@ -246,7 +249,9 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         the clients (0 with one client, which sends everything).
     dual_objective_ : list of ndarray
         Sparse dual value D(λ) at every ascent iteration, per problem (of
-        the server's last solve).
+        the server's last solve of that problem: a one-vs-rest problem whose
+        constraints every sample added to the pool since meets keeps its
+        solution and is not solved again).
     primal_objective_ : list of ndarray
         Best sparse primal value P = γ·n_kernels + (1 − γ)/2 ‖α‖² + C Σ
         hinge over the supports visited, per step and problem ("active-set"
@@ -289,7 +294,13 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
     model of its chunk (on make_moons, noise 0.25, 10,000 rows and 4
     clients the accuracy was 0.942 against 0.945 unchunked and with SVC).
     The server solves on the pool of sent samples (reduced when large, see
-    step 3). Prediction costs
+    step 3): each one-vs-rest problem is an active-set solve of tens of
+    linear SVMs (libsvm) on the pool, and this, not the clients' solves,
+    is most of the fit's time (the paper's synthetic set at N = 10,000:
+    about 95%). A refinement round solves again only the problems that the
+    new samples violate (step 4): a ten-class fit on the digits over 3
+    clients solved 21 sparse problems where solving every problem in every
+    round takes 40. Prediction costs
     ``n_kernels_`` kernel evaluations per sample.
 
     ``predict_proba`` is not provided: the decision values are margins of a
