@@ -43,7 +43,15 @@ section 4: N = 1000, γ = 0.5):
 import numpy as np
 from scipy.optimize import minimize
 from sklearn import get_config
-from sklearn.svm import _libsvm
+from sklearn.svm import SVC
+
+try:
+    # scikit-learn's private binding of libsvm: no stability promise, so a
+    # release that moves or changes it sends the solves back to SVC.fit
+    # (the same solution, with the estimator's overhead).
+    from sklearn.svm import _libsvm
+except ImportError:  # pragma: no cover - depends on the installed release
+    _libsvm = None
 
 # Atoms whose |c_a| comes within this factor of the threshold join the
 # candidate set, so that few extra passes over the dictionary are needed.
@@ -812,10 +820,22 @@ def _binary_svc(features, y, *, kernel, C, tol):
         its iteration cap).
     """
     features = np.ascontiguousarray(features, dtype=np.float64)
+    if _libsvm is not None:
+        try:
+            return _libsvm_fit(features, y, kernel=kernel, C=C, tol=tol)
+        except TypeError:
+            # The private binding takes other arguments in this release
+            # (a wrong argument fails before libsvm runs).
+            pass
+    return _svc_fit(features, y, kernel=kernel, C=C, tol=tol)
+
+
+def _libsvm_fit(features, y, *, kernel, C, tol):
+    """:func:`_binary_svc` through scikit-learn's private libsvm binding."""
     # libsvm prints its progress unless told not to (a process-wide switch
     # that SVC.fit also sets on every call).
     _libsvm.set_verbosity_wrap(0)
-    (support, _, _, dual_coef, intercept, _, _, status, n_iter) = _libsvm.fit(
+    fitted = _libsvm.fit(
         features,
         (y > 0).astype(np.float64),
         svm_type=0,  # C-SVC
@@ -835,6 +855,9 @@ def _binary_svc(features, y, *, kernel, C, tol):
         max_iter=_SMO_MAX_ITER,
         random_seed=0,  # read only for probability estimates
     )
+    if len(fitted) != 9:
+        raise TypeError("libsvm's binding returns other values in this release")
+    support, _, _, dual_coef, intercept, _, _, status, n_iter = fitted
     return {
         "support": np.asarray(support, dtype=np.intp),
         "dual_coef": np.abs(dual_coef[0]),
@@ -843,6 +866,33 @@ def _binary_svc(features, y, *, kernel, C, tol):
         "n_iter": int(np.sum(n_iter)),
         "converged": status == 0,
     }
+
+
+def _svc_fit(features, y, *, kernel, C, tol):
+    """:func:`_binary_svc` through :class:`~sklearn.svm.SVC`'s public API."""
+    svc = _QuietSVC(kernel=kernel, C=C, tol=tol, max_iter=_SMO_MAX_ITER)
+    svc.fit(features, y)
+    return {
+        "support": np.asarray(svc.support_, dtype=np.intp),
+        "dual_coef": np.abs(svc.dual_coef_[0]),
+        "intercept": float(svc.intercept_[0]),
+        "n_iter": int(np.sum(svc.n_iter_)),
+        "converged": svc.fit_status_ == 0,
+    }
+
+
+class _QuietSVC(SVC):
+    """SVC that leaves its early stop in ``fit_status_`` instead of warning.
+
+    The callers report non-convergence themselves. Catching scikit-learn's
+    warning instead (``warnings.catch_warnings``) swaps the process-wide
+    warning filters and display hook, which is not thread-safe: client
+    threads solving at once left the process recording every later warning
+    into a dead list, so the user saw none.
+    """
+
+    def _warn_from_fit_status(self):
+        pass
 
 
 def dense_gram(Phi):

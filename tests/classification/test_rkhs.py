@@ -1189,3 +1189,31 @@ def test_two_d_fits_send_under_30_percent_with_5x_fewer_kernels(make):
     svc = SVC().fit(X, y)
     assert 5 * clf.n_kernels_ <= svc.n_support_.sum()
     assert clf.score(X_test, y_test) >= svc.score(X_test, y_test) - 0.01
+
+
+@pytest.mark.parametrize("binding", ["changed", "missing"])
+def test_dense_dual_falls_back_to_svc_when_libsvms_binding_changes(
+    monkeypatch, binding
+):
+    # The direct libsvm call uses scikit-learn's private binding; a release
+    # that changes or removes it must give SVC.fit's solution, not an error.
+    import types
+
+    import skfed.classification._sparse_dual as sparse_dual
+
+    X, y = make_moons(200, noise=0.3, random_state=0)
+    ypm = np.where(y == 1, 1.0, -1.0)
+    Phi = AtomDictionary(X, X[:50], [0.3, 0.8]).columns()
+    kw = {"beta": 0.4, "epsilon": 0.3, "upper": 1.0, "bias": True}
+    kw.update(max_iter=10, tol=1e-4)
+    direct = dense_dual(Phi, ypm, **kw)
+
+    def changed_fit(*args, **kwargs):
+        raise TypeError("fit() got an unexpected keyword argument 'nu'")
+
+    fake = types.SimpleNamespace(fit=changed_fit, set_verbosity_wrap=lambda v: None)
+    monkeypatch.setattr(sparse_dual, "_libsvm", fake if binding == "changed" else None)
+    through_svc = dense_dual(Phi, ypm, **kw)
+    np.testing.assert_array_equal(through_svc["lam"], direct["lam"])
+    assert through_svc["intercept"] == direct["intercept"]
+    assert through_svc["converged"] and through_svc["n_iter"] == direct["n_iter"]
