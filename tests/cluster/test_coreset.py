@@ -99,7 +99,7 @@ def test_inertia_close_to_kmeans_on_overlapping_data(hard, partitions):
 def test_refinement_is_centralized_lloyd_from_the_coreset_solution(hard):
     partitions = np.arange(hard.shape[0]) % 5
     params = {"n_clusters": 8, "coreset_size": 100, "random_state": 0}
-    start = DistributedKMeans(**params).fit(hard, partitions=partitions)
+    start = DistributedKMeans(**params, refine_iter=0).fit(hard, partitions=partitions)
     refined = DistributedKMeans(**params, refine_iter=100, tol=0.0)
     refined.fit(hard, partitions=partitions)
     ref = KMeans(8, init=start.cluster_centers_, n_init=1, tol=0.0).fit(hard)
