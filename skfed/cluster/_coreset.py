@@ -728,6 +728,7 @@ def federated_coreset_kmeans(
             distinct,
             distinct_weights,
             centers,
+            coreset_inertia,
             n_swaps=n_swaps,
             random_state=random_state,
             max_iter=max_iter,
@@ -1222,6 +1223,7 @@ def swap_centers(
     X,
     sample_weight,
     centers,
+    inertia,
     *,
     n_swaps,
     random_state,
@@ -1249,6 +1251,8 @@ def swap_centers(
         Their weights (any sign).
     centers : ndarray of shape (k, s)
         The restarts' best centers.
+    inertia : float
+        Their weighted cost on the coreset.
     n_swaps : int
         Largest number of trials.
     random_state : RandomState
@@ -1260,8 +1264,10 @@ def swap_centers(
     -------
     centers : ndarray of shape (k, s)
     inertia : float
-        Their weighted cost on the coreset.
+        Their weighted cost on the coreset. Both are the given ones, as
+        given, when no trial lowered the cost.
     """
+    start = (centers, inertia)
     n_clusters = centers.shape[0]
     noise = _rounding_noise(X)
     X, shift = _centered(X)
@@ -1317,7 +1323,11 @@ def swap_centers(
             f"weighted cost {cost:.6g}",
             file=sys.stderr,
         )
-    return centers + shift, cost
+    if not accepted:
+        return start
+    # The cost from exact distances, as the restarts report theirs.
+    _, d2 = _assign(X, x_sq, centers, tie=noise)
+    return centers + shift, float(sample_weight @ d2)
 
 
 def _report_restarts(iters, costs):

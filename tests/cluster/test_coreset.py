@@ -273,17 +273,19 @@ def test_swaps_move_a_center_out_of_a_cluster_it_shares():
     stuck, _, _, _ = _weighted_lloyd(X, w, start, x_sq, 100, 0.0)
     stuck_cost = w @ ((X[:, None] - stuck[None]) ** 2).sum(-1).min(1)
     centers, cost = swap_centers(
-        X, w, stuck, n_swaps=8, random_state=np.random.RandomState(0)
+        X, w, stuck, stuck_cost, n_swaps=8, random_state=np.random.RandomState(0)
     )
     ref = KMeans(4, n_init=10, random_state=0).fit(X)
     assert cost == pytest.approx(ref.inertia_, rel=1e-9)
     assert cost < 0.5 * stuck_cost
     # Never uphill, and n_swaps=0 changes nothing.
     same, same_cost = swap_centers(
-        X, w, stuck, n_swaps=0, random_state=np.random.RandomState(0)
+        X, w, stuck, stuck_cost, n_swaps=0, random_state=np.random.RandomState(0)
     )
-    np.testing.assert_allclose(same, stuck, rtol=0, atol=1e-12)
-    assert same_cost == pytest.approx(stuck_cost)
+    assert same is stuck and same_cost == stuck_cost
+    # The result is a Lloyd fixed point at the exact cost it reports.
+    d2 = ((X[:, None] - centers[None]) ** 2).sum(-1)
+    assert cost == pytest.approx(float(w @ d2.min(1)), rel=1e-12)
 
 
 def test_weights_sum_to_client_sample_weight(blobs):
