@@ -38,6 +38,14 @@ Usage::
     python benchmarks/bench_vs_lloyd.py scale --n 200000 --d 50 --k 64 \
         --clients 20 --profile
 
+``dkm-headline`` runs DistributedKMeans' headline cases in one command:
+N = 1,000,000, d = 50, k = 16 and 64, over 20 and 100 clients, against
+``KMeans()`` (its default ``n_init``, one k-means++ run) fitted once per k
+on the same data (``--n`` and ``--d`` change the size; ``--ks`` and
+``--client-counts`` the cases)::
+
+    python benchmarks/bench_vs_lloyd.py dkm-headline
+
 Each run appends one JSON line per case to
 ``benchmarks/results/bench_vs_lloyd.jsonl`` and prints a markdown row.
 """
@@ -50,6 +58,7 @@ import pstats
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -200,6 +209,7 @@ def run_case(args):
                 "upload / (N d)": (
                     up.upload_floats / X.size if up is not None else None
                 ),
+                "rounds": up.n_rounds if up is not None else None,
                 "load average": os.getloadavg()[0],
                 "skfed": skfed.__file__,
                 "commit": _commit(),
@@ -209,6 +219,54 @@ def run_case(args):
         total, parts = profile_parts(fits["KFed"])
         rows[0]["KFed profile"] = {"total": total, **parts}
     return rows
+
+
+def dkm_headline(args):
+    """DistributedKMeans with its defaults against KMeans() at each k, the
+    reference fitted once per k; one row per (k, clients)."""
+    rows = []
+    for k in args.ks:
+        X, y, _, _ = scale_data(args.n, args.d, k, 1, args.seed)
+        reference, t_ref = timed(partial(KMeans(k, random_state=args.seed).fit, X))
+        print(f"  k={k} KMeans: {t_ref:.2f} s", flush=True)
+        rows.append(_dkm_row(X, y, k, 1, "KMeans()", reference, t_ref, t_ref))
+        for n_clients in args.client_counts:
+            partitions = iid(X, n_clients, random_state=args.seed)
+            model, seconds = timed(
+                partial(
+                    DistributedKMeans(k, random_state=args.seed).fit,
+                    X,
+                    partitions=partitions,
+                )
+            )
+            print(f"  k={k} DistributedKMeans over {n_clients}: {seconds:.2f} s")
+            rows.append(
+                _dkm_row(X, y, k, n_clients, "DistributedKMeans", model, seconds, t_ref)
+            )
+            rows[-1]["reference inertia"] = reference.inertia_
+    return rows
+
+
+def _dkm_row(X, y, k, n_clients, name, model, seconds, t_ref):
+    log = getattr(model, "communication_", None)
+    return {
+        "case": "dkm-headline",
+        "N": X.shape[0],
+        "d": X.shape[1],
+        "k": k,
+        "clients": n_clients,
+        "estimator": name,
+        "repeats": 1,
+        "times": [round(seconds, 3)],
+        "time ratio": seconds / t_ref,
+        "NMI": normalized_mutual_info_score(y, model.labels_),
+        "inertia": model.inertia_,
+        "upload / (N d)": log.upload_floats / X.size if log is not None else None,
+        "rounds": log.n_rounds if log is not None else None,
+        "load average": os.getloadavg()[0],
+        "skfed": skfed.__file__,
+        "commit": _commit(),
+    }
 
 
 def _commit():
@@ -233,8 +291,8 @@ def _commit():
 def markdown(rows):
     lines = [
         "| case | N | d | k | clients | estimator | time ratio | NMI | cost ratio "
-        "| upload / (N d) | times (s) | load | threads |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| upload / (N d) | rounds | times (s) | load | threads |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         up = r["upload / (N d)"]
@@ -242,6 +300,7 @@ def markdown(rows):
             f"| {r['case']} | {r['N']:,} | {r['d']} | {r['k']} | {r['clients']} "
             f"| {r['estimator']} | {r['time ratio']:.2f} | {r['NMI']:.4f} "
             f"| {r['cost ratio']:.4f} | {'' if up is None else f'{up:.2%}'} "
+            f"| {r.get('rounds') or ''} "
             f"| {', '.join(f'{t:.2f}' for t in r['times'])} "
             f"| {r['load average']:.1f} | {r.get('threads', 'default')} |"
         )
@@ -260,7 +319,7 @@ def markdown(rows):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("kind", choices=["scale", "table1", *PRESETS])
+    parser.add_argument("kind", choices=["scale", "table1", "dkm-headline", *PRESETS])
     parser.add_argument("--n", type=int, default=1_000_000)
     parser.add_argument("--d", type=int, default=50)
     parser.add_argument("--k", type=int, default=64)
@@ -275,6 +334,8 @@ def main():
         help="default: both for scale and table1, KFed for a preset list",
     )
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--ks", type=int, nargs="+", default=[16, 64])
+    parser.add_argument("--client-counts", type=int, nargs="+", default=[20, 100])
     parser.add_argument(
         "--one-thread",
         action="store_true",
@@ -282,25 +343,37 @@ def main():
         "machine slows KMeans' OpenMP team more than one thread)",
     )
     args = parser.parse_args()
-    if args.kind in PRESETS:
-        cases = [
-            argparse.Namespace(**{**vars(args), "kind": kind, "d": d, "k": k})
-            for kind, d, k in PRESETS[args.kind]
-        ]
-        default_estimators = ["KFed"]
-    else:
-        cases = [args]
-        default_estimators = ["KFed", "DistributedKMeans"]
-    rows = []
-    for case in cases:
-        if case.estimators is None:
-            case.estimators = default_estimators
-        print(f"{case.kind} d={case.d} k={case.k} (load {os.getloadavg()[0]:.1f})")
+    if args.kind == "dkm-headline":
         if args.one_thread:
             with threadpool_limits(limits=1):
-                rows += run_case(case)
+                rows = dkm_headline(args)
         else:
-            rows += run_case(case)
+            rows = dkm_headline(args)
+        for row in rows:
+            reference = [
+                r["inertia"] for r in rows if r["k"] == row["k"] and r["clients"] == 1
+            ][0]
+            row["cost ratio"] = row["inertia"] / reference
+    else:
+        if args.kind in PRESETS:
+            cases = [
+                argparse.Namespace(**{**vars(args), "kind": kind, "d": d, "k": k})
+                for kind, d, k in PRESETS[args.kind]
+            ]
+            default_estimators = ["KFed"]
+        else:
+            cases = [args]
+            default_estimators = ["KFed", "DistributedKMeans"]
+        rows = []
+        for case in cases:
+            if case.estimators is None:
+                case.estimators = default_estimators
+            print(f"{case.kind} d={case.d} k={case.k} (load {os.getloadavg()[0]:.1f})")
+            if args.one_thread:
+                with threadpool_limits(limits=1):
+                    rows += run_case(case)
+            else:
+                rows += run_case(case)
     for row in rows:
         row["threads"] = 1 if args.one_thread else "default"
     RESULTS.mkdir(parents=True, exist_ok=True)

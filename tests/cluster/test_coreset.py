@@ -26,6 +26,7 @@ from skfed.cluster._coreset import (
     _weighted_lloyd,
     allocate_samples,
     federated_coreset_kmeans,
+    swap_centers,
     weighted_kmeans,
 )
 from skfed.partition import power_law
@@ -99,7 +100,7 @@ def test_inertia_close_to_kmeans_on_overlapping_data(hard, partitions):
 def test_refinement_is_centralized_lloyd_from_the_coreset_solution(hard):
     partitions = np.arange(hard.shape[0]) % 5
     params = {"n_clusters": 8, "coreset_size": 100, "random_state": 0}
-    start = DistributedKMeans(**params).fit(hard, partitions=partitions)
+    start = DistributedKMeans(**params, refine_iter=0).fit(hard, partitions=partitions)
     refined = DistributedKMeans(**params, refine_iter=100, tol=0.0)
     refined.fit(hard, partitions=partitions)
     ref = KMeans(8, init=start.cluster_centers_, n_init=1, tol=0.0).fit(hard)
@@ -118,7 +119,14 @@ def test_coreset_size_improves_the_cost(hard):
     def mean_cost(t):
         return np.mean(
             [
-                DistributedKMeans(8, coreset_size=t, n_init=3, random_state=s)
+                DistributedKMeans(
+                    8,
+                    coreset_size=t,
+                    n_init=3,
+                    refine_iter=0,
+                    n_swaps=0,
+                    random_state=s,
+                )
                 .fit(hard, partitions=partitions)
                 .inertia_
                 for s in range(4)
@@ -140,7 +148,7 @@ def test_pipeline_after_rbf_sampler():
     ref = KMeans(3, n_init=10, random_state=0).fit(Z)
     assert adjusted_rand_score(ref.labels_, labels) > 0.95
     assert np.array_equal(pipe.predict(X), labels)
-    assert pipe[-1].communication_.n_rounds == 3
+    assert pipe[-1].communication_.n_rounds == 3 + pipe[-1].n_refine_iter_
 
 
 # --------------------------------------------------------------------------
@@ -193,6 +201,93 @@ def test_k64_cost_within_2_percent_of_kmeans():
     assert km.inertia_ <= 1.02 * reference.inertia_
 
 
+def _mixture(n, d, k, seed):
+    """k unit Gaussians in d dimensions, means 10 apart on average (as
+    benchmarks/bench_vs_lloyd.py)."""
+    rng = np.random.RandomState(seed)
+    means = rng.normal(scale=10.0 / np.sqrt(2 * d), size=(k, d))
+    return means[rng.randint(k, size=n)] + rng.normal(size=(n, d))
+
+
+def test_many_clients_large_k_cost_within_2_percent_of_kmeans():
+    # Fifty clients of 400 rows, 32 clusters: 125 k = 4,000 draws are 80
+    # per client, and the restarts' best solution on the coreset was 3.2%
+    # above KMeans' cost (Lloyd on a coreset whose local centers weigh
+    # hundreds settles with two centers in one cluster). The swaps and the
+    # Lloyd rounds on the clients' rows bring it to KMeans' cost.
+    X = _mixture(20_000, 20, 32, 0)
+    partitions = np.arange(X.shape[0]) % 50
+    km = DistributedKMeans(32, random_state=0).fit(X, partitions=partitions)
+    reference = KMeans(32, random_state=0).fit(X)
+    assert km.inertia_ <= 1.02 * reference.inertia_
+    assert km.n_refine_iter_ == 3
+    # Across n_jobs (the clients then run in worker processes), the model.
+    other = DistributedKMeans(32, random_state=0, n_jobs=2)
+    other.fit(X, partitions=partitions)
+    np.testing.assert_allclose(other.cluster_centers_, km.cluster_centers_)
+    np.testing.assert_array_equal(other.labels_, km.labels_)
+
+
+def test_default_communication_matches_formula():
+    # Defaults: 3 rounds of the coreset, then refine_iter="auto" = 3 rounds
+    # of distributed Lloyd, each k(s + 1) floats up and k s down per client.
+    X = _mixture(6_000, 5, 8, 1)
+    n_clients, k, s = 6, 8, X.shape[1]
+    km = DistributedKMeans(k, random_state=0, tol=0.0)
+    km.fit(X, partitions=np.arange(X.shape[0]) % n_clients)
+    log = km.communication_
+    assert km.n_refine_iter_ == 3
+    assert log.n_rounds == 3 + 3
+    t = max(1000, 125 * k)
+    coreset = (t + n_clients * k) * (s + 1)
+    assert log.upload_floats == 2 * n_clients + coreset + 3 * n_clients * k * (s + 1)
+    assert log.download_floats == n_clients * (1 + 3 * k * s + k * s)
+    up = log.floats_by_name("upload")
+    assert up["lloyd refinement"] == 3 * n_clients * k * (s + 1)
+
+
+def test_auto_refinement_is_skipped_when_the_coreset_is_the_data(blobs):
+    # The budget covers the client's rows: the server's Lloyd already ran
+    # on the data, and a distributed round would repeat it.
+    X, _ = blobs
+    km = DistributedKMeans(K, random_state=0).fit(X)
+    assert km.coreset_size_ == X.shape[0]
+    assert km.n_refine_iter_ == 0
+    assert km.communication_.n_rounds == 3
+    ref = KMeans(K, n_init=10, random_state=0).fit(X)
+    assert km.inertia_ == pytest.approx(ref.inertia_, rel=1e-9)
+
+
+def test_swaps_move_a_center_out_of_a_cluster_it_shares():
+    # Four blobs; the start has two centers in one blob and one center
+    # between two others, a fixed point of Lloyd.
+    X, y = make_blobs(
+        400,
+        centers=[[0, 0], [10, 0], [0, 10], [10, 10]],
+        cluster_std=0.5,
+        random_state=0,
+    )
+    w = np.ones(X.shape[0])
+    start = np.array([[-0.5, 0.0], [0.5, 0.0], [10, 0], [5, 10]])
+    x_sq = (X**2).sum(axis=1)
+    stuck, _, _, _ = _weighted_lloyd(X, w, start, x_sq, 100, 0.0)
+    stuck_cost = w @ ((X[:, None] - stuck[None]) ** 2).sum(-1).min(1)
+    centers, cost = swap_centers(
+        X, w, stuck, stuck_cost, n_swaps=8, random_state=np.random.RandomState(0)
+    )
+    ref = KMeans(4, n_init=10, random_state=0).fit(X)
+    assert cost == pytest.approx(ref.inertia_, rel=1e-9)
+    assert cost < 0.5 * stuck_cost
+    # Never uphill, and n_swaps=0 changes nothing.
+    same, same_cost = swap_centers(
+        X, w, stuck, stuck_cost, n_swaps=0, random_state=np.random.RandomState(0)
+    )
+    assert same is stuck and same_cost == stuck_cost
+    # The result is a Lloyd fixed point at the exact cost it reports.
+    d2 = ((X[:, None] - centers[None]) ** 2).sum(-1)
+    assert cost == pytest.approx(float(w @ d2.min(1)), rel=1e-12)
+
+
 def test_weights_sum_to_client_sample_weight(blobs):
     X, _ = blobs
     rng = np.random.RandomState(0)
@@ -237,7 +332,7 @@ def test_communication_matches_formula(hard, dtype):
     partitions = np.arange(n_samples) % 6
     partitions[:3] = 6
     sizes = np.bincount(partitions)
-    km = DistributedKMeans(k, coreset_size=t, random_state=0)
+    km = DistributedKMeans(k, coreset_size=t, refine_iter=0, random_state=0)
     km.fit(X, partitions=partitions)
     log = km.communication_
     ids = list(km.client_ids_)
@@ -260,9 +355,9 @@ def test_communication_matches_formula(hard, dtype):
     assert log.n_rounds == 3
     # Upload does not grow with the number of samples once every n_m >= k.
     big = partitions != 6
-    km1 = DistributedKMeans(k, coreset_size=t, random_state=0)
+    km1 = DistributedKMeans(k, coreset_size=t, refine_iter=0, random_state=0)
     km1.fit(X[big], partitions=partitions[big])
-    km2 = DistributedKMeans(k, coreset_size=t, random_state=0)
+    km2 = DistributedKMeans(k, coreset_size=t, refine_iter=0, random_state=0)
     km2.fit(np.vstack([X[big]] * 2), partitions=np.concatenate([partitions[big]] * 2))
     assert km2.communication_.upload_floats == km1.communication_.upload_floats
 
@@ -983,3 +1078,30 @@ def test_points_equal_up_to_rounding_get_one_label():
         est = DistributedKMeans(2, random_state=0).fit(X, partitions=2)
     assert np.unique(est.labels_).tolist() == [0]
     assert np.unique(est.predict(X)).tolist() == [0]
+
+
+def test_secure_aggregation_of_the_refinement_far_from_the_origin(blobs):
+    # The refinement's sums are of displacements from the centers: far from
+    # the origin they stay within the masks' fixed-point range (2^31 / M),
+    # where sums of the rows themselves (25 rows per cluster at 1e8) would not.
+    X, _ = blobs
+    X = X[:300] + 1e8
+    params = {"n_clusters": K, "coreset_size": 60, "refine_iter": 2}
+    plain = DistributedKMeans(**params, random_state=0).fit(X, partitions=3)
+    masked = DistributedKMeans(**params, secure_aggregation=True, random_state=0)
+    masked.fit(X, partitions=3)
+    assert masked.n_refine_iter_ == plain.n_refine_iter_ >= 1
+    np.testing.assert_allclose(
+        masked.cluster_centers_, plain.cluster_centers_, rtol=0, atol=1e-6
+    )
+    assert adjusted_rand_score(plain.labels_, masked.labels_) == 1.0
+
+
+def test_privacy_is_refused_with_the_new_defaults(blobs):
+    from skfed.privacy import DifferentialPrivacy
+
+    X, _ = blobs
+    with pytest.raises(ValueError, match="KFed"):
+        DistributedKMeans(K, privacy=DifferentialPrivacy(epsilon=1.0)).fit(
+            X, partitions=3
+        )
