@@ -82,6 +82,9 @@ def run_scaling(sizes, args):
                 args.n_clusters,
                 coreset_size=args.coreset_size,
                 n_init=args.n_init,
+                # The paper's protocol: the coreset alone, three rounds.
+                n_swaps=0,
+                refine_iter=0,
                 random_state=0,
             )
             return est.fit(X, partitions=partitions)
@@ -125,6 +128,7 @@ def run_sweep(n, coreset_sizes, args):
                     coreset_size=t,
                     n_init=args.n_init,
                     refine_iter=refine_iter,
+                    n_swaps=0,
                     random_state=seed,
                 ).fit(X, partitions=partitions)
                 ratios.append(est.inertia_ / ref.inertia_)
