@@ -466,6 +466,41 @@ def test_a_node_that_dies_fails_the_fit_at_once_naming_it(in_process, failure):
         skfed.KFed(n_clusters=2, random_state=0).fit(nodes.X)
 
 
+def test_a_silent_node_is_taken_as_lost_long_before_the_round_timeout(in_process):
+    # A SuperNode killed outright stays among Flower's connected nodes for
+    # about a minute (its missed heartbeats): once the other nodes have
+    # answered, its silence fails the round after straggler_timeout.
+    data = {10: _blobs(60, seed=1), 20: _blobs(60, seed=2), 30: _blobs(60, seed=3)}
+    grid = in_process(data, client_id=lambda c: f"site{c.node_id}", silent={20})
+    nodes = NodeData(grid, n_nodes=3, round_timeout=600, straggler_timeout=0.2)
+    with pytest.raises(
+        skfed.ClientStepError,
+        match=r"Client 'site20' .*node 20 is taken as lost: no answer .* "
+        r"when the other 2 answered",
+    ):
+        skfed.KFed(n_clusters=2, random_state=0).fit(nodes.X)
+    # The straggler rule lives in the server's defaults, where a killed
+    # node must be noticed well within half a minute.
+    import inspect
+
+    for func in (NodeData, fit_on_grid, simulate):
+        default = inspect.signature(func).parameters["straggler_timeout"].default
+        assert 5 <= default <= 25
+
+
+def test_a_node_with_more_rows_gets_proportionally_longer(in_process):
+    # Nodes run the same step on their own rows: a node with ten times the
+    # rows of the ones that answered may take ten times as long.
+    data = {1: _blobs(10), 2: _blobs(10), 3: _blobs(100)}
+    nodes = NodeData(in_process(data), n_nodes=3, straggler_timeout=20)
+    took = {1: 3.0, 2: 4.0}
+    assert nodes._straggler_limit(3, took, 20) == pytest.approx(4 * 40.0)
+    # Fewer rows than the answered nodes: no less than they took.
+    nodes._rows[3] = 1
+    assert nodes._straggler_limit(3, took, 20) == pytest.approx(20)
+    assert nodes._straggler_limit(3, {1: 30.0}, 20) == pytest.approx(120)
+
+
 class _NoGrid:
     """A grid that must not be used: the app should fail before."""
 
@@ -503,6 +538,11 @@ def test_run_config_sets_the_estimators_parameters(in_process, tmp_path):
         app(grid=_NoGrid(), context=_server_context({"n-nodes": 2, "n-clusters": 0}))
     with pytest.raises(ValueError, match="round-timeout"):
         app(grid=_NoGrid(), context=_server_context({"n-nodes": 2, "round-timeout": 0}))
+    with pytest.raises(ValueError, match="straggler-timeout must be a positive"):
+        app(
+            grid=_NoGrid(),
+            context=_server_context({"n-nodes": 2, "straggler-timeout": "1 min"}),
+        )
 
 
 def test_model_path_is_checked_before_the_fit(tmp_path, in_process):
