@@ -260,7 +260,7 @@ def test_a_supernode_killed_mid_fit_ends_the_fit_naming_it(federation, tmp_path)
     # among the connected nodes for about a minute (its missed
     # heartbeats); the fit must end with an error naming the node and its
     # client within 30 s.
-    _, fed, _ = federation
+    _, fed, localhost = federation
     app = tmp_path / "kill-app"
     app.mkdir()
     out = tmp_path / "kill.json"
@@ -278,12 +278,21 @@ def test_a_supernode_killed_mid_fit_ends_the_fit_naming_it(federation, tmp_path)
             assert run.poll() is None, (tmp_path / "flwr-run.log").read_text()
             assert time.monotonic() < deadline, "the fit did not start"
             time.sleep(0.2)
-        fed.processes["supernode1"].kill()
+        node = fed.processes["supernode1"]
+        # Flower's processes under it notice its end by themselves; the
+        # test stops them at the end in any case.
+        orphans = localhost._descendants([node])
+        node.kill()
         killed_at = time.time()
         run.wait(timeout=300)
     finally:
         if run.poll() is None:
             run.kill()
+        for child in locals().get("orphans", ()):
+            try:
+                child.kill()
+            except Exception:  # already gone
+                pass
     assert out.exists(), (tmp_path / "flwr-run.log").read_text()[-3000:]
     result = json.loads(out.read_text())
     # partition-id 1 is client 1; its node id is Flower's.

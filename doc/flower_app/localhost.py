@@ -187,6 +187,10 @@ class LocalFederation:
         return log.read_text(errors="replace").count("Received successfully")
 
     def __exit__(self, *exc_info):
+        # The processes Flower started (SuperExecs, ClientApps still
+        # importing) are stopped too: on a busy machine a ClientApp can
+        # take a minute to notice that its SuperNode is gone.
+        started = _descendants(self.processes.values())
         for proc in reversed(list(self.processes.values())):
             if proc.poll() is None:
                 proc.terminate()
@@ -195,7 +199,28 @@ class LocalFederation:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        for child in started:
+            try:
+                child.kill()
+            except Exception:  # already gone
+                pass
         return False
+
+
+def _descendants(processes):
+    """The live processes that ``processes`` (Popen objects) started,
+    recursively; none without psutil."""
+    try:
+        import psutil
+    except ImportError:
+        return []
+    found = []
+    for proc in processes:
+        try:
+            found += psutil.Process(proc.pid).children(recursive=True)
+        except psutil.Error:
+            pass
+    return found
 
 
 def copy_app(folder):
