@@ -271,6 +271,7 @@ def test_a_supernode_killed_mid_fit_ends_the_fit_naming_it(federation, tmp_path)
     )
     (app / "skfed_kill_app.py").write_text(KILL_APP)
     run = fed.start_run(app, page_config=False)
+    orphans = []
     try:
         # Mid-fit: the node has answered `describe` and received `open`.
         deadline = time.monotonic() + 600
@@ -288,7 +289,7 @@ def test_a_supernode_killed_mid_fit_ends_the_fit_naming_it(federation, tmp_path)
     finally:
         if run.poll() is None:
             run.kill()
-        for child in locals().get("orphans", ()):
+        for child in orphans:
             try:
                 child.kill()
             except Exception:  # already gone
