@@ -21,6 +21,7 @@ from skfed._testing import INTEGRATION_CASES, fail_on
 pytest.importorskip("flwr")
 
 from flwr.app import Context, Message, RecordDict  # noqa: E402
+from flwr.common.constant import SUPERLINK_NODE_ID  # noqa: E402
 
 from skfed.flower import NodeData, client_app, fit_on_grid, simulate  # noqa: E402
 from skfed.flower._client import _Node  # noqa: E402
@@ -335,9 +336,11 @@ class _InProcessGrid:
             node = message.metadata.dst_node_id
             step = from_records(message.content)["op"] == "step"
             if step and node in self.flower_error:
-                self.replies[message_id] = Message(
-                    Error(code=5, reason="node unavailable"), reply_to=message
-                )
+                # As the SuperLink makes it: from its own node id.
+                error = Error(code=5, reason="node unavailable")
+                reply = Message(error, reply_to=message)
+                reply.metadata.__dict__["_src_node_id"] = SUPERLINK_NODE_ID
+                self.replies[message_id] = reply
                 continue
             if node in self.gone:
                 continue

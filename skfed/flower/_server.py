@@ -239,11 +239,10 @@ class NodeData:
         answers, up = {}, {}
         for node, exc in lost.items():
             answers[key_of[node]] = StepFailure(exc, "")
-        for reply in replies:
-            node = reply.metadata.src_node_id
-            key = key_of.get(node)
-            if key is None:
-                continue
+        for node, reply in replies:
+            # The node the message went to: Flower's own error replies (a
+            # node it knows is gone) come from the SuperLink's node id.
+            key = key_of[node]
             up[key] = wire_bytes(reply)
             if reply.has_error():
                 exc = RuntimeError(
@@ -272,7 +271,8 @@ class NodeData:
 
         Returns
         -------
-        replies : list of Message
+        replies : list of (int, Message)
+            The node each message went to, and its reply.
         lost : dict
             Node id -> the exception saying why its reply will not come.
         """
@@ -295,7 +295,7 @@ class NodeData:
             for reply in self.grid.pull_messages(list(pending)):
                 node = pending.pop(reply.metadata.reply_to_message_id, None)
                 if node is not None:
-                    replies.append(reply)
+                    replies.append((node, reply))
                     took[node] = time.monotonic() - start
             now = time.monotonic()
             if not pending:
