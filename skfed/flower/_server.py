@@ -78,9 +78,11 @@ class NodeData:
         the round has lasted ``straggler_timeout`` seconds and 4 times what
         the answered nodes took (scaled by its rows against theirs) is taken
         as lost, and fails the round as above. This is how a SuperNode
-        killed outright (its machine gone) is noticed within seconds: Flower
-        drops it from the connected nodes only when it has missed its
-        heartbeats, about a minute. None: wait up to ``round_timeout``.
+        killed outright (its machine gone) is noticed about
+        ``straggler_timeout`` seconds into its round where round trips take
+        a few seconds: Flower drops it from the connected nodes only when it
+        has missed its heartbeats, 40 to 60 s after its end. None: wait up
+        to ``round_timeout``.
 
     Attributes
     ----------
