@@ -504,6 +504,33 @@ def test_a_node_with_more_rows_gets_proportionally_longer(in_process):
     assert nodes._straggler_limit(3, {1: 30.0}, 20) == pytest.approx(120)
 
 
+def test_a_missed_heartbeat_is_seen_from_the_grids_node_info(in_process):
+    # The SuperLink moves a node's online_until forward at each heartbeat
+    # (every 0.9 x (interval - 5 s) at most); one that has not moved for
+    # interval - 5 s means a missed heartbeat, well before Flower's own two
+    # intervals.
+    from types import SimpleNamespace
+
+    nodes = NodeData(in_process({1: _blobs(9), 2: _blobs(9)}), n_nodes=2)
+    beats = {1: 1000.0, 2: 1000.0}
+    nodes.grid.get_nodes = lambda: [
+        SimpleNamespace(node_id=n, online_until=u, heartbeat_interval=30.0)
+        for n, u in beats.items()
+    ]
+    assert nodes._connected(now=0.0) == {1, 2}
+    assert nodes._heartbeat_missed(1, now=24.0) is None
+    beats[2] = 1020.0  # node 2's heartbeat came; node 1's did not
+    nodes._connected(now=20.0)
+    assert nodes._heartbeat_missed(1, now=26.0) == pytest.approx(26.0)
+    assert nodes._heartbeat_missed(2, now=26.0) is None
+    assert nodes._heartbeat_missed(2, now=46.0) == pytest.approx(26.0)
+    # Without get_nodes (or a heartbeat interval), nothing is concluded.
+    del nodes.grid.get_nodes
+    nodes._beats.clear()
+    assert nodes._connected(now=100.0) == {1, 2}
+    assert nodes._heartbeat_missed(1, now=1000.0) is None
+
+
 class _NoGrid:
     """A grid that must not be used: the app should fail before."""
 

@@ -52,6 +52,12 @@ _NODE_CHECK = 1.0
 # step on their own rows, so a live node is rarely this far behind, and a
 # node killed outright stays in Flower's connected nodes for about a minute.
 _STRAGGLER_FACTOR = 4.0
+# A SuperNode (Flower 1.42) sends its next heartbeat at most 0.9 x (its
+# heartbeat interval - 5 s) after the last one, each call taking under 5 s;
+# the SuperLink pushes the node's ``online_until`` forward at each. One
+# that has not moved for (interval - _HEARTBEAT_SLACK) seconds means a
+# missed heartbeat; Flower itself waits for two intervals.
+_HEARTBEAT_SLACK = 5.0
 
 
 class NodeData:
@@ -121,6 +127,9 @@ class NodeData:
         self.round_timeout = round_timeout
         self.straggler_timeout = straggler_timeout
         self._rows = {}
+        # Node id -> (its online_until, heartbeat interval, when this
+        # process first saw that online_until), from grid.get_nodes().
+        self._beats = {}
         self._wire = []
         self._group = 0
         nodes = self._wait_for(n_nodes)
@@ -310,26 +319,63 @@ class NodeData:
                 break
             if now - checked >= _NODE_CHECK:
                 checked = now
-                connected = set(self.grid.get_node_ids())
+                connected = self._connected(now)
                 for message_id, node in list(pending.items()):
                     if node not in connected:
                         del pending[message_id]
                         lost[node] = ConnectionError(
                             f"node {node} left the federation before answering"
                         )
-                    elif straggler is not None and took:
-                        if now - start >= self._straggler_limit(node, took, straggler):
+                    elif straggler is not None and took and now - start >= straggler:
+                        quiet = self._heartbeat_missed(node, now)
+                        limit = self._straggler_limit(node, took, straggler)
+                        if quiet is not None or now - start >= limit:
                             del pending[message_id]
+                            why = (
+                                f" and sent Flower no heartbeat for {quiet:.0f} s"
+                                if quiet is not None
+                                else ""
+                            )
                             lost[node] = ConnectionError(
                                 f"node {node} is taken as lost: no answer "
                                 f"{now - start:.0f} s into the round, when the "
                                 f"other {len(took)} answered within "
-                                f"{max(took.values()):.1f} s (killed, cut off or "
-                                f"overloaded; straggler_timeout={straggler} s)"
+                                f"{max(took.values()):.1f} s{why} (killed, cut "
+                                f"off or overloaded; straggler_timeout="
+                                f"{straggler} s)"
                             )
             time.sleep(pause)
             pause = min(pause * 1.5, _MAX_POLL)
         return replies, lost
+
+    def _connected(self, now):
+        """The grid's connected node ids; notes when each node's heartbeat
+        last moved its ``online_until`` (``now``: ``time.monotonic()``)."""
+        get_nodes = getattr(self.grid, "get_nodes", None)
+        if get_nodes is None:
+            return set(self.grid.get_node_ids())
+        connected = set()
+        for info in get_nodes():
+            node = info.node_id
+            connected.add(node)
+            until = getattr(info, "online_until", None)
+            interval = getattr(info, "heartbeat_interval", None)
+            if not until or not interval:
+                continue
+            kept = self._beats.get(node)
+            if kept is None or kept[0] != until:
+                self._beats[node] = (until, interval, now)
+        return connected
+
+    def _heartbeat_missed(self, node, now):
+        """Seconds since the node's last heartbeat was seen, when it has
+        missed one since; else None (or when the grid does not say)."""
+        kept = self._beats.get(node)
+        if kept is None:
+            return None
+        _, interval, seen = kept
+        quiet = now - seen
+        return quiet if quiet > interval - _HEARTBEAT_SLACK else None
 
     def _straggler_limit(self, node, took, straggler):
         """Seconds into a round after which the silent ``node`` is taken as
