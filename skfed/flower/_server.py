@@ -80,15 +80,17 @@ class NodeData:
         the round; the error names the node and its client. Raise it for
         rounds that take long on the nodes (large sites).
     straggler_timeout : float or None, default=20.0
-        Once some node of a round has answered, a node still silent when
-        the round has lasted ``straggler_timeout`` seconds and 4 times what
-        the answered nodes took (scaled by its rows against theirs) is taken
-        as lost, and fails the round as above. This is how a SuperNode
-        killed outright (its machine gone) is noticed about
-        ``straggler_timeout`` seconds into its round where round trips take
-        a few seconds: Flower drops it from the connected nodes only when it
-        has missed its heartbeats, 40 to 60 s after its end. None: wait up
-        to ``round_timeout``.
+        Once some node of a round has answered and the round has lasted
+        ``straggler_timeout`` seconds, a node still silent is taken as lost,
+        and fails the round as above, when it has missed a heartbeat to
+        the SuperLink (its ``online_until`` in ``grid.get_nodes()`` has not
+        moved for its heartbeat interval less 5 s: 25 s with Flower 1.42),
+        or when the round has lasted 4 times what the answered nodes took
+        (scaled by its rows against theirs). This is how a SuperNode killed
+        outright (its machine gone) is noticed within about 25 s: Flower
+        drops it from the connected nodes only when it has missed two
+        heartbeats, 40 to 60 s after its end. None: wait up to
+        ``round_timeout``.
 
     Attributes
     ----------
