@@ -25,15 +25,27 @@ connected, and reports the fit's seconds per message round trip.
 ``--flower-poll`` leaves out the page's ``FLWR_SUPEREXEC_TASK_POLL_INTERVAL``
 (Flower's 1 s default).
 
+``--breakdown`` measures where a deployed round trip's time goes, without
+starting Flower: what each message's new ClientApp process pays before it
+runs skfed's step (the interpreter, the modules ``flwr-clientapp`` imports,
+the page's app module and so skfed with scikit-learn, each in a fresh
+process, the median of ``--repeat`` alternated runs), the site's data
+loaded and checked (in this process), and Flower 1.42's fixed waits, read
+from its source. The load average is recorded beside each figure.
+
 Usage::
 
     python benchmarks/bench_flower.py [--n N] [--nodes M]
     python benchmarks/bench_flower.py --deployment [--repeat R] [--flower-poll]
+    python benchmarks/bench_flower.py --breakdown [--repeat R]
 """
 
 import argparse
 import importlib.util
 import json
+import os
+import subprocess
+import sys
 import tempfile
 import time
 import warnings
@@ -157,6 +169,91 @@ def run_deployment(folder, repeat, flower_poll):
     return rows
 
 
+# What a ClientApp process does before skfed's step runs, each step in a
+# fresh interpreter: (what, code); the app module is the page's.
+PROCESS_STEPS = (
+    ("Python interpreter", "pass"),
+    ("+ Flower's ClientApp runtime", "import flwr.supernode.runtime.run_clientapp"),
+    (
+        "+ the page's app module (skfed, scikit-learn)",
+        "import flwr.supernode.runtime.run_clientapp; import skfed_app",
+    ),
+)
+
+
+def _seconds(code, cwd):
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], cwd=cwd, check=True)
+    return time.perf_counter() - start
+
+
+def run_breakdown(repeat):
+    """Seconds of each part of a deployed round trip (see the module
+    docstring)."""
+    from sklearn.datasets import make_blobs
+
+    from skfed._remote import make_client
+
+    app_dir = LOCALHOST.parent
+    times = {what: [] for what, _ in PROCESS_STEPS}
+    loads = []
+    for _ in range(repeat):
+        # Alternated, so that a change in the machine's load hits all.
+        for what, code in PROCESS_STEPS:
+            times[what].append(_seconds(code, app_dir))
+        loads.append(os.getloadavg()[0])
+    load = f"{min(loads):.1f}-{max(loads):.1f}"
+    rows = []
+    for what, _ in PROCESS_STEPS:
+        rows.append(
+            {
+                "part": f"new process: {what}",
+                "s": round(float(np.median(times[what])), 2),
+                "load average": load,
+            }
+        )
+    spec = {}
+    for n in (120, 100_000):
+        X, _ = make_blobs(n, n_features=4, centers=3, random_state=2)
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "site.npy"
+            np.save(path, X)
+            took = []
+            for _ in range(repeat):
+                start = time.perf_counter()
+                make_client(0, np.load(path), None, np.arange(n), 0, spec)
+                took.append(time.perf_counter() - start)
+        rows.append(
+            {
+                "part": f"site data loaded and checked ({n:,} rows, d = 4)",
+                "s": round(float(np.median(took)), 4),
+                "load average": f"{os.getloadavg()[0]:.1f}",
+            }
+        )
+    # Flower 1.42's own waits (flwr/supernode/start_client_internal.py,
+    # flwr/supercore/superexec/run_superexec.py): fixed, not measured.
+    rows += [
+        {
+            "part": "idle SuperNode: wait before asking the SuperLink again",
+            "s": 3.0,
+            "load average": "(Flower's source)",
+        },
+        {
+            "part": "SuperNode: checks for its ClientApp's reply every",
+            "s": 0.5,
+            "load average": "(Flower's source)",
+        },
+        {
+            "part": "SuperExec: looks for a task to start every (page's setting)",
+            "s": 0.1,
+            "load average": "(Flower's source)",
+        },
+    ]
+    for row in rows:
+        print(row, flush=True)
+    return rows
+
+
 def run(n, n_nodes, folder, only=None):
     from flwr.serverapp import ServerApp
     from flwr.simulation import run_simulation
@@ -244,7 +341,15 @@ def main():
     parser.add_argument("--deployment", action="store_true")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--flower-poll", action="store_true")
+    parser.add_argument("--breakdown", action="store_true")
     args = parser.parse_args()
+    if args.breakdown:
+        write_report(
+            "bench_flower_breakdown",
+            "Where a deployed Flower round trip's time goes (localhost)",
+            run_breakdown(args.repeat),
+        )
+        return
     if args.deployment:
         with tempfile.TemporaryDirectory() as folder:
             rows = run_deployment(folder, args.repeat, args.flower_poll)

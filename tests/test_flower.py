@@ -21,6 +21,7 @@ from skfed._testing import INTEGRATION_CASES, fail_on
 pytest.importorskip("flwr")
 
 from flwr.app import Context, Message, RecordDict  # noqa: E402
+from flwr.common.constant import SUPERLINK_NODE_ID  # noqa: E402
 
 from skfed.flower import NodeData, client_app, fit_on_grid, simulate  # noqa: E402
 from skfed.flower._client import _Node  # noqa: E402
@@ -335,9 +336,11 @@ class _InProcessGrid:
             node = message.metadata.dst_node_id
             step = from_records(message.content)["op"] == "step"
             if step and node in self.flower_error:
-                self.replies[message_id] = Message(
-                    Error(code=5, reason="node unavailable"), reply_to=message
-                )
+                # As the SuperLink makes it: from its own node id.
+                error = Error(code=5, reason="node unavailable")
+                reply = Message(error, reply_to=message)
+                reply.metadata.__dict__["_src_node_id"] = SUPERLINK_NODE_ID
+                self.replies[message_id] = reply
                 continue
             if node in self.gone:
                 continue
@@ -466,6 +469,68 @@ def test_a_node_that_dies_fails_the_fit_at_once_naming_it(in_process, failure):
         skfed.KFed(n_clusters=2, random_state=0).fit(nodes.X)
 
 
+def test_a_silent_node_is_taken_as_lost_long_before_the_round_timeout(in_process):
+    # A SuperNode killed outright stays among Flower's connected nodes for
+    # about a minute (its missed heartbeats): once the other nodes have
+    # answered, its silence fails the round after straggler_timeout.
+    data = {10: _blobs(60, seed=1), 20: _blobs(60, seed=2), 30: _blobs(60, seed=3)}
+    grid = in_process(data, client_id=lambda c: f"site{c.node_id}", silent={20})
+    nodes = NodeData(grid, n_nodes=3, round_timeout=600, straggler_timeout=0.2)
+    with pytest.raises(
+        skfed.ClientStepError,
+        match=r"Client 'site20' .*node 20 is taken as lost: no answer .* "
+        r"when the other 2 answered",
+    ):
+        skfed.KFed(n_clusters=2, random_state=0).fit(nodes.X)
+    # The straggler rule lives in the server's defaults, where a killed
+    # node must be noticed well within half a minute.
+    import inspect
+
+    for func in (NodeData, fit_on_grid, simulate):
+        default = inspect.signature(func).parameters["straggler_timeout"].default
+        assert 5 <= default <= 25
+
+
+def test_a_node_with_more_rows_gets_proportionally_longer(in_process):
+    # Nodes run the same step on their own rows: a node with ten times the
+    # rows of the ones that answered may take ten times as long.
+    data = {1: _blobs(10), 2: _blobs(10), 3: _blobs(100)}
+    nodes = NodeData(in_process(data), n_nodes=3, straggler_timeout=20)
+    took = {1: 3.0, 2: 4.0}
+    assert nodes._straggler_limit(3, took, 20) == pytest.approx(4 * 40.0)
+    # Fewer rows than the answered nodes: no less than they took.
+    nodes._rows[3] = 1
+    assert nodes._straggler_limit(3, took, 20) == pytest.approx(20)
+    assert nodes._straggler_limit(3, {1: 30.0}, 20) == pytest.approx(120)
+
+
+def test_a_missed_heartbeat_is_seen_from_the_grids_node_info(in_process):
+    # The SuperLink moves a node's online_until forward at each heartbeat
+    # (every 0.9 x (interval - 5 s) at most); one that has not moved for
+    # interval - 5 s means a missed heartbeat, well before Flower's own two
+    # intervals.
+    from types import SimpleNamespace
+
+    nodes = NodeData(in_process({1: _blobs(9), 2: _blobs(9)}), n_nodes=2)
+    beats = {1: 1000.0, 2: 1000.0}
+    nodes.grid.get_nodes = lambda: [
+        SimpleNamespace(node_id=n, online_until=u, heartbeat_interval=30.0)
+        for n, u in beats.items()
+    ]
+    assert nodes._connected(now=0.0) == {1, 2}
+    assert nodes._heartbeat_missed(1, now=24.0) is None
+    beats[2] = 1020.0  # node 2's heartbeat came; node 1's did not
+    nodes._connected(now=20.0)
+    assert nodes._heartbeat_missed(1, now=26.0) == pytest.approx(26.0)
+    assert nodes._heartbeat_missed(2, now=26.0) is None
+    assert nodes._heartbeat_missed(2, now=46.0) == pytest.approx(26.0)
+    # Without get_nodes (or a heartbeat interval), nothing is concluded.
+    del nodes.grid.get_nodes
+    nodes._beats.clear()
+    assert nodes._connected(now=100.0) == {1, 2}
+    assert nodes._heartbeat_missed(1, now=1000.0) is None
+
+
 class _NoGrid:
     """A grid that must not be used: the app should fail before."""
 
@@ -503,6 +568,11 @@ def test_run_config_sets_the_estimators_parameters(in_process, tmp_path):
         app(grid=_NoGrid(), context=_server_context({"n-nodes": 2, "n-clusters": 0}))
     with pytest.raises(ValueError, match="round-timeout"):
         app(grid=_NoGrid(), context=_server_context({"n-nodes": 2, "round-timeout": 0}))
+    with pytest.raises(ValueError, match="straggler-timeout must be a positive"):
+        app(
+            grid=_NoGrid(),
+            context=_server_context({"n-nodes": 2, "straggler-timeout": "1 min"}),
+        )
 
 
 def test_model_path_is_checked_before_the_fit(tmp_path, in_process):

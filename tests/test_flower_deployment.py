@@ -13,7 +13,10 @@ runs it as a step of its own (``pytest -m deployment``).
 """
 
 import importlib.util
+import json
+import re
 import textwrap
+import time
 from pathlib import Path
 
 import joblib
@@ -68,7 +71,9 @@ def main(grid, context):
     fitted = {{}}
     for key, name, extra in {fits!r}:
         est = getattr(skfed, name)(**INTEGRATION_CASES[name][0], **extra)
-        fitted[key] = fit_on_grid(est, grid, n_nodes={n_nodes}, round_timeout=300)
+        fitted[key] = fit_on_grid(
+            est, grid, n_nodes={n_nodes}, round_timeout=300, straggler_timeout=120
+        )
     joblib.dump(fitted, context.run_config["model-path"])
 """
 
@@ -163,9 +168,13 @@ def test_localhost_deployment_gives_the_in_memory_model(federation, tmp_path):
     # directory that does not exist yet: the app creates it).
     app = localhost.copy_app(tmp_path / "page-app")
     model_path = tmp_path / "models" / "kfed.joblib"
-    # A long round timeout: machines that run the suite can be busy, and
-    # every message starts a ClientApp process.
-    run = fed.run(app, f'model-path="{model_path}" round-timeout=300', timeout=900)
+    # Long round and straggler timeouts: machines that run the suite can be
+    # busy, and every message starts a ClientApp process.
+    run = fed.run(
+        app,
+        f'model-path="{model_path}" round-timeout=300 straggler-timeout=120',
+        timeout=900,
+    )
     assert model_path.exists(), run.stdout[-3000:] + run.stderr[-3000:]
     got = joblib.load(model_path)
     params = {**_page_config(), **_overrides(fed.run_argv)}
@@ -209,3 +218,94 @@ def test_localhost_deployment_gives_the_in_memory_model(federation, tmp_path):
             assert any(d["name"] == "secure aggregation keys" for d in log.disclosure())
         # Flower's own bytes were recorded, and cover the protocol's.
         assert log.wire_upload_bytes >= log.upload_bytes > 0
+
+
+KILL_APP = """
+import json
+import time
+
+import numpy as np
+from flwr.serverapp import ServerApp
+
+from skfed import KFed
+from skfed.flower import client_app, fit_on_grid
+
+
+def load(context):
+    return np.load(context.node_config["data"])
+
+
+client = client_app(load)
+server = ServerApp()
+
+
+@server.main()
+def main(grid, context):
+    out = context.run_config["out"]
+    try:
+        # The defaults, but for a round timeout no busy machine reaches:
+        # the lost node must be noticed by the straggler rule.
+        fit_on_grid(KFed(n_clusters=3, random_state=0), grid, n_nodes=3,
+                    round_timeout=600)
+        result = {"error": None}
+    except Exception as exc:
+        result = {"error": f"{type(exc).__name__}: {exc}"}
+    result["at"] = time.time()
+    with open(out, "w") as f:
+        json.dump(result, f)
+"""
+
+
+def test_a_supernode_killed_mid_fit_ends_the_fit_naming_it(federation, tmp_path):
+    # kill -9 of a SuperNode (its ClientApps go with it): Flower keeps it
+    # among the connected nodes for about a minute (its missed
+    # heartbeats); the fit must end with an error naming the node and its
+    # client within 30 s.
+    _, fed, localhost = federation
+    app = tmp_path / "kill-app"
+    app.mkdir()
+    out = tmp_path / "kill.json"
+    (app / "pyproject.toml").write_text(
+        PYPROJECT.format(model_path="")
+        .replace("skfed_deploy_app", "skfed_kill_app")
+        .replace('model-path = ""', f'out = "{out}"')
+    )
+    (app / "skfed_kill_app.py").write_text(KILL_APP)
+    run = fed.start_run(app, page_config=False)
+    orphans = []
+    try:
+        # Mid-fit: the node has answered `describe` and received `open`.
+        deadline = time.monotonic() + 600
+        while fed.messages_received(1) < 2:
+            assert run.poll() is None, (tmp_path / "flwr-run.log").read_text()
+            assert time.monotonic() < deadline, "the fit did not start"
+            time.sleep(0.2)
+        node = fed.processes["supernode1"]
+        # Flower's processes under it notice its end by themselves; the
+        # test stops them at the end in any case.
+        orphans = localhost._descendants([node])
+        node.kill()
+        killed_at = time.time()
+        run.wait(timeout=300)
+    finally:
+        if run.poll() is None:
+            run.kill()
+        for child in orphans:
+            try:
+                child.kill()
+            except Exception:  # already gone
+                pass
+    assert out.exists(), (tmp_path / "flwr-run.log").read_text()[-3000:]
+    result = json.loads(out.read_text())
+    seconds = result["at"] - killed_at
+    print(f"\nkilled SuperNode noticed in {seconds:.1f} s: {result['error']}")
+    # partition-id 1 is client 1; its node id is Flower's. Noticed by the
+    # straggler rule, or by Flower if its missed heartbeats come first
+    # (the node leaves the grid, or Flower answers for it).
+    assert result["error"] is not None
+    assert "Client 1 " in result["error"], result["error"]
+    noticed = r"node \d+( is taken as lost| left the federation|: Flower error)"
+    assert re.search(noticed, result["error"]), result["error"]
+    # Within half a minute where a round trip takes a few seconds (the
+    # straggler limit is 20 s, or 4 times what the other nodes took).
+    assert seconds < 30, result

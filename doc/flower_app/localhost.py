@@ -144,11 +144,7 @@ class LocalFederation:
             f'address = "{HOST}:{link}"\ninsecure = true\n'
         )
 
-    def run(self, app, *run_config, page_config=True, timeout=900):
-        """The page's ``flwr run`` in the app folder ``app``, with extra
-        ``--run-config`` overrides (and without the page's own when
-        ``page_config`` is False: another app may not have its keys);
-        returns the CompletedProcess."""
+    def _run_argv(self, run_config, page_config):
         argv = self._argv(self.run_argv)
         if not page_config:
             while "--run-config" in argv:
@@ -156,8 +152,15 @@ class LocalFederation:
                 del argv[at : at + 2]
         for override in run_config:
             argv += ["--run-config", override]
+        return argv
+
+    def run(self, app, *run_config, page_config=True, timeout=900):
+        """The page's ``flwr run`` in the app folder ``app``, with extra
+        ``--run-config`` overrides (and without the page's own when
+        ``page_config`` is False: another app may not have its keys);
+        returns the CompletedProcess."""
         return subprocess.run(
-            argv,
+            self._run_argv(run_config, page_config),
             env=self.env,
             cwd=app,
             capture_output=True,
@@ -165,7 +168,29 @@ class LocalFederation:
             timeout=timeout,
         )
 
+    def start_run(self, app, *run_config, page_config=True, log=None):
+        """As :meth:`run`, without waiting: the Popen of ``flwr run``, its
+        output in the file ``log``."""
+        with open(log or self.folder / "flwr-run.log", "w") as out:
+            return subprocess.Popen(
+                self._run_argv(run_config, page_config),
+                env=self.env,
+                cwd=app,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+    def messages_received(self, node):
+        """How many messages SuperNode ``node`` (0, 1, ...) has received,
+        from its log."""
+        log = self.folder / f"supernode{node}.log"
+        return log.read_text(errors="replace").count("Received successfully")
+
     def __exit__(self, *exc_info):
+        # The processes Flower started (SuperExecs, ClientApps still
+        # importing) are stopped too: on a busy machine a ClientApp can
+        # take a minute to notice that its SuperNode is gone.
+        started = _descendants(self.processes.values())
         for proc in reversed(list(self.processes.values())):
             if proc.poll() is None:
                 proc.terminate()
@@ -174,7 +199,28 @@ class LocalFederation:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        for child in started:
+            try:
+                child.kill()
+            except Exception:  # already gone
+                pass
         return False
+
+
+def _descendants(processes):
+    """The live processes that ``processes`` (Popen objects) started,
+    recursively; none without psutil."""
+    try:
+        import psutil
+    except ImportError:
+        return []
+    found = []
+    for proc in processes:
+        try:
+            found += psutil.Process(proc.pid).children(recursive=True)
+        except psutil.Error:
+            pass
+    return found
 
 
 def copy_app(folder):

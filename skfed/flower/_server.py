@@ -9,6 +9,7 @@ Opening the fit builds a :class:`FlowerTransport` under the estimator's
 :mod:`skfed.flower._client`.
 """
 
+import math
 import os
 import tempfile
 import time
@@ -45,6 +46,18 @@ _MIN_POLL = 0.005
 _MAX_POLL = 0.25
 # Seconds between checks that the nodes a round waits for are connected.
 _NODE_CHECK = 1.0
+# A node still silent once the round has lasted this many times what the
+# nodes that answered took (per row of its own against theirs), and at
+# least ``straggler_timeout`` seconds, is taken as lost: nodes run the same
+# step on their own rows, so a live node is rarely this far behind, and a
+# node killed outright stays in Flower's connected nodes for about a minute.
+_STRAGGLER_FACTOR = 4.0
+# A SuperNode (Flower 1.42) sends its next heartbeat at most 0.9 x (its
+# heartbeat interval - 5 s) after the last one, each call taking under 5 s;
+# the SuperLink pushes the node's ``online_until`` forward at each. One
+# that has not moved for (interval - _HEARTBEAT_SLACK) seconds means a
+# missed heartbeat; Flower itself waits for two intervals.
+_HEARTBEAT_SLACK = 5.0
 
 
 class NodeData:
@@ -66,6 +79,18 @@ class NodeData:
         leaves the grid's nodes or gets an error from Flower before, fails
         the round; the error names the node and its client. Raise it for
         rounds that take long on the nodes (large sites).
+    straggler_timeout : float or None, default=20.0
+        Once some node of a round has answered and the round has lasted
+        ``straggler_timeout`` seconds, a node still silent is taken as lost,
+        and fails the round as above, when it has missed a heartbeat to
+        the SuperLink (its ``online_until`` in ``grid.get_nodes()`` has not
+        moved for its heartbeat interval less 5 s: 25 s with Flower 1.42),
+        or when the round has lasted 4 times what the answered nodes took
+        (scaled by its rows against theirs). This is how a SuperNode killed
+        outright (its machine gone) is noticed within about 25 s: Flower
+        drops it from the connected nodes only when it has missed two
+        heartbeats, 40 to 60 s after its end. None: wait up to
+        ``round_timeout``.
 
     Attributes
     ----------
@@ -90,10 +115,23 @@ class NodeData:
         Client id -> the Flower node id that holds it.
     """
 
-    def __init__(self, grid, *, n_nodes, timeout=600.0, round_timeout=60.0):
+    def __init__(
+        self,
+        grid,
+        *,
+        n_nodes,
+        timeout=600.0,
+        round_timeout=60.0,
+        straggler_timeout=20.0,
+    ):
         self.grid = grid
         self.timeout = timeout
         self.round_timeout = round_timeout
+        self.straggler_timeout = straggler_timeout
+        self._rows = {}
+        # Node id -> (its online_until, heartbeat interval, when this
+        # process first saw that online_until), from grid.get_nodes().
+        self._beats = {}
         self._wire = []
         self._group = 0
         nodes = self._wait_for(n_nodes)
@@ -127,6 +165,7 @@ class NodeData:
         ]
         info = {c: answers[self._node_of[c]] for c in self.client_ids}
         self.client_sizes = {c: info[c]["n_samples"] for c in self.client_ids}
+        self._rows = {self._node_of[c]: n for c, n in self.client_sizes.items()}
         sizes = [self.client_sizes[c] for c in self.client_ids]
         self.first_rows = dict(
             zip(self.client_ids, np.cumsum([0] + sizes[:-1]).tolist())
@@ -205,16 +244,18 @@ class NodeData:
             for key, payload in requests.items()
         ]
         down = {key_of[m.metadata.dst_node_id]: wire_bytes(m) for m in messages}
+        # The first exchange (installing the app, starting the nodes' first
+        # ClientApps) is too uneven across nodes to judge stragglers by.
+        straggler = self.straggler_timeout if wait is None else None
         wait = self.round_timeout if wait is None else wait
-        replies, lost = self._send_and_receive(messages, wait)
+        replies, lost = self._send_and_receive(messages, wait, straggler)
         answers, up = {}, {}
         for node, exc in lost.items():
             answers[key_of[node]] = StepFailure(exc, "")
-        for reply in replies:
-            node = reply.metadata.src_node_id
-            key = key_of.get(node)
-            if key is None:
-                continue
+        for node, reply in replies:
+            # The node the message went to: Flower's own error replies (a
+            # node it knows is gone) come from the SuperLink's node id.
+            key = key_of[node]
             up[key] = wire_bytes(reply)
             if reply.has_error():
                 exc = RuntimeError(
@@ -230,19 +271,21 @@ class NodeData:
             self._wire += [("download", down), ("upload", up)]
         return answers
 
-    def _send_and_receive(self, messages, wait):
+    def _send_and_receive(self, messages, wait, straggler=None):
         """Push the messages, then poll for their replies until all came,
-        a node left the grid, or the round timed out.
+        a node left the grid or straggles (``straggler`` seconds, see the
+        class), or the round timed out.
 
         Flower's own ``send_and_receive`` waits 3 s between polls of a
         deployed SuperLink, and only gives up at its timeout. Polling here
         starts at a few milliseconds and backs off to ``_MAX_POLL``, and
         checks every ``_NODE_CHECK`` s that the nodes still waited for are
-        connected.
+        connected and not straggling.
 
         Returns
         -------
-        replies : list of Message
+        replies : list of (int, Message)
+            The node each message went to, and its reply.
         lost : dict
             Node id -> the exception saying why its reply will not come.
         """
@@ -257,12 +300,16 @@ class NodeData:
                     f"node {node}: Flower did not accept the message for it"
                 )
         replies = []
+        # Seconds each answered node took.
+        took = {}
         start = time.monotonic()
         checked, pause = start, _MIN_POLL
         while pending:
             for reply in self.grid.pull_messages(list(pending)):
-                if pending.pop(reply.metadata.reply_to_message_id, None) is not None:
-                    replies.append(reply)
+                node = pending.pop(reply.metadata.reply_to_message_id, None)
+                if node is not None:
+                    replies.append((node, reply))
+                    took[node] = time.monotonic() - start
             now = time.monotonic()
             if not pending:
                 break
@@ -274,16 +321,75 @@ class NodeData:
                 break
             if now - checked >= _NODE_CHECK:
                 checked = now
-                connected = set(self.grid.get_node_ids())
+                connected = self._connected(now)
                 for message_id, node in list(pending.items()):
                     if node not in connected:
                         del pending[message_id]
                         lost[node] = ConnectionError(
                             f"node {node} left the federation before answering"
                         )
+                    elif straggler is not None and took and now - start >= straggler:
+                        quiet = self._heartbeat_missed(node, now)
+                        limit = self._straggler_limit(node, took, straggler)
+                        if quiet is not None or now - start >= limit:
+                            del pending[message_id]
+                            why = (
+                                f" and sent Flower no heartbeat for {quiet:.0f} s"
+                                if quiet is not None
+                                else ""
+                            )
+                            lost[node] = ConnectionError(
+                                f"node {node} is taken as lost: no answer "
+                                f"{now - start:.0f} s into the round, when the "
+                                f"other {len(took)} answered within "
+                                f"{max(took.values()):.1f} s{why} (killed, cut "
+                                f"off or overloaded; straggler_timeout="
+                                f"{straggler} s)"
+                            )
             time.sleep(pause)
             pause = min(pause * 1.5, _MAX_POLL)
         return replies, lost
+
+    def _connected(self, now):
+        """The grid's connected node ids; notes when each node's heartbeat
+        last moved its ``online_until`` (``now``: ``time.monotonic()``)."""
+        get_nodes = getattr(self.grid, "get_nodes", None)
+        if get_nodes is None:
+            return set(self.grid.get_node_ids())
+        connected = set()
+        for info in get_nodes():
+            node = info.node_id
+            connected.add(node)
+            until = getattr(info, "online_until", None)
+            interval = getattr(info, "heartbeat_interval", None)
+            if not until or not interval:
+                continue
+            kept = self._beats.get(node)
+            if kept is None or kept[0] != until:
+                self._beats[node] = (until, interval, now)
+        return connected
+
+    def _heartbeat_missed(self, node, now):
+        """Seconds since the node's last heartbeat was seen, when it has
+        missed one since; else None (or when the grid does not say)."""
+        kept = self._beats.get(node)
+        if kept is None:
+            return None
+        _, interval, seen = kept
+        quiet = now - seen
+        return quiet if quiet > interval - _HEARTBEAT_SLACK else None
+
+    def _straggler_limit(self, node, took, straggler):
+        """Seconds into a round after which the silent ``node`` is taken as
+        lost, given what the answered nodes took (``took``: node -> s)."""
+        # What the slowest answered node would take on this node's rows
+        # (the first exchange, before the sizes are known: one row each).
+        rows = self._rows.get(node, 1)
+        expected = max(
+            seconds * max(1.0, rows / self._rows.get(n, 1))
+            for n, seconds in took.items()
+        )
+        return max(straggler, _STRAGGLER_FACTOR * expected)
 
     def _ask(self, requests, what):
         """Answers of every addressed client; raises for the first failure."""
@@ -460,7 +566,14 @@ class FlowerTransport:
 
 
 def fit_on_grid(
-    estimator, grid, *, n_nodes, timeout=600.0, round_timeout=60.0, **fit_params
+    estimator,
+    grid,
+    *,
+    n_nodes,
+    timeout=600.0,
+    round_timeout=60.0,
+    straggler_timeout=20.0,
+    **fit_params,
 ):
     """Fit ``estimator`` on the data of the Flower nodes ``grid`` reaches.
 
@@ -481,6 +594,9 @@ def fit_on_grid(
         Seconds to wait for the nodes to connect.
     round_timeout : float, default=60.0
         Seconds to wait for each round's answers; see :class:`NodeData`.
+    straggler_timeout : float or None, default=20.0
+        When a node that has not answered is taken as lost; see
+        :class:`NodeData`.
     **fit_params
         Passed to ``fit``.
 
@@ -489,7 +605,13 @@ def fit_on_grid(
     estimator
         The fitted estimator.
     """
-    data = NodeData(grid, n_nodes=n_nodes, timeout=timeout, round_timeout=round_timeout)
+    data = NodeData(
+        grid,
+        n_nodes=n_nodes,
+        timeout=timeout,
+        round_timeout=round_timeout,
+        straggler_timeout=straggler_timeout,
+    )
     if is_classifier(estimator):
         if data.y is None:
             raise ValueError("A classifier needs labels; the nodes hold none.")
@@ -499,7 +621,7 @@ def fit_on_grid(
 
 # Run config keys server_app reads itself; every other key names a
 # parameter of the estimator, with dashes for underscores.
-_APP_KEYS = ("n-nodes", "model-path", "round-timeout")
+_APP_KEYS = ("n-nodes", "model-path", "round-timeout", "straggler-timeout")
 
 
 def configured(estimator, run_config):
@@ -573,7 +695,13 @@ def save_model(estimator, path):
 
 
 def server_app(
-    estimator, *, n_nodes=None, save_to=None, timeout=600.0, round_timeout=None
+    estimator,
+    *,
+    n_nodes=None,
+    save_to=None,
+    timeout=600.0,
+    round_timeout=None,
+    straggler_timeout=None,
 ):
     """A Flower ServerApp that fits a copy of ``estimator`` over its grid.
 
@@ -586,6 +714,9 @@ def server_app(
         where to save the fitted estimator (unless ``save_to`` is given);
     ``round-timeout``
         seconds to wait for each round's answers (unless ``round_timeout``
+        is given);
+    ``straggler-timeout``
+        when a silent node is taken as lost (unless ``straggler_timeout``
         is given);
     any other key
         a parameter of the estimator, with dashes for underscores:
@@ -616,6 +747,9 @@ def server_app(
     round_timeout : float, default=None
         Seconds to wait for each round's answers; when None, the run
         config's ``round-timeout``, else 60. See :class:`NodeData`.
+    straggler_timeout : float, default=None
+        When None, the run config's ``straggler-timeout``, else 20. See
+        :class:`NodeData`.
 
     Returns
     -------
@@ -635,16 +769,29 @@ def server_app(
                 "Say how many nodes hold the data: server_app(..., n_nodes=) "
                 "or the run config's n-nodes."
             )
-        wait = round_timeout
-        if wait is None:
-            wait = config.get("round-timeout", 60.0)
-        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or wait <= 0:
-            raise ValueError(f"round-timeout must be a positive number; got {wait!r}.")
+        waits = {}
+        for key, given, default in (
+            ("round-timeout", round_timeout, 60.0),
+            ("straggler-timeout", straggler_timeout, 20.0),
+        ):
+            wait = config.get(key, default) if given is None else given
+            if (
+                isinstance(wait, bool)
+                or not isinstance(wait, (int, float))
+                or not wait > 0
+            ):
+                raise ValueError(f"{key} must be a positive number; got {wait!r}.")
+            waits[key] = wait
         path = save_to if save_to is not None else config.get("model-path")
         if path:
             path = _writable_path(path)
         fitted = fit_on_grid(
-            est, grid, n_nodes=int(nodes), timeout=timeout, round_timeout=wait
+            est,
+            grid,
+            n_nodes=int(nodes),
+            timeout=timeout,
+            round_timeout=waits["round-timeout"],
+            straggler_timeout=waits["straggler-timeout"],
         )
         app.fitted_estimator = fitted
         if path:
@@ -667,6 +814,7 @@ def simulate(
     backend_config=None,
     timeout=600.0,
     round_timeout=60.0,
+    straggler_timeout=20.0,
 ):
     """Fit ``estimator`` through Flower's simulation engine.
 
@@ -696,6 +844,9 @@ def simulate(
         Seconds to wait for the nodes to connect.
     round_timeout : float, default=60.0
         Seconds to wait for each round's answers; see :class:`NodeData`.
+    straggler_timeout : float or None, default=20.0
+        When a node that has not answered is taken as lost; see
+        :class:`NodeData`.
 
     Returns
     -------
@@ -710,6 +861,8 @@ def simulate(
         save_to=save_to,
         timeout=timeout,
         round_timeout=round_timeout,
+        # server_app reads None as "from the run config".
+        straggler_timeout=math.inf if straggler_timeout is None else straggler_timeout,
     )
     client = client_app(load_data, client_id=client_id)
     run_simulation(
