@@ -601,11 +601,11 @@ class FederatedKernelKMeans(
         rng = check_random_state(self.random_state)
         fed = self._federation(X, None, partitions, random_state=rng)
         # N, d and M are public protocol metadata: the rule needs no round.
-        l = self._sketch_size(n_samples, X.shape[1], fed.n_clients)
-        D = self._n_random_features(n_samples, X.shape[1], fed.n_clients, l)
-        self._check_sizes(n_samples, D, l)
+        sketch = self._sketch_size(n_samples, X.shape[1], fed.n_clients)
+        D = self._n_random_features(n_samples, X.shape[1], fed.n_clients, sketch)
+        self._check_sizes(n_samples, D, sketch)
         self.n_random_features_ = D
-        self.sketch_size_ = l
+        self.sketch_size_ = sketch
         if self.privacy is None:
             coreset_size, n_init = self._coreset_sizes(n_samples)
         else:
@@ -624,7 +624,7 @@ class FederatedKernelKMeans(
                     n_random_features=D,
                     gamma=self.gamma,
                     refine_iter=self.refine_iter,
-                    sketch_size=l,
+                    sketch_size=sketch,
                 )
             self._set_one_shot_attributes(result, fed)
             self._record_privacy(fed)
@@ -812,9 +812,9 @@ class FederatedKernelKMeans(
             # the triangle's D; the triangle is kept (unchanged models).
             return None
         # l = 2s of the D the sketch would take (s grows with D up to 3k).
-        l = _SKETCH_PER_COMPONENT * self._s(_SKETCH_MAX_FEATURES)
-        sketched = one_shot_sketch(n_samples, n_features, n_clients, l)
-        return l if sketched > D and l <= sketched else None
+        sketch = _SKETCH_PER_COMPONENT * self._s(_SKETCH_MAX_FEATURES)
+        sketched_D = one_shot_sketch(n_samples, n_features, n_clients, sketch)
+        return sketch if sketched_D > D else None
 
     def _algorithm(self):
         """``algorithm``, or the one ``"auto"`` chooses: DSPGD when an option

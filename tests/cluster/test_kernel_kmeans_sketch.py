@@ -44,10 +44,10 @@ def test_sketched_basis_is_the_triangles_on_low_rank_features(rank):
     # the feature sums, must be exact too: uncentred, the mean's direction
     # would come first).
     rng = np.random.RandomState(rank)
-    N, D, l = 500, 70, 16
+    N, D, width = 500, 70, 16
     Z = rng.standard_normal((N, rank)) @ rng.standard_normal((rank, D))
     Z += 5.0 * rng.standard_normal(D)
-    test = sketch_matrix(3, D, l)
+    test = sketch_matrix(3, D, width)
     triangle, sketch = _statistics(Z, test)
     mu, V, shift = feature_covariance_basis(triangle, N, D, rank)
     mu_s, V_s, shift_s = sketched_covariance_basis(sketch, N, test, rank)
@@ -58,7 +58,7 @@ def test_sketched_basis_is_the_triangles_on_low_rank_features(rank):
     np.testing.assert_allclose(V_s, V, atol=1e-6)
     np.testing.assert_allclose(shift_s, shift, atol=1e-6 * np.abs(shift).max())
     # More components asked for than the rank: the round-off ones dropped.
-    mu_s, V_s, _ = sketched_covariance_basis(sketch, N, test, l)
+    mu_s, V_s, _ = sketched_covariance_basis(sketch, N, test, width)
     assert len(mu_s) == rank
 
 
@@ -96,10 +96,12 @@ def test_ledger_upload_is_d_l_plus_d_in_one_sum_only_round(n_random_features):
     # Every client uploads Zᵀ(ZΩ) and Zᵀ1, D l + D floats, once; the server
     # sends the seed, γ and l (3 floats), then V and z̄ᵀV.
     X, _ = _digits(300)
-    D, l = n_random_features, 12
-    km = FederatedKernelKMeans(3, n_random_features=D, sketch_size=l, random_state=0)
+    D, width = n_random_features, 12
+    km = FederatedKernelKMeans(
+        3, n_random_features=D, sketch_size=width, random_state=0
+    )
     km.fit(X, partitions=np.arange(300) % 3)
-    assert km.n_random_features_ == D and km.sketch_size_ == l
+    assert km.n_random_features_ == D and km.sketch_size_ == width
     log = km.communication_
     uploads = [
         r
@@ -107,9 +109,9 @@ def test_ledger_upload_is_d_l_plus_d_in_one_sum_only_round(n_random_features):
         if r.name == "random feature statistics" and r.direction == "upload"
     ]
     assert len(uploads) == 1
-    assert uploads[0].floats == (D * l + D,) * 3
+    assert uploads[0].floats == (D * width + D,) * 3
     up, down = log.floats_by_name("upload"), log.floats_by_name("download")
-    assert up["random feature statistics"] == 3 * (D * l + D)
+    assert up["random feature statistics"] == 3 * (D * width + D)
     assert down["random feature statistics"] == 3 * 3
     s = km.n_components_
     assert down["embedding"] == 3 * (D * s + s)
@@ -205,10 +207,10 @@ def test_auto_sketches_only_wide_data_within_a_fifth_of_its_floats():
     # The image set over 10 clients: l = 2s = 60 and the largest even D
     # with M (D l + D) <= N d / 5, larger than the triangle's 394.
     km = FederatedKernelKMeans(10)
-    l = km._sketch_size(5000, 784, 10)
-    D = km._n_random_features(5000, 784, 10, l)
-    assert l == 60 and D == one_shot_sketch(5000, 784, 10, 60) == 1284
-    assert 10 * (D * l + D) <= 5000 * 784 / 5 < 10 * ((D + 2) * l + D + 2)
+    width = km._sketch_size(5000, 784, 10)
+    D = km._n_random_features(5000, 784, 10, width)
+    assert width == 60 and D == one_shot_sketch(5000, 784, 10, 60) == 1284
+    assert 10 * (D * width + D) <= 5000 * 784 / 5 < 10 * ((D + 2) * width + D + 2)
     assert D > one_shot_features(5000, 784, 10)
     assert one_shot_sketch(10**7, 784, 10, 60) == 2000  # at most 2,000
     # An explicit D, DSPGD or privacy keep the triangle.
