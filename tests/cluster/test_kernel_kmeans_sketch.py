@@ -259,3 +259,20 @@ def test_auto_sketch_beats_the_triangle_on_wide_data():
     up = sk.communication_.floats_by_name("upload")["random feature statistics"]
     assert up <= X.size / 5
     assert np.mean(new) >= np.mean(old) + 0.02
+
+
+def test_any_split_of_the_rows_gives_the_same_sketched_model():
+    # The server reads only the sum of the sketches: clients relabelled,
+    # rows reordered or split otherwise give the same basis (to the
+    # rounding of the sum).
+    X, _ = _digits(240)
+    params = {"n_random_features": 60, "sketch_size": 20, "random_state": 0}
+    ref = FederatedKernelKMeans(4, **params).fit(X, partitions=np.arange(240) % 2)
+    rng = np.random.RandomState(0)
+    order = rng.permutation(240)
+    km = FederatedKernelKMeans(4, **params).fit(
+        X[order], partitions=rng.randint(5, size=240) * 7
+    )
+    np.testing.assert_allclose(km.eigenvalues_, ref.eigenvalues_, rtol=1e-9)
+    scale = np.abs(ref.embedding_).max()
+    np.testing.assert_allclose(km.transform(X), ref.transform(X), atol=1e-9 * scale)
