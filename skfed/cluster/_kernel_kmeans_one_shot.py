@@ -18,6 +18,18 @@ Unlike DSPGD (see :mod:`skfed.cluster._kernel_kmeans_protocol`), which
 solves an eigen-problem of fresh features every iteration, the Gram sums are
 paid once: D(D+1)/2 + D floats up per client in all.
 
+The sketched statistic (``sketch_size`` l) replaces the triangle by a
+Nyström sketch of the same sum, so that D may grow for the same floats:
+with a Gaussian test matrix Ω (D x l) that server and clients draw from the
+map's seed, every client uploads Y[m] = Z[m]ᵀ(Z[m] Ω) and Z[m]ᵀ1, D l + D
+floats, still linear in its rows (one sum-only round). The server centres
+the sum exactly, C Ω = Σ_m Y[m] − N z̄ (z̄ᵀΩ), and takes the top eigenpairs
+of the Nyström approximation C ≈ (CΩ)(ΩᵀCΩ)⁺(CΩ)ᵀ, computed with a small
+shift, a Cholesky factor and a thin SVD (Tropp, Yurtsever, Udell and
+Cevher, "Fixed-rank approximation of a positive-semidefinite matrix from
+streaming data", NeurIPS 2017). The approximation is exact when C has rank
+at most l, and close when C's spectrum decays past its top l eigenvalues.
+
 Under differential privacy (the federation has an accountant) each client
 clips its features to their norm bound and noises its triangle and
 [Z[m]ᵀ1, n_m] (:func:`~skfed.kernel._private_features.private_statistics`),
@@ -33,7 +45,7 @@ from functools import partial
 from typing import NamedTuple
 
 import numpy as np
-from scipy.linalg import eigh
+from scipy.linalg import LinAlgError, cholesky, eigh, solve_triangular, svd
 from sklearn.exceptions import ConvergenceWarning
 
 from .._blocks import row_blocks
@@ -53,6 +65,10 @@ from ._kernel_kmeans_private import private_kmeans
 from ._kernel_kmeans_protocol import _CHUNK, _ROUNDOFF, _SEED_MAX, _signs
 
 __all__ = ["OneShotResult", "one_shot_embedding", "run_one_shot"]
+
+# The stream of the sketch's test matrix Ω beside the map's seed: another
+# stream than the map's frequencies, drawn by the server and every client.
+_SKETCH_STREAM = 1
 
 
 class OneShotResult(NamedTuple):
@@ -102,12 +118,14 @@ def run_one_shot(
     n_random_features,
     gamma,
     refine_iter,
+    sketch_size=None,
 ):
     """One-shot federated kernel k-means on an open federation.
 
     Rounds: ``"kernel width"`` (with ``gamma=None``, d + 2 floats up per
     client), ``"random feature statistics"`` (down the seed and γ, up
-    D(D+1)/2 + D), ``"embedding"`` (down V and z̄ᵀV, D s + s), then the
+    D(D+1)/2 + D; sketched, down the seed, γ and l, up D l + D),
+    ``"embedding"`` (down V and z̄ᵀV, D s + s), then the
     coreset k-means rounds on H (see
     :func:`~skfed.cluster._coreset.federated_coreset_kmeans`).
 
@@ -125,6 +143,10 @@ def run_one_shot(
         Of the coreset k-means, already clipped to the data.
     n_random_features, gamma, refine_iter
         As in :class:`~skfed.FederatedKernelKMeans`.
+    sketch_size : int or None, default=None
+        l, the columns of the sketch's test matrix; None uploads the
+        triangle. Never set under differential privacy (the estimator
+        refuses it there).
 
     Returns
     -------
@@ -138,23 +160,40 @@ def run_one_shot(
     else:
         gamma = float(gamma)
 
-    if fed.accountant is None:
-        # The server step below reads nothing but the sum of the clients'
-        # statistics, so the round is sum-only (and may be masked).
+    if sketch_size is not None:
+        # Linear in each client's rows like the triangle, and read only as
+        # a sum by the server step: sum-only as well (and may be masked).
         total = fed.run_round(
             "random feature statistics",
-            partial(_statistics_step, n_features=n_random_features),
-            (seed, gamma),
+            partial(_sketch_step, n_features=n_random_features),
+            (seed, gamma, sketch_size),
             disclosure=SUM_ONLY,
         )
-        n_samples = fed.n_samples
-    else:
-        total, n_samples = private_statistics(
-            fed, _statistics_step, (seed, gamma), n_random_features
+        eigenvalues, basis, shift = sketched_covariance_basis(
+            total,
+            fed.n_samples,
+            sketch_matrix(seed, n_random_features, sketch_size),
+            n_components,
         )
-    eigenvalues, basis, shift = feature_covariance_basis(
-        total, n_samples, n_random_features, n_components
-    )
+    else:
+        if fed.accountant is None:
+            # The server step below reads nothing but the sum of the
+            # clients' statistics, so the round is sum-only (and may be
+            # masked).
+            total = fed.run_round(
+                "random feature statistics",
+                partial(_statistics_step, n_features=n_random_features),
+                (seed, gamma),
+                disclosure=SUM_ONLY,
+            )
+            n_samples = fed.n_samples
+        else:
+            total, n_samples = private_statistics(
+                fed, _statistics_step, (seed, gamma), n_random_features
+            )
+        eigenvalues, basis, shift = feature_covariance_basis(
+            total, n_samples, n_random_features, n_components
+        )
     if eigenvalues.shape[0] < n_components:
         warnings.warn(
             f"Only {eigenvalues.shape[0]} eigenvalue(s) of the random "
@@ -210,6 +249,14 @@ def feature_map(seed, n_features, n_random_features, gamma):
     return paired_fourier_map(seed, n_features, n_random_features, gamma)
 
 
+def sketch_matrix(seed, n_random_features, sketch_size):
+    """Ω, the sketch's D x l standard Gaussian test matrix, drawn from the
+    map's seed on a stream of its own (the server and every client draw the
+    same one; no float of it is sent)."""
+    rng = np.random.default_rng([int(seed), _SKETCH_STREAM])
+    return rng.standard_normal((n_random_features, sketch_size))
+
+
 def one_shot_embedding(X, omega, offset, basis, shift):
     """H = Z V − z̄ᵀV for the rows X, Z = √(2/D) cos(X Ω + b) a block of
     rows at a time (Z is never held whole). The clients' embedding step and
@@ -260,6 +307,34 @@ def _statistics_step(client, state, message, *, n_features, noise=None):
     return state, np.concatenate(
         [gaussian_noise(upper, gram_std, rng), gaussian_noise(counted, sum_std, rng)]
     )
+
+
+@client_step("kernel_kmeans.one_shot_sketch")
+def _sketch_step(client, state, message, *, n_features):
+    """Client step: Y[m] = Z[m]ᵀ(Z[m] Ω) (D x l, row by row) followed by
+    Z[m]ᵀ1, D l + D floats in one vector, so that the server's sum over
+    clients is a plain vector sum.
+
+    The message: the seed of the shared map, γ and l; Ω comes from the
+    seed (:func:`sketch_matrix`). Z[m] is held a block of rows at a time
+    and not kept: the embedding round recomputes it from the seed.
+    """
+    seed, gamma, sketch_size = message
+    X = client.X
+    omega, offset = feature_map(seed, X.shape[1], n_features, gamma)
+    test = sketch_matrix(seed, n_features, sketch_size)
+    sketch = np.zeros((n_features, sketch_size))
+    sums = np.zeros(n_features)
+    Z = np.empty((min(_CHUNK, X.shape[0]), n_features))
+    for block in row_blocks(X.shape[0], _CHUNK):
+        rows = Z[: block.stop - block.start]
+        random_fourier_features(X[block], omega, offset, out=rows)
+        # Zᵀ(Z Ω): 2 n_m D l flops, never the D x D Gram matrix.
+        sketch += rows.T @ (rows @ test)
+        sums += rows.sum(axis=0)
+    state = dict(state or {})
+    state["one_shot_map"] = (int(seed), float(gamma), n_features)
+    return state, np.concatenate([sketch.ravel(), sums])
 
 
 @client_step("kernel_kmeans.one_shot_embedding")
@@ -327,6 +402,65 @@ def feature_covariance_basis(total, n_samples, n_random_features, n_components):
         # No direction in which the features vary: one zero column, so that
         # every row of H is exactly 0 and k-means puts them in one cluster
         # (a round-off eigenvector would scatter them by 1e-17).
+        return np.zeros(1), np.zeros((D, 1)), np.zeros(1)
+    mu, V = mu[keep], V[:, keep]
+    V = V * _signs(V)
+    return mu, V, mean @ V
+
+
+def sketched_covariance_basis(total, n_samples, test, n_components):
+    """Server: the top eigenpairs of the Nyström approximation of the
+    features' covariance C from the clients' summed sketches.
+
+    Parameters
+    ----------
+    total : ndarray of shape (D l + D,)
+        Σ_m of the clients' uploads: Σ_m Z[m]ᵀZ[m] Ω (D x l, row by row),
+        then Σ_m Z[m]ᵀ1. Only this sum is read.
+    n_samples : int
+        N (public protocol metadata).
+    test : ndarray of shape (D, l)
+        Ω, the sketch's test matrix (:func:`sketch_matrix`).
+    n_components : int
+        s, the eigenpairs wanted (at most l are available).
+
+    Returns
+    -------
+    eigenvalues, basis, shift
+        As :func:`feature_covariance_basis`'s, of C ≈ (CΩ)(ΩᵀCΩ)⁺(CΩ)ᵀ.
+    """
+    D, sketch_size = test.shape
+    n_sketch = D * sketch_size
+    mean = total[n_sketch:] / n_samples
+    # Centred exactly: (Σ ZᵀZ − N z̄ z̄ᵀ) Ω.
+    Y = total[:n_sketch].reshape(D, sketch_size) - n_samples * np.outer(
+        mean, mean @ test
+    )
+    # Tropp et al. (2017), Algorithm 3: the Nyström approximation of the
+    # shifted C + νI, whose core ΩᵀY_ν is positive definite (a Cholesky
+    # factor exists even when C has rank below l), then the shift removed
+    # from the eigenvalues. ν is round-off of Y's scale; if the centring's
+    # round-off still leaves the core indefinite, a larger ν is taken.
+    nu = np.sqrt(D) * np.spacing(np.linalg.norm(Y, 2))
+    for _ in range(8):
+        shifted = Y + nu * test
+        core = test.T @ shifted
+        try:
+            factor = cholesky((core + core.T) / 2, lower=False)
+            break
+        except LinAlgError:
+            nu = max(nu * 100, np.finfo(float).tiny)
+    else:  # pragma: no cover - a core indefinite by more than 1e12 ν
+        raise LinAlgError("the sketch's core matrix is not positive definite")
+    # E = Y_ν R⁻¹ (core = RᵀR): E Eᵀ = Y_ν (ΩᵀY_ν)⁻¹ Y_νᵀ.
+    E = solve_triangular(factor, shifted.T, trans="T", lower=False).T
+    U, sigma, _ = svd(E, full_matrices=False)
+    s = min(n_components, sketch_size)
+    mu, V = np.maximum(sigma[:s] ** 2 - nu, 0.0), U[:, :s]
+    # Round-off relative to the features' total square, N R² (‖z(x)‖ ≤ R
+    # for every x, 1 for even D), as trace(Σ ZᵀZ) is for the triangle.
+    keep = mu > _ROUNDOFF * n_samples * feature_norm_bound(D) ** 2
+    if not keep.any():
         return np.zeros(1), np.zeros((D, 1)), np.zeros(1)
     mu, V = mu[keep], V[:, keep]
     V = V * _signs(V)

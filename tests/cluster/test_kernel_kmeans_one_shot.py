@@ -14,7 +14,7 @@ from sklearn.metrics import normalized_mutual_info_score as nmi
 from sklearn.metrics.pairwise import rbf_kernel
 
 from skfed import FederatedKernelKMeans
-from skfed.cluster._kernel_kmeans import one_shot_features
+from skfed.cluster._kernel_kmeans import one_shot_features, one_shot_sketch
 from skfed.cluster._kernel_kmeans_one_shot import feature_map
 from skfed.kernel import random_fourier_features, sample_fourier_weights
 
@@ -157,7 +157,10 @@ def test_auto_features_grow_with_wide_data_within_a_fifth_of_its_floats():
     assert D == one_shot_features(1200, 320, 2) == 300
     X = rng.standard_normal((1600, 320))
     parts = np.arange(1600) % 2
-    km = FederatedKernelKMeans(3, n_init=2, random_state=0).fit(X, partitions=parts)
+    # The triangle's rule (the default sketches such data instead: see
+    # test_kernel_kmeans_sketch.py).
+    km = FederatedKernelKMeans(3, n_init=2, sketch_size=None, random_state=0)
+    km.fit(X, partitions=parts)
     D = km.n_random_features_
     # 51,200 floats per client: D = 318, even and within d.
     assert D == one_shot_features(1600, 320, 2) == 318
@@ -188,17 +191,23 @@ def _wide_digits():
     return X, y
 
 
-def test_auto_features_reach_exact_kernel_kmeans_on_wide_data():
+@pytest.mark.parametrize("sketch_size", [None, "auto"])
+def test_auto_features_reach_exact_kernel_kmeans_on_wide_data(sketch_size):
     # Exact centred kernel k-means on wide rows (1,797 x 576) against the
-    # default over 2 clients, which takes D = 452 features here: a map of
-    # 300 fell 0.03 NMI short of it (0.711 against 0.739, mean of 3 seeds),
-    # the default (0.734) is within 0.02.
+    # one-shot over 2 clients with "auto" features: the triangle takes
+    # D = 452 here, the default sketch D = 1,696 with l = 60. A map of 300
+    # fell 0.03 NMI short of it (0.711 against 0.739, mean of 3 seeds),
+    # both are within 0.02.
     X, y = _wide_digits()
     nmis = []
     for seed in range(3):
-        km = FederatedKernelKMeans(10, random_state=seed).fit(X, partitions=2)
-        nmis.append(nmi(y, km.labels_))
-    assert km.n_random_features_ == one_shot_features(*X.shape, 2) > 300
+        km = FederatedKernelKMeans(10, sketch_size=sketch_size, random_state=seed)
+        nmis.append(nmi(y, km.fit(X, partitions=2).labels_))
+    if sketch_size is None:
+        assert km.n_random_features_ == one_shot_features(*X.shape, 2) > 300
+    else:
+        assert km.sketch_size_ == 60
+        assert km.n_random_features_ == one_shot_sketch(*X.shape, 2, 60) > 452
     K = rbf_kernel(X, gamma=km.gamma_)
     K -= K.mean(axis=0)
     K -= K.mean(axis=1)[:, None]
