@@ -28,7 +28,7 @@ from .._remote import blockwise, is_dask_collection, is_remote
 from .._validation import StrictInterval, check_magnitude, clip_to_data
 from ..privacy import DifferentialPrivacy, check_privacy
 from ._centers import KMeansCentersMixin
-from ._kernel_kmeans_one_shot import feature_map, one_shot_embedding, run_one_shot
+from ._kernel_kmeans_one_shot import centred_map, one_shot_embedding, run_one_shot
 from ._kernel_kmeans_private import _CELL_ROUNDS
 from ._kernel_kmeans_protocol import _CHUNK, replay_eigenvectors, run_kernel_kmeans
 
@@ -181,6 +181,10 @@ class FederatedKernelKMeans(
         Z[m]ᵀ1, D l + D floats (still one sum-only round), and the server
         takes the top eigenvectors of the Nyström approximation of the
         summed, centred Gram matrix (exact when its rank is at most l).
+        The sketched features are taken around the global mean x̄, which
+        one more sum-only round gives (n_m and Σ x, d + 1 floats up per
+        client): around a fixed point, a translation of the data would
+        rotate the features against Ω and so change the draw.
         At least ``n_components`` (s). For the same floats the sketch
         affords a larger D, and one map's kernel estimate is what limits
         the one-shot on wide data: on a 5,000 x 784 image set over 10
@@ -682,7 +686,7 @@ class FederatedKernelKMeans(
         self.eigenvalue_history_ = [result.eigenvalues]
         # What the server sent the clients (the map's seed, V and z̄ᵀV),
         # kept to map new points as the clients did: no communication.
-        self._one_shot_map = (result.seed, result.basis, result.shift)
+        self._one_shot_map = (result.seed, result.basis, result.shift, result.center)
 
     def _set_common_attributes(self, result, fed):
         self.gamma_ = result.gamma
@@ -884,9 +888,9 @@ class FederatedKernelKMeans(
     def _embed(self, X):
         """H(x) in float64 (see :meth:`transform`)."""
         if self.algorithm_ == "one_shot":
-            seed, basis, shift = self._one_shot_map
-            omega, offset = feature_map(
-                seed, X.shape[1], self.n_random_features_, self.gamma_
+            seed, basis, shift, center = self._one_shot_map
+            omega, offset = centred_map(
+                seed, X.shape[1], self.n_random_features_, self.gamma_, center
             )
             return one_shot_embedding(X, omega, offset, basis, shift)
         U = replay_eigenvectors(X, self._replay, self.gamma_, self.n_random_features_)

@@ -29,6 +29,12 @@ shift, a Cholesky factor and a thin SVD (Tropp, Yurtsever, Udell and
 Cevher, "Fixed-rank approximation of a positive-semidefinite matrix from
 streaming data", NeurIPS 2017). The approximation is exact when C has rank
 at most l, and close when C's spectrum decays past its top l eigenvalues.
+The sketched features are those of the rows x − x̄ around the global mean
+x̄ (one more sum-only round, ``"kernel centre"``: n_m and Σ x, d + 1 floats
+up per client): a translation of the data rotates the features of raw rows
+(the triangle's eigenvectors rotate with them, the model does not change),
+but a fixed Ω would then sketch a rotated matrix, a different draw; around
+x̄ the features, and so the model, do not depend on where the data sit.
 
 Under differential privacy (the federation has an accountant) each client
 clips its features to their norm bound and noises its triangle and
@@ -59,6 +65,7 @@ from ..kernel._private_features import (
     private_statistics,
     symmetric_from_upper,
 )
+from ..kernel._random_features import count_and_sum_step
 from ..privacy import gaussian_noise
 from ._coreset import federated_coreset_kmeans
 from ._kernel_kmeans_private import private_kmeans
@@ -94,6 +101,9 @@ class OneShotResult(NamedTuple):
         z̄ᵀV, as sent to the clients: H = Z V − shift.
     client_ids : list
         The clients that took part.
+    center : ndarray of shape (n_features,) or None
+        x̄, the point the sketched features are taken around (None for the
+        triangle, whose features are those of the raw rows).
     """
 
     gamma: float
@@ -105,6 +115,7 @@ class OneShotResult(NamedTuple):
     basis: np.ndarray
     shift: np.ndarray
     client_ids: list
+    center: np.ndarray = None
 
 
 def run_one_shot(
@@ -124,7 +135,8 @@ def run_one_shot(
 
     Rounds: ``"kernel width"`` (with ``gamma=None``, d + 2 floats up per
     client), ``"random feature statistics"`` (down the seed and γ, up
-    D(D+1)/2 + D; sketched, down the seed, γ and l, up D l + D),
+    D(D+1)/2 + D; sketched, first ``"kernel centre"`` (up d + 1), then down
+    the seed, γ, l and x̄, up D l + D),
     ``"embedding"`` (down V and z̄ᵀV, D s + s), then the
     coreset k-means rounds on H (see
     :func:`~skfed.cluster._coreset.federated_coreset_kmeans`).
@@ -160,13 +172,18 @@ def run_one_shot(
     else:
         gamma = float(gamma)
 
+    center = None
     if sketch_size is not None:
+        n_total, x_total = fed.run_round(
+            "kernel centre", count_and_sum_step, disclosure=SUM_ONLY
+        )
+        center = np.asarray(x_total, dtype=np.float64) / n_total
         # Linear in each client's rows like the triangle, and read only as
         # a sum by the server step: sum-only as well (and may be masked).
         total = fed.run_round(
             "random feature statistics",
             partial(_sketch_step, n_features=n_random_features),
-            (seed, gamma, sketch_size),
+            (seed, gamma, sketch_size, center),
             disclosure=SUM_ONLY,
         )
         eigenvalues, basis, shift = sketched_covariance_basis(
@@ -238,6 +255,7 @@ def run_one_shot(
         basis=basis,
         shift=shift,
         client_ids=list(fed.client_ids),
+        center=center,
     )
 
 
@@ -247,6 +265,16 @@ def feature_map(seed, n_features, n_random_features, gamma):
     :func:`~skfed.kernel._private_features.paired_fourier_map` for the RBF
     kernel (whose docstring says why pairs and orthogonal frequencies)."""
     return paired_fourier_map(seed, n_features, n_random_features, gamma)
+
+
+def centred_map(seed, n_features, n_random_features, gamma, center):
+    """:func:`feature_map` of the rows x − c: cos((x − c)ᵀΩ + b) =
+    cos(xᵀΩ + (b − cᵀΩ)), so only the phases change and sparse rows stay
+    sparse. ``center=None``: the map itself."""
+    omega, offset = feature_map(seed, n_features, n_random_features, gamma)
+    if center is None:
+        return omega, offset
+    return omega, offset - np.asarray(center, dtype=np.float64) @ omega
 
 
 def sketch_matrix(seed, n_random_features, sketch_size):
@@ -298,7 +326,7 @@ def _statistics_step(client, state, message, *, n_features, noise=None):
     radius = None if noise is None else noise[0]
     upper, sums = feature_gram_statistics(X, omega, offset, radius=radius, chunk=_CHUNK)
     state = dict(state or {})
-    state["one_shot_map"] = (int(seed), float(gamma), n_features)
+    state["one_shot_map"] = (int(seed), float(gamma), n_features, None)
     if noise is None:
         return state, np.concatenate([upper, sums])
     _, gram_std, sum_std = noise
@@ -315,13 +343,14 @@ def _sketch_step(client, state, message, *, n_features):
     Z[m]ᵀ1, D l + D floats in one vector, so that the server's sum over
     clients is a plain vector sum.
 
-    The message: the seed of the shared map, γ and l; Ω comes from the
-    seed (:func:`sketch_matrix`). Z[m] is held a block of rows at a time
-    and not kept: the embedding round recomputes it from the seed.
+    The message: the seed of the shared map, γ, l and the global mean x̄,
+    around which the features are taken (:func:`centred_map`); Ω comes
+    from the seed (:func:`sketch_matrix`). Z[m] is held a block of rows at
+    a time and not kept: the embedding round recomputes it from the seed.
     """
-    seed, gamma, sketch_size = message
+    seed, gamma, sketch_size, center = message
     X = client.X
-    omega, offset = feature_map(seed, X.shape[1], n_features, gamma)
+    omega, offset = centred_map(seed, X.shape[1], n_features, gamma, center)
     test = sketch_matrix(seed, n_features, sketch_size)
     sketch = np.zeros((n_features, sketch_size))
     sums = np.zeros(n_features)
@@ -333,7 +362,7 @@ def _sketch_step(client, state, message, *, n_features):
         sketch += rows.T @ (rows @ test)
         sums += rows.sum(axis=0)
     state = dict(state or {})
-    state["one_shot_map"] = (int(seed), float(gamma), n_features)
+    state["one_shot_map"] = (int(seed), float(gamma), n_features, center)
     return state, np.concatenate([sketch.ravel(), sums])
 
 
@@ -343,8 +372,8 @@ def _embedding_step(client, state, message):
     embedding (read by the coreset k-means as ``("kernel_kmeans", "H")``)."""
     basis, shift = message
     state = dict(state)
-    seed, gamma, n_features = state.pop("one_shot_map")
-    omega, offset = feature_map(seed, client.X.shape[1], n_features, gamma)
+    seed, gamma, n_features, center = state.pop("one_shot_map")
+    omega, offset = centred_map(seed, client.X.shape[1], n_features, gamma, center)
     state["H"] = one_shot_embedding(client.X, omega, offset, basis, shift)
     return state, None
 

@@ -86,15 +86,20 @@ def test_repeated_rows_give_the_triangles_model():
     sk = FederatedKernelKMeans(3, sketch_size=10, **params).fit(X, partitions=3)
     assert tri.sketch_size_ is None and sk.sketch_size_ == 10
     np.testing.assert_allclose(sk.eigenvalues_, tri.eigenvalues_, rtol=1e-6)
+    # The sketch's features are taken around the mean, the triangle's
+    # around the origin: the same embedding up to each column's sign (the
+    # sign convention reads the basis, which the centring rotates).
     scale = np.abs(tri.embedding_).max()
-    np.testing.assert_allclose(sk.embedding_, tri.embedding_, atol=1e-6 * scale)
+    signs = np.sign(np.sum(sk.embedding_ * tri.embedding_, axis=0))
+    np.testing.assert_allclose(sk.embedding_ * signs, tri.embedding_, atol=1e-6 * scale)
     assert ari(sk.labels_, tri.labels_) == 1.0
 
 
 @pytest.mark.parametrize("n_random_features", [40, 41])
 def test_ledger_upload_is_d_l_plus_d_in_one_sum_only_round(n_random_features):
-    # Every client uploads Zᵀ(ZΩ) and Zᵀ1, D l + D floats, once; the server
-    # sends the seed, γ and l (3 floats), then V and z̄ᵀV.
+    # Every client uploads n_m and Σ x (d + 1 floats), then Zᵀ(ZΩ) and Zᵀ1,
+    # D l + D floats, once; the server sends the seed, γ, l and x̄ (3 + d
+    # floats), then V and z̄ᵀV.
     X, _ = _digits(300)
     D, width = n_random_features, 12
     km = FederatedKernelKMeans(
@@ -112,10 +117,15 @@ def test_ledger_upload_is_d_l_plus_d_in_one_sum_only_round(n_random_features):
     assert uploads[0].floats == (D * width + D,) * 3
     up, down = log.floats_by_name("upload"), log.floats_by_name("download")
     assert up["random feature statistics"] == 3 * (D * width + D)
-    assert down["random feature statistics"] == 3 * 3
+    assert down["random feature statistics"] == 3 * (3 + X.shape[1])
+    assert up["kernel centre"] == 3 * (1 + X.shape[1])
     s = km.n_components_
     assert down["embedding"] == 3 * (D * s + s)
-    rounds = [r for r in log.disclosure() if r["name"] == "random feature statistics"]
+    rounds = [
+        r
+        for r in log.disclosure()
+        if r["name"] in ("random feature statistics", "kernel centre")
+    ]
     assert rounds and all(r["disclosure"] == "sum_only" for r in rounds)
 
 
@@ -147,16 +157,19 @@ def test_same_seed_same_model_whatever_n_jobs():
 @settings(max_examples=4, deadline=None)
 @given(shift=st.floats(-1e3, 1e3), scale=st.floats(1e-2, 1e2))
 def test_translated_and_scaled_data_give_the_same_clusters(shift, scale):
-    # A translation turns each (cos, sin) pair: the Gram matrix is rotated,
-    # and the sketch of the rotated matrix against the same Ω is the sketch
-    # of the original against a rotated Ω, another draw of the same law;
-    # the clusters are the same (the default γ follows the scale).
+    # The sketched features are taken around the global mean: a
+    # translation changes nothing but rounding, and the default γ follows
+    # the scale (the eigenvalues of the features' covariance do not scale).
     X, y = make_blobs(300, centers=3, cluster_std=0.6, random_state=1)
     params = {"n_random_features": 80, "sketch_size": 20, "random_state": 0}
     ref = FederatedKernelKMeans(3, **params).fit(X, partitions=3)
     km = FederatedKernelKMeans(3, **params).fit(scale * (X + shift), partitions=3)
     assert ari(km.labels_, ref.labels_) == 1.0
-    np.testing.assert_allclose(km.eigenvalues_, ref.eigenvalues_, rtol=0.05)
+    np.testing.assert_allclose(km.eigenvalues_, ref.eigenvalues_, rtol=1e-6)
+    signs = np.sign(np.sum(km.embedding_ * ref.embedding_, axis=0))
+    np.testing.assert_allclose(
+        km.embedding_ * signs, ref.embedding_, atol=1e-6 * np.abs(ref.embedding_).max()
+    )
 
 
 def test_translation_changes_nothing_when_the_sketch_is_exact():
