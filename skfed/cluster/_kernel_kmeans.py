@@ -189,9 +189,8 @@ class FederatedKernelKMeans(
         affords a larger D, and one map's kernel estimate is what limits
         the one-shot on wide data: on a 5,000 x 784 image set over 10
         clients, D = 1,284 with l = 60 instead of the triangle's D = 394,
-        for the same floats, raised the fit's NMI from 0.562 to 0.581 and
-        that of k-means on the embedding from 0.577 to 0.588 (12 seeds;
-        exact kernel k-means 0.589). ``"auto"``: the sketch with l = 2s where
+        for the same floats, raised the fit's NMI from 0.560 to 0.580 (3
+        seeds; exact kernel k-means 0.589). ``"auto"``: the sketch with l = 2s where
         the clients hold wide data in plenty (where the triangle's
         ``"auto"`` D would exceed 300 and the sketch's budget allows a
         larger D), the triangle otherwise (digits, wine, low-dimensional
