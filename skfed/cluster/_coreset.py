@@ -659,7 +659,7 @@ def federated_coreset_kmeans(
         solution; ``"auto"``: 3, or none when every client's upload was its
         data itself.
     n_swaps : int, default=0
-        Largest number of the server's swap trials (:func:`swap_centers`)
+        Largest number of the server's swap trials (``swap_centers``)
         after its restarts.
     exact_inertia : bool, default=True
         Whether clients upload their exact cost against the final centers in
