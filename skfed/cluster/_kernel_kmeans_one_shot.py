@@ -54,11 +54,11 @@ import numpy as np
 from scipy.linalg import LinAlgError, cholesky, eigh, solve_triangular, svd
 from sklearn.exceptions import ConvergenceWarning
 
-from .._blocks import row_blocks
 from .._ledger import NO_UPLOAD, SUM_ONLY
 from .._protocol import client_step
-from ..kernel import federated_gamma, random_fourier_features
+from ..kernel import federated_gamma
 from ..kernel._private_features import (
+    feature_blocks,
     feature_gram_statistics,
     feature_norm_bound,
     paired_fourier_map,
@@ -291,10 +291,7 @@ def one_shot_embedding(X, omega, offset, basis, shift):
     :meth:`~skfed.FederatedKernelKMeans.transform` share it, so that new
     points follow the training rows' arithmetic exactly."""
     H = np.empty((X.shape[0], basis.shape[1]))
-    Z = np.empty((min(_CHUNK, X.shape[0]), omega.shape[1]))
-    for block in row_blocks(X.shape[0], _CHUNK):
-        rows = Z[: block.stop - block.start]
-        random_fourier_features(X[block], omega, offset, out=rows)
+    for block, rows in feature_blocks(X, omega, offset, chunk=_CHUNK):
         np.matmul(rows, basis, out=H[block])
     H -= shift
     return H
@@ -354,10 +351,7 @@ def _sketch_step(client, state, message, *, n_features):
     test = sketch_matrix(seed, n_features, sketch_size)
     sketch = np.zeros((n_features, sketch_size))
     sums = np.zeros(n_features)
-    Z = np.empty((min(_CHUNK, X.shape[0]), n_features))
-    for block in row_blocks(X.shape[0], _CHUNK):
-        rows = Z[: block.stop - block.start]
-        random_fourier_features(X[block], omega, offset, out=rows)
+    for _, rows in feature_blocks(X, omega, offset, chunk=_CHUNK):
         # Zᵀ(Z Ω): 2 n_m D l flops, never the D x D Gram matrix.
         sketch += rows.T @ (rows @ test)
         sums += rows.sum(axis=0)

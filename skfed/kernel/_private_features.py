@@ -22,6 +22,7 @@ from ._random_features import random_fourier_features, sample_fourier_weights
 
 __all__ = [
     "count_sum_sensitivity",
+    "feature_blocks",
     "feature_gram_statistics",
     "feature_norm_bound",
     "gram_sensitivity",
@@ -137,6 +138,20 @@ def clip_rows(Z, radius):
     return Z
 
 
+def feature_blocks(X, omega, offset, *, chunk=_CHUNK):
+    """Z = z(X) under the shared map a block of rows at a time: yields
+    (the block's slice of rows, its rows of Z).
+
+    Z is never held whole: every block is written into one buffer of
+    ``chunk`` rows, so a block's Z is valid only until the next is drawn.
+    """
+    Z = np.empty((min(chunk, X.shape[0]), omega.shape[1]))
+    for block in row_blocks(X.shape[0], chunk):
+        rows = Z[: block.stop - block.start]
+        random_fourier_features(X[block], omega, offset, out=rows)
+        yield block, rows
+
+
 def feature_gram_statistics(X, omega, offset, *, radius=None, chunk=_CHUNK):
     """A client's Σ z zᵀ (upper triangle, row by row) and Σ z over its
     rows, a block of rows at a time (Z is never held whole).
@@ -159,10 +174,7 @@ def feature_gram_statistics(X, omega, offset, *, radius=None, chunk=_CHUNK):
     D = omega.shape[1]
     gram = np.zeros((D, D))
     sums = np.zeros(D)
-    Z = np.empty((min(chunk, X.shape[0]), D))
-    for block in row_blocks(X.shape[0], chunk):
-        rows = Z[: block.stop - block.start]
-        random_fourier_features(X[block], omega, offset, out=rows)
+    for _, rows in feature_blocks(X, omega, offset, chunk=chunk):
         if radius is not None:
             clip_rows(rows, radius)
         # numpy's Zᵀ Z is BLAS syrk and releases the GIL (clients in threads).
