@@ -1,7 +1,7 @@
 import functools
 import os
 import threading
-import time
+import types
 from contextlib import nullcontext
 
 import numpy as np
@@ -341,12 +341,76 @@ def test_python_bound_steps_on_large_clients_run_in_threads(monkeypatch):
     assert pids == {os.getpid()} and threading.get_ident() not in threads
 
 
+class _VirtualClock:
+    """The transport's clock in tests of where rounds run: time passes only
+    when a client step "sleeps", so that the placement the tests expect
+    does not depend on the machine's load (real sleeps of 10 ms in two
+    threads came back late enough on a busy machine to flip a decision).
+
+    A sleep in the server's thread moves the clock at once; sleeps in a
+    pool task add up within the task, and a pool round lasts as long as its
+    longest task (the tasks run side by side), which the clock adds when
+    the transport next reads it, after the round.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._now = 0.0
+        self._tasks = []
+
+    def perf_counter(self):
+        with self._lock:
+            self._now += max(self._tasks, default=0.0)
+            self._tasks.clear()
+            return self._now
+
+    def sleep(self, seconds):
+        task = getattr(self._local, "task", None)
+        with self._lock:
+            if task is None:
+                self._now += seconds
+            else:
+                self._tasks[task] += seconds
+
+    def timed_task(self, run_steps):
+        """``run_steps`` with its sleeps counted as one pool task's."""
+
+        def run(calls):
+            with self._lock:
+                self._local.task = len(self._tasks)
+                self._tasks.append(0.0)
+            try:
+                return run_steps(calls)
+            finally:
+                self._local.task = None
+
+        return run
+
+
+_CLOCK = []
+
+
+@pytest.fixture
+def virtual_clock(monkeypatch):
+    clock = _VirtualClock()
+    monkeypatch.setattr(
+        transport_module, "time", types.SimpleNamespace(perf_counter=clock.perf_counter)
+    )
+    monkeypatch.setattr(
+        transport_module, "_run_steps", clock.timed_task(transport_module._run_steps)
+    )
+    _CLOCK.append(clock)
+    yield clock
+    _CLOCK.remove(clock)
+
+
 @client_step("test_federation.sleep_by_place")
 def _sleep_by_place(client, state, seconds):
     """Sleep ``seconds["pool"]`` in a pool thread, ``seconds["here"]`` in
-    the main thread; upload the thread's id."""
+    the main thread, on the test's virtual clock; upload the thread's id."""
     here = threading.current_thread() is threading.main_thread()
-    time.sleep(seconds["here" if here else "pool"])
+    _CLOCK[-1].sleep(seconds["here" if here else "pool"])
     return state, threading.get_ident()
 
 
@@ -385,7 +449,9 @@ _LONG_POOL = {"pool": 0.05, "here": 0.0}
         ),
     ],
 )
-def test_repeated_rounds_run_where_they_took_less_time(data, seconds, places):
+def test_repeated_rounds_run_where_they_took_less_time(
+    data, seconds, places, virtual_clock
+):
     # Iterative protocols repeat a step many times; after timing a round in
     # the pool and one in the server's thread, the rest run where the latest
     # round was faster, and the other place is timed again now and then.
@@ -448,7 +514,7 @@ def test_clients_cut_into_more_tasks_than_workers_give_the_same_model(
 _MANY = np.repeat(np.arange(64), 2)
 
 
-def test_a_long_first_round_over_many_small_clients_goes_to_the_pool():
+def test_a_long_first_round_over_many_small_clients_goes_to_the_pool(virtual_clock):
     # Timed here, the 64 clients would take 0.26 s: after the pilot's 4,
     # the rest run in the pool.
     X = np.random.RandomState(0).standard_normal((128, 3))
@@ -462,7 +528,7 @@ def test_a_long_first_round_over_many_small_clients_goes_to_the_pool():
     assert places == ["here"] * 4 + ["pool"] * 60
 
 
-def test_a_short_first_round_over_many_small_clients_stays_here():
+def test_a_short_first_round_over_many_small_clients_stays_here(virtual_clock):
     # Timed here, the whole round would take under _LONG_ROUND: too little
     # to gain from the pool, whose timing on it would be noise.
     X = np.random.RandomState(0).standard_normal((128, 3))
