@@ -196,13 +196,17 @@ def _encode_fixed(values, n_clients):
     # Each client's share of the range, so that no partial sum can wrap.
     limit = 2.0**63 / max(n_clients, 1)
     if not np.all(np.abs(scaled) < limit):
-        worst = float(np.max(np.abs(values[np.isfinite(values)]), initial=np.inf))
+        finite = np.isfinite(values)
+        if np.all(finite):
+            value = f"a client's value of magnitude {np.max(np.abs(values)):.3g}"
+        else:
+            value = f"a client's value {values[~finite][0]}"
         raise ValueError(
             "secure_aggregation encodes uploads in fixed point with "
-            f"{FRACTION_BITS} fractional bits: a client's value of magnitude "
-            f"{worst:.3g} (or a non-finite one) exceeds what {n_clients} "
-            f"clients can add without overflow ({limit / _SCALE:.3g}). Scale "
-            "the data (e.g. StandardScaler) or fit without secure aggregation."
+            f"{FRACTION_BITS} fractional bits: {value} exceeds what "
+            f"{n_clients} clients can add without overflow "
+            f"({limit / _SCALE:.3g}). Scale the data (e.g. StandardScaler) or "
+            "fit without secure aggregation."
         )
     return scaled.astype(np.int64).view(np.uint64)
 
