@@ -150,8 +150,22 @@ def _raise_failed(dask_client, futures, owners, what, exc):
     if not isinstance(exc, (KilledWorker, CancelledError)):
         raise exc  # raised by skfed's code on a worker (a client's input check)
     failed = [o for f, o in zip(futures, owners) if f.status != "finished"]
-    workers = sorted({w for w, _ in failed})
+    workers = sorted({w for w, _ in failed if w is not None})
     ids = [c for _, cids in failed for c in cids]
+    if not workers:
+        # The clients had no worker yet: what was lost is the input they
+        # are built from.
+        raise WorkerLostError(
+            f"{what} failed before client(s) {_named(ids)} had a worker: "
+            f"{type(exc).__name__}: {exc}. The chunks of X they are built "
+            "from were lost on the cluster or could not be computed there "
+            "(persisted data released or on a worker that left, or a task "
+            "the scheduler or the workers cannot load, e.g. a function from "
+            "a module they cannot import); check that X.compute() works on "
+            "this cluster, then fit again.",
+            workers=workers,
+            client_ids=ids,
+        ) from exc
     raise WorkerLostError(
         f"{what} failed on dask worker(s) {_named(workers)}, which held "
         f"client(s) {_named(ids)}: {type(exc).__name__}: {exc}. Their rows "

@@ -255,6 +255,23 @@ def test_resident_data_is_checked_on_the_clients(dask_client):
         skfed.KFed(n_clusters=3, random_state=0).fit(X, partitions=np.zeros(len(X)))
 
 
+def test_resident_data_lost_before_the_fit_is_named_as_the_input(dask_client):
+    # Persisted chunks released from the cluster: the clients cannot be
+    # built, and no worker held them yet, so the error speaks of X.
+    from distributed import futures_of
+
+    from skfed import WorkerLostError
+
+    X, _ = _resident_blobs()
+    X = (X + 1).persist()
+    dask_client.cancel(futures_of(X))
+    with pytest.raises(WorkerLostError, match="before client") as error:
+        skfed.KFed(n_clusters=3, random_state=0).fit(X)
+    assert "worker(s) None" not in str(error.value)
+    assert "X.compute()" in str(error.value)
+    assert error.value.workers == [] and len(error.value.client_ids) == N_CHUNKS
+
+
 def test_resident_data_partial_fit_adds_clients(dask_client):
     import dask
     import dask.array
