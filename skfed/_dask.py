@@ -226,24 +226,28 @@ def _settle(client):
     return client
 
 
-# Rows whose per-sample outputs ``assemble`` fetches together (at least one
-# client; at most 64 clients): what a fetch holds besides the output.
-_ASSEMBLY_ROWS = 2**20
+# Rows whose per-sample outputs ``assemble`` fetches together (a client
+# with more rows sends them in slices of this many; at most 64 clients a
+# fetch): what a fetch holds here besides the output.
+_ASSEMBLY_ROWS = 2**18
 _ASSEMBLY_CLIENTS = 64
 
 
 def _batches(client_ids, sizes):
-    """``client_ids`` in consecutive batches of at most ``_ASSEMBLY_ROWS``
-    rows (a larger client alone) and ``_ASSEMBLY_CLIENTS`` clients."""
+    """``(client id, start, stop)`` slices of the clients' rows in order,
+    in consecutive batches of at most ``_ASSEMBLY_ROWS`` rows and
+    ``_ASSEMBLY_CLIENTS`` pieces."""
     batch, rows = [], 0
     for cid in client_ids:
-        if batch and (
-            rows + sizes[cid] > _ASSEMBLY_ROWS or len(batch) == _ASSEMBLY_CLIENTS
-        ):
-            yield batch
-            batch, rows = [], 0
-        batch.append(cid)
-        rows += sizes[cid]
+        for start in range(0, max(sizes[cid], 1), _ASSEMBLY_ROWS):
+            stop = min(start + _ASSEMBLY_ROWS, sizes[cid])
+            if batch and (
+                rows + stop - start > _ASSEMBLY_ROWS or len(batch) == _ASSEMBLY_CLIENTS
+            ):
+                yield batch
+                batch, rows = [], 0
+            batch.append((cid, start, stop))
+            rows += stop - start
     if batch:
         yield batch
 
@@ -293,17 +297,18 @@ def _read(token, client_id, namespace, key):
     return picked(_STORE[token, client_id][namespace], key)
 
 
-def _values(token, client_id, namespace, key, dtype):
-    """A client's per-sample values in the output's dtype (cast here, so
-    that int32 labels travel as int32)."""
-    values = np.asarray(_read(token, client_id, namespace, key))
+def _values(token, client_id, namespace, key, dtype, start, stop):
+    """Rows ``start:stop`` of a client's per-sample values in the output's
+    dtype (cast here, so that int32 labels travel as int32)."""
+    values = np.asarray(_read(token, client_id, namespace, key))[start:stop]
     return values if dtype is None else values.astype(dtype, copy=False)
 
 
-def _placed(client, token, namespace, key, dtype):
-    """(sample positions, values) of one client, for reassembly."""
-    values = _values(token, client.client_id, namespace, key, dtype)
-    return np.asarray(client.sample_indices), values
+def _placed(client, token, namespace, key, dtype, start, stop):
+    """(sample positions, values) of rows ``start:stop`` of one client,
+    for reassembly."""
+    values = _values(token, client.client_id, namespace, key, dtype, start, stop)
+    return np.asarray(client.sample_indices)[start:stop], values
 
 
 def _forget_everywhere(dask_client, token):
@@ -581,38 +586,52 @@ class DaskTransport:
         outlive the cluster).
 
         Each client's values travel once, straight from its worker to this
-        process, a batch of clients at a time, and are written into place:
-        the output, plus one batch of at most 2**20 rows' values (or one
-        larger client's), is what this costs here (4 or 8 bytes per sample
-        for labels, 8 s for an embedding of s columns). A client that is
-        one chunk of rows sends its values alone, in the chunk's order; one
-        cut by ``partitions`` sends their positions with them. Nothing
-        moves between workers.
+        process, a batch of at most 2**18 rows at a time (a larger client's
+        in slices), and are written into place: the output, plus one
+        batch's values, is what this costs here (4 or 8 bytes per sample
+        for labels, 8 s for an embedding of s columns), whatever the size
+        of the clients. A client that is one chunk of rows sends its values
+        alone, in the chunk's order; one cut by ``partitions`` sends their
+        positions with them. Nothing moves between workers.
         """
         out = None
         for batch in _batches(client_ids, self._sizes):
             if self._spans is not None:
                 futures = [
-                    self._at_home(c, _values, self._token, c, namespace, key, dtype)
-                    for c in batch
+                    self._at_home(
+                        c, _values, self._token, c, namespace, key, dtype, a, b
+                    )
+                    for c, a, b in batch
                 ]
             else:
                 futures = [
                     self._at_home(
-                        c, _placed, self._data[c], self._token, namespace, key, dtype
+                        c,
+                        _placed,
+                        self._data[c],
+                        self._token,
+                        namespace,
+                        key,
+                        dtype,
+                        a,
+                        b,
                     )
-                    for c in batch
+                    for c, a, b in batch
                 ]
-            owners = [(self._home[c], [c]) for c in batch]
+            owners = [(self._home[c], [c]) for c, _, _ in batch]
             what = f"collecting {namespace!r} from the clients"
-            for cid, part in zip(batch, self._fetch(futures, owners, what)):
+            # Written into place at once: no copy of their own (``_fetch``)
+            # for values that the output copies anyway.
+            parts = wait_for_workers(self.client, futures, owners, what)
+            for (cid, a, b), part in zip(batch, parts):
                 if self._spans is not None:
-                    offset, length = self._spans[cid]
-                    where, values = slice(offset, offset + length), np.asarray(part)
+                    offset = self._spans[cid][0]
+                    where, values = slice(offset + a, offset + b), np.asarray(part)
                 else:
                     where, values = part[0], np.asarray(part[1])
                 if out is None:
                     kind = values.dtype if dtype is None else np.dtype(dtype)
                     out = np.full((n_samples, *values.shape[1:]), fill, dtype=kind)
                 out[where] = values
+            del parts
         return out

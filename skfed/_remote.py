@@ -16,6 +16,8 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.utils import check_array
 
+from ._blocks import row_blocks
+
 __all__ = [
     "RemoteArray",
     "aligned",
@@ -55,6 +57,10 @@ def is_remote(X):
     return isinstance(X, RemoteArray) or is_dask_collection(X)
 
 
+# Values np.unique sorts at a time in distinct_values.
+_DISTINCT_BLOCK = 2**18
+
+
 def distinct_values(values):
     """The distinct values of a per-sample output, computed where it lives
     (for remote data only the distinct values come back)."""
@@ -64,7 +70,15 @@ def distinct_values(values):
         import dask.array as da
 
         return np.asarray(da.unique(values).compute())
-    return np.unique(values)
+    values = np.asarray(values)
+    if values.ndim != 1 or values.size <= _DISTINCT_BLOCK:
+        return np.unique(values)
+    # np.unique sorts a copy: block by block, a copy of one block rather
+    # than of all the labels of a large fit.
+    distinct = np.unique(values[:0])
+    for block in row_blocks(values.size, _DISTINCT_BLOCK):
+        distinct = np.union1d(distinct, np.unique(values[block]))
+    return distinct
 
 
 def code_labels(y, classes):

@@ -226,6 +226,48 @@ def test_resident_data_grouped_by_a_partitions_array(dask_client):
     assert sorted(got.local_centers_) == sorted(np.unique(ids_mem).tolist())
 
 
+@pytest.mark.parametrize("grouped", [False, True])
+def test_per_sample_outputs_arrive_in_slices_of_large_clients(
+    grouped, dask_client, monkeypatch
+):
+    # Clients larger than a fetch send their labels in slices (the driver
+    # holds one slice at a time, whatever the clients' size): the labels
+    # are those of the in-memory fit, for chunk clients and for clients
+    # cut by a partitions array.
+    import dask
+
+    from skfed import _dask as dask_module
+
+    monkeypatch.setattr(dask_module, "_ASSEMBLY_ROWS", 150)
+    X, _ = _resident_blobs()
+    ids = (X[:, 1] > 2.5).astype(int) if grouped else None
+    X_mem, ids_mem = dask.compute(X, ids)
+    if ids_mem is None:
+        ids_mem = np.repeat(np.arange(N_CHUNKS), CHUNK_ROWS)
+    for name in ("KFed", "DistributedKMeans"):
+        params = INTEGRATION_CASES[name][0]
+        with threadpool_limits(limits=1):
+            expected = getattr(skfed, name)(**params).fit(X_mem, partitions=ids_mem)
+            got = getattr(skfed, name)(**params).fit(X, partitions=ids)
+        np.testing.assert_array_equal(got.labels_, expected.labels_)
+
+
+def test_per_sample_fetches_cover_every_row_once_in_bounded_batches(monkeypatch):
+    from skfed import _dask as dask_module
+
+    monkeypatch.setattr(dask_module, "_ASSEMBLY_ROWS", 256)
+    sizes = {"a": 5, "b": 600, "c": 3, "d": 256, "e": 1}
+    batches = list(dask_module._batches(list(sizes), sizes))
+    pieces = [p for batch in batches for p in batch]
+    for cid, n in sizes.items():
+        mine = [(a, b) for c, a, b in pieces if c == cid]
+        covered = np.concatenate([np.arange(a, b) for a, b in mine])
+        np.testing.assert_array_equal(covered, np.arange(n))
+    assert [c for c, _, _ in pieces] == sorted(c for c, _, _ in pieces)
+    assert all(sum(b - a for _, a, b in batch) <= 256 for batch in batches)
+    assert max(b - a for _, a, b in pieces) == 256
+
+
 def test_resident_dataframe_with_a_client_column(dask_client):
     dd = pytest.importorskip("dask.dataframe")
     pd = pytest.importorskip("pandas")
@@ -529,3 +571,26 @@ def test_the_driver_holds_a_few_numbers_per_client_not_per_row(dask_client):
     # The clients' sample positions are built on the workers: an int64
     # per row here would be 24 MiB.
     assert peak < 4 * 2**20, peak
+
+
+def test_fetched_labels_cost_the_driver_one_slice_beyond_themselves(dask_client):
+    # labels_ (an int32 per row) is fetched into the driver at the end of
+    # the fit; besides it the driver holds one slice of 2**18 rows' labels
+    # at a time, however large the clients (two of 800,000 rows here:
+    # fetched whole, they cost the driver 9.9 MiB besides labels_; 3.4 MiB
+    # in slices).
+    import tracemalloc
+
+    da = pytest.importorskip("dask.array")
+    n_rows = 1_600_000
+    X = da.random.RandomState(0).random_sample((n_rows, 2), chunks=(n_rows // 2, 2))
+    X = X.astype(np.float32).persist()
+    distributed.wait(X)
+    tracemalloc.start()
+    try:
+        model = skfed.KFed(n_clusters=3, random_state=0).fit(X)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert model.labels_.nbytes == 4 * n_rows
+    assert peak - model.labels_.nbytes < 6 * 2**20, peak
