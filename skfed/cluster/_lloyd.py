@@ -17,7 +17,7 @@ distance (``tol`` times the mean weighted variance of the features), or
 after ``max_iter`` updates. A cluster left empty takes the row farthest
 from its center, as ``KMeans`` does, so no center is lost to an empty
 cluster. The distances are computed in the rows' dtype, a block of rows at
-a time, so memory stays at a few megabytes whatever the client's size.
+a time, in blocks of at most 512 kB whatever the client's size.
 """
 
 from typing import NamedTuple
@@ -30,9 +30,10 @@ from ._coreset import _tolerance
 
 __all__ = ["LloydRows", "lloyd", "lloyd_rows", "weighted_cost"]
 
-# Rows per block of the distance computation: a (block, k) array of a few
-# megabytes at most, which stays in cache while it is reduced.
-_BLOCK_ELEMENTS = 2**18
+# Rows per block of the distance computation: a (block, k) array of 512 kB,
+# which stays in cache while it is reduced (a product of 1,000 rows with 64
+# centers ran at up to twice the speed per row of one of 10,000 rows).
+_BLOCK_ELEMENTS = 2**16
 
 
 class LloydRows(NamedTuple):
@@ -101,14 +102,15 @@ def lloyd(rows, centers, *, max_iter):
     """
     X_ones = rows.X_ones
     centers = np.array(centers, dtype=X_ones.dtype)
-    labels = _nearest(X_ones, centers)
+    buffer = _block_buffer(X_ones.shape[0], len(centers), X_ones.dtype)
+    labels = _nearest(X_ones, centers, buffer)
     members = _Members(rows.w, len(centers))
     n_iter = 0
     while n_iter < max_iter:
         n_iter += 1
         new_centers = _updated_centers(rows, members, centers, labels)
         shift = float(((new_centers - centers) ** 2).sum(dtype=np.float64))
-        new_labels = _nearest(X_ones, new_centers)
+        new_labels = _nearest(X_ones, new_centers, buffer)
         converged = shift <= rows.tol_abs or np.array_equal(new_labels, labels)
         centers, labels = new_centers, new_labels
         if converged:
@@ -134,21 +136,33 @@ def _sq_distances(X, centers, labels):
     return d2
 
 
-def _nearest(X_ones, centers):
+def _nearest(X_ones, centers, buffer=None):
     """Index of the nearest center of each row (the first one on ties).
 
     ‖x − c‖² = ‖x‖² − 2 x·c + ‖c‖², and ‖x‖² is the same for every center
     of a row, so the largest x·c − ‖c‖²/2 is the nearest: one product of
     the rows with a column of ones and the centers with −‖c‖²/2 appended.
+    ``buffer`` (rows of a block by k, the rows' dtype) takes the products:
+    a run reuses one, since an array of this size allocated afresh on each
+    pass costs page faults comparable to the product itself.
     """
-    scores = np.empty((len(centers), centers.shape[1] + 1), dtype=centers.dtype)
+    n_samples, n_clusters = X_ones.shape[0], len(centers)
+    scores = np.empty((n_clusters, centers.shape[1] + 1), dtype=X_ones.dtype)
     scores[:, :-1] = centers
     scores[:, -1] = -0.5 * np.einsum("ij,ij->i", centers, centers)
     scores = scores.T
-    labels = np.empty(X_ones.shape[0], dtype=np.intp)
-    for block in row_blocks(X_ones.shape[0], _block_rows(len(centers))):
-        labels[block] = np.argmax(X_ones[block] @ scores, axis=1)
+    if buffer is None:
+        buffer = _block_buffer(n_samples, n_clusters, X_ones.dtype)
+    labels = np.empty(n_samples, dtype=np.intp)
+    for block in row_blocks(n_samples, len(buffer)):
+        products = buffer[: block.stop - block.start]
+        np.matmul(X_ones[block], scores, out=products)
+        np.argmax(products, axis=1, out=labels[block])
     return labels
+
+
+def _block_buffer(n_samples, n_clusters, dtype):
+    return np.empty((min(n_samples, _block_rows(n_clusters)), n_clusters), dtype)
 
 
 class _Members:
