@@ -104,7 +104,9 @@ def lloyd(rows, centers, *, max_iter):
     centers = np.array(centers, dtype=X_ones.dtype)
     buffer = _block_buffer(X_ones.shape[0], len(centers), X_ones.dtype)
     labels = _nearest(X_ones, centers, buffer)
-    members = _Members(rows.w, len(centers))
+    # In the rows' dtype, as KMeans accumulates: a float64 membership matrix
+    # would have scipy copy float32 rows to float64 on every product.
+    members = _Members(rows.w.astype(X_ones.dtype, copy=False), len(centers))
     n_iter = 0
     while n_iter < max_iter:
         n_iter += 1
