@@ -19,9 +19,9 @@ of six restarts, in a fifth to a third of their time.
 from typing import NamedTuple
 
 import numpy as np
-from sklearn.cluster import KMeans
 
 from ._coreset import _SAME_COST, _cluster_sums
+from ._lloyd import lloyd
 
 __all__ = ["improve_by_moves"]
 
@@ -45,20 +45,20 @@ class Moves(NamedTuple):
     n_moves: int  # merges (= splits) kept
 
 
-def improve_by_moves(X, weights, centers, labels, *, max_iter, tol):
+def improve_by_moves(rows, centers, labels, *, max_iter):
     """Split-and-merge rounds from a Lloyd solution on a client's rows.
 
     Parameters
     ----------
-    X : ndarray of shape (n_samples, n_features)
-        Dense rows (centered on the client's mean by the caller).
-    weights : ndarray of shape (n_samples,)
-        Positive sample weights.
+    rows : LloydRows
+        The client's dense rows (centered on its mean by the caller) and
+        positive sample weights, with Lloyd's tolerance, as
+        :func:`~skfed.cluster._lloyd.lloyd_rows` prepares them.
     centers : ndarray of shape (n_clusters, n_features)
         The means of the clusters ``labels`` defines (a cluster of no row
         keeps any center).
     labels : ndarray of shape (n_samples,)
-    max_iter, tol
+    max_iter : int
         Of each round's Lloyd run, as in :class:`~sklearn.cluster.KMeans`.
 
     Returns
@@ -70,24 +70,21 @@ def improve_by_moves(X, weights, centers, labels, *, max_iter, tol):
     if n_clusters < 3:
         # A move needs a merged pair and a third cluster to split.
         return Moves(centers, labels, 0, 0)
-    w = np.asarray(weights, dtype=np.float64)
+    X, w = rows.X, rows.w
     cost = _cost(X, w, centers, labels)
     n_iter = n_moves = 0
     for _ in range(MAX_ROUNDS):
         moved, n_new = _moved_centers(X, w, centers, labels)
         if n_new == 0:
             break
-        km = KMeans(n_clusters, init=moved, n_init=1, max_iter=max_iter, tol=tol).fit(
-            X, sample_weight=weights
-        )
-        new_labels = km.labels_
-        new_centers = _means(X, w, new_labels, km.cluster_centers_)
+        lloyd_centers, new_labels, lloyd_iter = lloyd(rows, moved, max_iter=max_iter)
+        new_centers = _means(X, w, new_labels, lloyd_centers)
         new_cost = _cost(X, w, new_centers, new_labels)
         # A cost lower by rounding only is no progress (see _better_of).
         if not new_cost < cost - _SAME_COST * abs(cost):
             break
         centers, labels, cost = new_centers, new_labels, new_cost
-        n_iter += int(km.n_iter_)
+        n_iter += int(lloyd_iter)
         n_moves += n_new
     return Moves(centers, labels, n_iter, n_moves)
 

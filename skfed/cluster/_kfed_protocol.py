@@ -11,8 +11,9 @@ clients join a fitted model without contacting earlier ones.
 The module reads top-down: the drivers, the client steps, the server steps.
 """
 
-# The local Lloyd iterations reuse scikit-learn's KMeans (with an explicit
-# initialisation) and kmeans_plusplus; the projection uses randomized_svd.
+# A large dense client's Lloyd iterations run on its rows prepared once
+# (skfed.cluster._lloyd); sparse clients' reuse scikit-learn's KMeans and
+# kmeans_plusplus; the projection uses randomized_svd.
 
 import contextlib
 import functools
@@ -49,6 +50,7 @@ from ._coreset import (
 )
 from ._kfed_moves import improve_by_moves
 from ._kfed_private import dp_lloyd_step
+from ._lloyd import lloyd, lloyd_rows, weighted_cost
 
 __all__ = [
     "KFedLocalOptions",
@@ -526,7 +528,7 @@ def _local_step(
             )
             if large:
                 moves = improve_by_moves(
-                    rows, w_kept, offsets, kept_labels, max_iter=max_iter, tol=tol
+                    options["prepared"], offsets, kept_labels, max_iter=max_iter
                 )
                 offsets = moves.centers.astype(rows.dtype, copy=False)
                 kept_labels, n_iter = moves.labels, n_iter + moves.n_iter
@@ -669,7 +671,7 @@ def _awasthi_sheffet(
     # Lloyd on the k(z)-dimensional projection, which is cheap next to the
     # SVD and avoids most bad local seedings. Projections with too few
     # distinct rows only get k-means++ (KMeans would warn about them).
-    if n_init and _distinct_above(np.sort(row_hashes(projected)), n_clusters):
+    if n_init and _projection_distinct_above(projected, n_clusters):
         nu, _, _ = yield from _kmeans(
             projected,
             weights,
@@ -777,25 +779,18 @@ def _kmeans(
     clients side by side as arrays): a scikit-learn ``KMeans.fit`` costs
     about 8 ms of fixed overhead (validation, thread-pool control), which
     made a client of a hundred rows cost 25 ms and a fit over 1,000 such
-    clients 15 times one over 10 clients of the same N. Larger or sparse
-    clients keep ``KMeans``, whose compiled Lloyd is faster there. Both are
-    greedy k-means++ followed by Lloyd with scikit-learn's tolerance.
-    ``seed`` (an int) draws the k-means++ starts; with ``init`` it is
-    unused. ``prepared`` is ``_prepare(X, weights, tol)``, if the caller
-    has it.
+    clients 15 times one over 10 clients of the same N. A larger dense
+    client runs :func:`~skfed.cluster._lloyd.lloyd` on rows prepared once
+    (the same iterations as ``KMeans`` without its set-up on every call,
+    which was half a client's step at d = 20, k(z) = 16), after greedy
+    k-means++ seedings (:func:`_restarts`), or ``KMeans``' own restarts
+    for several seedings of fewer than ``GREEDY_MIN_CLUSTERS`` clusters.
+    Sparse clients keep ``KMeans``. All are k-means++ followed by Lloyd
+    with scikit-learn's tolerance. ``seed`` (an int) draws the k-means++
+    starts; with ``init`` it is unused. ``prepared`` is
+    ``_prepare(X, weights, tol)``, if the caller has it.
     """
-    if not _batched(X):
-        greedy = n_clusters >= GREEDY_MIN_CLUSTERS or n_init == 1
-        if init is None and not sp.issparse(X) and greedy:
-            return _restarts(
-                X,
-                weights,
-                n_clusters,
-                n_init=n_init,
-                max_iter=max_iter,
-                tol=tol,
-                seed=seed,
-            )
+    if sp.issparse(X):
         km = KMeans(
             n_clusters,
             init="k-means++" if init is None else init,
@@ -803,6 +798,19 @@ def _kmeans(
             max_iter=max_iter,
             tol=tol,
             random_state=seed,
+        ).fit(X, sample_weight=weights)
+        return km.cluster_centers_, km.labels_, int(km.n_iter_)
+    if not _batched(X):
+        if prepared is None:
+            prepared = lloyd_rows(X, weights, tol)
+        if init is not None:
+            return lloyd(prepared, init, max_iter=max_iter)
+        if n_clusters >= GREEDY_MIN_CLUSTERS or n_init == 1:
+            return _restarts(
+                prepared, n_clusters, n_init=n_init, max_iter=max_iter, seed=seed
+            )
+        km = KMeans(
+            n_clusters, n_init=n_init, max_iter=max_iter, tol=tol, random_state=seed
         ).fit(X, sample_weight=weights)
         return km.cluster_centers_, km.labels_, int(km.n_iter_)
     if prepared is None:
@@ -839,28 +847,31 @@ def _kmeans(
 GREEDY_MIN_CLUSTERS = 32
 
 
-def _restarts(X, weights, n_clusters, *, n_init, max_iter, tol, seed):
+def _restarts(rows, n_clusters, *, n_init, max_iter, seed):
     """Best of ``n_init`` greedy k-means++ seedings, each refined by Lloyd,
-    on a large dense client's rows: (centers, labels, n_iter).
+    on a large dense client's rows (a :class:`~skfed.cluster._lloyd.LloydRows`):
+    (centers, labels, n_iter).
 
     ``KMeans(n_init=n_init)`` with its seeding replaced by
-    :func:`_greedy_kmeans_plusplus`: the seedings took two thirds of a
+    :func:`_greedy_kmeans_plusplus` (the seedings took two thirds of a
     ``KMeans`` fit on a client of 10,000 rows in 50 features with
-    k(z) = 64. Ties keep the earlier restart, as in ``KMeans``.
+    k(z) = 64) and its Lloyd by :func:`~skfed.cluster._lloyd.lloyd`. Ties
+    keep the earlier restart, as in ``KMeans``.
     """
     rng = _pcg_random_state(seed)
-    w = np.asarray(weights, dtype=np.float64)
+    X, w = rows.X, rows.w
     X_f32 = X.astype(np.float32)
     sq_norms = np.einsum("ij,ij->i", X_f32, X_f32)
-    best = None
+    best, best_cost = None, np.inf
     for _ in range(max(n_init, 1)):
         seeds = X[_greedy_kmeans_plusplus(X_f32, sq_norms, w, n_clusters, rng)]
-        km = KMeans(n_clusters, init=seeds, n_init=1, max_iter=max_iter, tol=tol).fit(
-            X, sample_weight=weights
-        )
-        if best is None or km.inertia_ < best.inertia_:
-            best = km
-    return best.cluster_centers_, best.labels_, int(best.n_iter_)
+        run = lloyd(rows, seeds, max_iter=max_iter)
+        if n_init <= 1:
+            return run
+        cost = weighted_cost(X, w, run[0], run[1])
+        if cost < best_cost:
+            best, best_cost = run, cost
+    return best
 
 
 def _greedy_kmeans_plusplus(X_f32, sq_norms, weights, n_clusters, rng):
@@ -932,14 +943,17 @@ def _batched(X):
 
 
 def _prepare(X, weights, tol):
-    """X centered in float64, its absolute tolerance and rounding noise, as
-    :func:`_kmeans` hands them over (None where ``KMeans`` runs instead).
-
-    Computed once for rows clustered twice (Lloyd from θ and plain
-    k-means): 75 us a client otherwise spent again.
+    """X as :func:`_kmeans` clusters it, computed once for rows clustered
+    several times (Lloyd from θ, plain k-means, the moves' Lloyd runs): a
+    small dense client's rows centered in float64 with their absolute
+    tolerance and rounding noise (75 us a client otherwise spent again), a
+    large dense client's :class:`~skfed.cluster._lloyd.LloydRows`, None
+    for sparse rows (``KMeans`` runs there).
     """
-    if not _batched(X):
+    if sp.issparse(X):
         return None
+    if not _batched(X):
+        return lloyd_rows(X, weights, tol)
     w = np.asarray(weights, dtype=np.float64)
     Xc, shift = _centered(np.asarray(X, dtype=np.float64), w)
     return _PreparedRows(Xc, w, shift, _tolerance(Xc, w, tol), _rounding_noise(X))
@@ -995,6 +1009,19 @@ def _few_distinct_rows(X, hashes, n_clusters):
     if len(first) > n_clusters:
         return None
     return first, inverse.ravel()
+
+
+def _projection_distinct_above(projected, n):
+    """Whether ``projected`` (dense) holds more than ``n`` distinct rows.
+
+    Rows that differ in their first coordinate are distinct, and that is
+    almost always enough to answer: sorting one column costs a tenth of
+    hashing the rows (3 ms on a client of 10,000 rows), which only a
+    projection with few distinct first coordinates needs.
+    """
+    if projected.shape[1] and _distinct_above(np.sort(projected[:, 0]), n):
+        return True
+    return _distinct_above(np.sort(row_hashes(projected)), n)
 
 
 def _distinct_above(sorted_hashes, n):

@@ -26,6 +26,7 @@ import skfed.cluster._coreset as coreset_module
 import skfed.cluster._kfed_protocol as kfed_module
 from skfed import ClientStepError, ClientValueError, KFed
 from skfed._protocol import run_alone
+from skfed.cluster._lloyd import lloyd_rows
 from skfed.partition import labels_per_client
 
 HYPOTHESIS = settings(
@@ -1123,8 +1124,9 @@ def test_large_clients_local_cost_matches_kmeans():
     for seed in range(4):
         X = means[rng.randint(k, size=n)] + rng.normal(size=(n, d))
         X -= X.mean(axis=0)
+        rows = lloyd_rows(X, np.ones(n), 1e-4)
         centers, labels, _ = kfed_module._restarts(
-            X, np.ones(n), k, n_init=3, max_iter=300, tol=1e-4, seed=seed
+            rows, k, n_init=3, max_iter=300, seed=seed
         )
         ours = ((X - centers[labels]) ** 2).sum()
         ratios.append(ours / KMeans(k, n_init=3, random_state=seed).fit(X).inertia_)

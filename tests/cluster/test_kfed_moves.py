@@ -13,6 +13,7 @@ from sklearn.metrics import adjusted_rand_score
 import skfed.cluster._kfed_protocol as kfed_module
 from skfed import KFed
 from skfed.cluster._kfed_moves import improve_by_moves
+from skfed.cluster._lloyd import lloyd_rows
 
 SMALL_ROWS = kfed_module.SMALL_ROWS
 
@@ -45,7 +46,10 @@ def test_moves_leave_a_lloyd_local_optimum_for_the_best_clustering():
     stuck = cost(X, km.cluster_centers_, km.labels_)
     assert adjusted_rand_score(y, km.labels_) < 0.9  # the trap works
     moves = improve_by_moves(
-        X, np.ones(len(X)), km.cluster_centers_, km.labels_, max_iter=300, tol=1e-4
+        lloyd_rows(X, np.ones(len(X)), 1e-4),
+        km.cluster_centers_,
+        km.labels_,
+        max_iter=300,
     )
     assert moves.n_moves >= 1
     assert adjusted_rand_score(y, moves.labels) == 1.0
@@ -67,7 +71,7 @@ def test_moves_never_raise_the_weighted_cost(seed):
     np.add.at(sums, km.labels_, w[:, None] * X)
     sizes = np.bincount(km.labels_, weights=w, minlength=10)
     start = sums / sizes[:, None]
-    moves = improve_by_moves(X, w, start, km.labels_, max_iter=300, tol=1e-4)
+    moves = improve_by_moves(lloyd_rows(X, w, 1e-4), start, km.labels_, max_iter=300)
     assert cost(X, moves.centers, moves.labels, w) <= cost(X, start, km.labels_, w)
     for r in range(10):
         members = moves.labels == r
@@ -97,9 +101,9 @@ def test_auto_runs_the_moves_where_the_rule_says(monkeypatch):
     calls = []
     real_moves, real_as = kfed_module.improve_by_moves, kfed_module._awasthi_sheffet
 
-    def moves(X, *args, **kwargs):
-        calls.append(X.shape[0])
-        return real_moves(X, *args, **kwargs)
+    def moves(rows, *args, **kwargs):
+        calls.append(rows.X.shape[0])
+        return real_moves(rows, *args, **kwargs)
 
     seedings = []
 
