@@ -702,10 +702,27 @@ def _line_search(c, e, direction_sum, *, gamma, epsilon):
     tau = np.sqrt(2 * gamma * beta)
     moving = e != 0
     c, e = c[moving], e[moving]
+    # Most atoms stay on one side of the threshold over the whole segment
+    # (they are below it for t in [t_low, t_high], an interval with a
+    # margin here against rounding): their share of the slope is linear in
+    # t, summed once. The bisection evaluates only the few that cross (it
+    # took 14% of a ten-class fit over every atom).
+    with np.errstate(divide="ignore"):
+        ends = np.sort(np.stack([(-tau - c) / e, (tau - c) / e]), axis=0)
+    t_low, t_high = ends
+    slack = 1e-9
+    above = (t_high < -slack) | (t_low > 1 + slack)
+    below = (t_low < -slack) & (t_high > 1 + slack)
+    crossing = ~(above | below)
+    base = (1 - epsilon) * direction_sum
+    fixed_c = np.sum(e[above] * c[above])
+    fixed_e = np.sum(e[above] * e[above])
+    c, e = c[crossing], e[crossing]
 
     def slope(t):
         u = c + t * e
-        return (1 - epsilon) * direction_sum - np.sum(e * u * (np.abs(u) > tau)) / beta
+        crossing_part = np.sum(e * u * (np.abs(u) > tau))
+        return base - (fixed_c + t * fixed_e + crossing_part) / beta
 
     if slope(1.0) >= 0:
         return 1.0

@@ -1327,3 +1327,44 @@ def test_working_set_solve_falls_back_to_svc(monkeypatch, binding):
     np.testing.assert_allclose(through_svc["lam"], direct["lam"], atol=1e-6)
     assert through_svc["intercept"] == pytest.approx(direct["intercept"], abs=1e-6)
     assert through_svc["converged"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    scale_c=st.sampled_from([0.1, 1.0, 3.0]),
+    scale_e=st.sampled_from([0.01, 0.3, 2.0]),
+    direction_sum=st.floats(0, 200),
+)
+def test_line_search_matches_bisection_over_every_atom(
+    seed, scale_c, scale_e, direction_sum
+):
+    # The line search sums the atoms that stay on one side of the threshold
+    # once and bisects over the others; the step is the one a bisection of
+    # the slope over every atom finds.
+    from skfed.classification._sparse_dual import _line_search
+
+    rng = np.random.RandomState(seed)
+    c = rng.normal(size=2000) * scale_c
+    e = rng.normal(size=2000) * scale_e
+    e[rng.rand(2000) < 0.1] = 0
+    gamma, epsilon = 0.5, 0.1
+    beta = 1 - gamma
+    tau = np.sqrt(2 * gamma * beta)
+
+    def slope(t):
+        u = c + t * e
+        return (1 - epsilon) * direction_sum - np.sum(e * u * (np.abs(u) > tau)) / beta
+
+    if slope(1.0) >= 0:
+        expected = 1.0
+    elif slope(0.0) <= 0:
+        expected = 0.0
+    else:
+        lo, hi = 0.0, 1.0
+        for _ in range(50):
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if slope(mid) > 0 else (lo, mid)
+        expected = hi
+    got = _line_search(c, e, direction_sum, gamma=gamma, epsilon=epsilon)
+    assert got == pytest.approx(expected, abs=1e-12)
