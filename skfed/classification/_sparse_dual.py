@@ -847,8 +847,21 @@ def dense_dual(
 
 
 def _product(Phi, v):
-    """Φ v in Φ's precision (no float64 copy of Φ), returned in float64."""
-    return (Phi @ np.asarray(v).astype(Phi.dtype)).astype(np.float64)
+    """Φ v in float64, a block of rows at a time (about 8 MB of float64 rows:
+    no float64 copy of a large Φ).
+
+    The KKT checks compare these margins with 1 to libsvm's tolerance; in
+    float32 a model whose wide, nearly collinear atoms carry large
+    coefficients of opposite signs loses more than that to cancellation.
+    """
+    v = np.asarray(v, dtype=np.float64)
+    out = np.empty(Phi.shape[0])
+    step = max(1, 2**20 // max(Phi.shape[1], 1))
+    for start in range(0, Phi.shape[0], step):
+        out[start : start + step] = (
+            np.asarray(Phi[start : start + step], dtype=np.float64) @ v
+        )
+    return out
 
 
 def _guess_margins(Phi, y, *, beta, epsilon, upper, tol):
@@ -877,7 +890,7 @@ def _svc_margins(Phi, y, dual, intercept):
     """y_n f(x_n) of libsvm's solution on every row of ``Phi``, in its
     scaling (the margin is 1): f = Φ Φᵀ(y ∘ λ) + b."""
     support = np.flatnonzero(dual)
-    w = Phi[support].T @ (y * dual)[support].astype(Phi.dtype)
+    w = np.asarray(Phi[support], dtype=np.float64).T @ (y * dual)[support]
     return y * (_product(Phi, w) + intercept)
 
 
