@@ -609,12 +609,19 @@ def active_set_dual(
     value = dual_value(lam, c, gamma=gamma, beta=beta, epsilon=epsilon)
     best = None
     trace, primal_trace, converged, n_iter, stale = [value], [], False, 0, 0
+    # Working sets pay on pools well above their first size; on smaller
+    # ones every step solves all the rows, as cheap, and the step's solution
+    # is then libsvm's own rather than one to the working set's tolerance,
+    # which on the sparse problem's nonconvex path can lead elsewhere (a
+    # 3-kernel first model instead of 7 on 109 critical samples of the
+    # user guide's moons, and 69% more rows sent by the refinement).
+    working_set = len(y) > 2 * _GUESS_ROWS
     margins = None
     while n_iter < max_iter:
         n_iter += 1
         active = np.flatnonzero(np.abs(c) > tau)
         Phi = dictionary.columns(active)
-        if margins is None and len(y) > 2 * _GUESS_ROWS:
+        if working_set and margins is None:
             margins = _guess_margins(
                 Phi, y, beta=beta, epsilon=epsilon, upper=upper, tol=tol
             )
@@ -631,7 +638,7 @@ def active_set_dual(
             tol=tol,
             margins=margins,
         )
-        margins = fit["margins"]
+        margins = fit["margins"] if working_set else None
         primal = gamma * len(active) + _primal_value(
             Phi, y, fit, beta=beta, epsilon=epsilon, upper=upper
         )

@@ -1370,3 +1370,29 @@ def test_line_search_matches_bisection_over_every_atom(
         expected = hi
     got = _line_search(c, e, direction_sum, gamma=gamma, epsilon=epsilon)
     assert got == pytest.approx(expected, abs=1e-12)
+
+
+@pytest.mark.parametrize("n, working", [(300, False), (1200, True)])
+def test_working_sets_only_on_pools_above_their_first_size(n, working, monkeypatch):
+    # On a pool of at most 600 rows every quadratic step is libsvm on all
+    # the rows (the path of the user guide's moons example, whose
+    # refinement sent 69% more rows when small pools took working sets);
+    # above, the steps after the first guess take working sets.
+    from skfed.classification import _sparse_dual as sparse_dual
+
+    calls = []
+    original = sparse_dual._working_set_svc
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(sparse_dual, "_working_set_svc", spy)
+    X, y = make_moons(n, noise=0.2, random_state=0)
+    ypm = np.where(y == 1, 1.0, -1.0)
+    dictionary = AtomDictionary(X, X, [0.3, 0.8])
+    result = sparse_dual.active_set_dual(
+        dictionary, ypm, gamma=0.7, epsilon=0.3, upper=1.0, max_iter=50, tol=1e-4
+    )
+    assert result["n_iter"] >= 2 and len(result["atoms"]) > 0
+    assert bool(calls) == working
