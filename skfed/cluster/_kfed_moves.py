@@ -21,7 +21,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ._coreset import _SAME_COST, _cluster_sums
-from ._lloyd import lloyd
+from ._lloyd import lloyd, weighted_cost
 
 __all__ = ["improve_by_moves"]
 
@@ -71,7 +71,7 @@ def improve_by_moves(rows, centers, labels, *, max_iter):
         # A move needs a merged pair and a third cluster to split.
         return Moves(centers, labels, 0, 0)
     X, w = rows.X, rows.w
-    cost = _cost(X, w, centers, labels)
+    cost = weighted_cost(X, w, centers, labels)
     n_iter = n_moves = 0
     for _ in range(MAX_ROUNDS):
         moved, n_new = _moved_centers(X, w, centers, labels)
@@ -79,7 +79,7 @@ def improve_by_moves(rows, centers, labels, *, max_iter):
             break
         lloyd_centers, new_labels, lloyd_iter = lloyd(rows, moved, max_iter=max_iter)
         new_centers = _means(X, w, new_labels, lloyd_centers)
-        new_cost = _cost(X, w, new_centers, new_labels)
+        new_cost = weighted_cost(X, w, new_centers, new_labels)
         # A cost lower by rounding only is no progress (see _better_of).
         if not new_cost < cost - _SAME_COST * abs(cost):
             break
@@ -190,8 +190,3 @@ def _means(X, w, labels, centers):
     filled = sizes > 0
     means[filled] = sums[filled] / sizes[filled, None]
     return means
-
-
-def _cost(X, w, centers, labels):
-    diff = X - centers[labels]
-    return float(w @ np.einsum("ij,ij->i", diff, diff))
