@@ -406,6 +406,24 @@ def fit_time():
     return timing
 
 
+def _machine(start):
+    """The report line on the machine and the run's total time."""
+    return (
+        f"{platform.machine()}, Python {platform.python_version()}, BLAS "
+        f"pinned to 1 thread. Total {time.perf_counter() - start:.0f} s."
+    )
+
+
+def write_report(name, sections):
+    """Write ``results/<name>.md`` from its markdown sections and print it."""
+    RESULTS.mkdir(exist_ok=True)
+    text = "\n\n".join(sections)
+    path = RESULTS / f"{name}.md"
+    path.write_text(text + "\n")
+    print(text)
+    print(f"\nwrote {path}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer folds and sizes")
@@ -419,43 +437,33 @@ def main():
     )
     args = parser.parse_args()
     if args.fit_time:
-        RESULTS.mkdir(exist_ok=True)
         start = time.perf_counter()
         with threadpool_limits(1):
             timing = fit_time()
-        text = "\n\n".join(
+        write_report(
+            "bench_rkhs_real_fit_time",
             [
                 "# bench_rkhs_real --fit-time: fit time against SVC's",
-                f"{platform.machine()}, Python {platform.python_version()}, BLAS "
-                f"pinned to 1 thread. Total {time.perf_counter() - start:.0f} s.",
+                _machine(start),
                 table(timing),
-            ]
+            ],
         )
-        path = RESULTS / "bench_rkhs_real_fit_time.md"
-        path.write_text(text + "\n")
-        print(text)
-        print(f"\nwrote {path}")
         return
     if args.headline:
-        RESULTS.mkdir(exist_ok=True)
         start = time.perf_counter()
         with threadpool_limits(1):
             out, timing = headline()
-        text = "\n\n".join(
+        write_report(
+            "bench_rkhs_real_headline",
             [
                 "# bench_rkhs_real --headline: FederatedRKHSClassifier's targets",
-                f"{platform.machine()}, Python {platform.python_version()}, BLAS "
-                f"pinned to 1 thread. Total {time.perf_counter() - start:.0f} s.",
+                _machine(start),
                 "## Kernels, accuracy and rows sent (defaults)",
                 table(out),
                 "## Fit time against SVC's (best of alternated fits)",
                 table(timing),
-            ]
+            ],
         )
-        path = RESULTS / "bench_rkhs_real_headline.md"
-        path.write_text(text + "\n")
-        print(text)
-        print(f"\nwrote {path}")
         return
     n_repeats = 1 if args.quick else 3
     data = datasets(args.quick)
@@ -471,7 +479,8 @@ def main():
         fourth = multiclass(1 if args.quick else 2)
     png = RESULTS / "bench_rkhs_real_tradeoff.png"
     plot(second, png)
-    text = "\n\n".join(
+    write_report(
+        f"bench_rkhs_real_{'quick' if args.quick else 'full'}",
         [
             "# bench_rkhs_real: FederatedRKHSClassifier on real data",
             f"Profile: {'quick' if args.quick else 'full'}; {platform.machine()}, "
@@ -488,12 +497,8 @@ def main():
             table(third),
             "## 4. Multiclass digits (one-vs-rest)",
             table(fourth),
-        ]
+        ],
     )
-    path = RESULTS / f"bench_rkhs_real_{'quick' if args.quick else 'full'}.md"
-    path.write_text(text + "\n")
-    print(text)
-    print(f"\nwrote {path}")
 
 
 if __name__ == "__main__":
