@@ -1237,22 +1237,14 @@ def test_working_set_solve_matches_the_full_solve(n_atoms):
     # pooled per class) starting from a nearby problem's margins solves
     # the full problem to the tolerance: the same dual and primal values,
     # the same decisions. 600 atoms on 500 rows go through the Gram matrix.
-    X, y = make_moons(500, noise=0.3, random_state=0)
-    ypm = np.where(y == 1, 1.0, -1.0)
-    Phi = AtomDictionary(X, X[:n_atoms], [0.3, 0.8]).columns()
-    kw = {"beta": 0.4, "epsilon": 0.3, "upper": 1.0, "bias": True}
-    kw.update(max_iter=10, tol=1e-5)
+    ypm, Phi, kw = _moons_dual_problem(500, 0, n_atoms, beta=0.4, epsilon=0.3)
     # The previous step of the active-set loop: one atom fewer.
     nearby = dense_dual(Phi[:, 1:], ypm, **kw)
     full = dense_dual(Phi, ypm, **kw)
     chunked = dense_dual(Phi, ypm, margins=nearby["margins"], **kw)
-    d_full, p_full, f_full = _svm_dual_and_primal(Phi, ypm, full, **_dp(kw))
-    d_ws, p_ws, f_ws = _svm_dual_and_primal(Phi, ypm, chunked, **_dp(kw))
-    assert d_ws == pytest.approx(d_full, rel=1e-3)
-    assert p_ws == pytest.approx(p_full, rel=1e-3)
+    (d_ws, p_ws, f_ws), (_, _, f_full) = _assert_same_svm(Phi, ypm, chunked, full, kw)
     # Weak duality holds for both: P ≥ D up to the solver tolerance.
     assert p_ws >= d_ws - 1e-3 * abs(d_ws)
-    assert np.mean(np.sign(f_ws) == np.sign(f_full)) >= 0.99
     assert np.abs(f_ws - f_full).max() <= 0.05
     # Φ is float32: α is summed in it, the margins in float64.
     np.testing.assert_allclose(chunked["margins"], ypm * f_ws / 0.7, atol=1e-3)
@@ -1265,6 +1257,28 @@ def _dp(kw):
     return {k: kw[k] for k in ("beta", "epsilon", "upper")}
 
 
+def _moons_dual_problem(n, seed, n_atoms, *, beta, epsilon):
+    """±1 labels, the atoms' features Φ (two widths over the first
+    ``n_atoms`` rows) and the dense dual's options, on noisy moons."""
+    X, y = make_moons(n, noise=0.3, random_state=seed)
+    ypm = np.where(y == 1, 1.0, -1.0)
+    Phi = AtomDictionary(X, X[:n_atoms], [0.3, 0.8]).columns()
+    kw = {"beta": beta, "epsilon": epsilon, "upper": 1.0, "bias": True}
+    kw.update(max_iter=10, tol=1e-5)
+    return ypm, Phi, kw
+
+
+def _assert_same_svm(Phi, ypm, got, expected, kw):
+    """``got`` solves ``expected``'s problem: the same dual and primal
+    values, the same decisions; returns both fits' D, P and f."""
+    d_exp, p_exp, f_exp = _svm_dual_and_primal(Phi, ypm, expected, **_dp(kw))
+    d_got, p_got, f_got = _svm_dual_and_primal(Phi, ypm, got, **_dp(kw))
+    assert d_got == pytest.approx(d_exp, rel=1e-3)
+    assert p_got == pytest.approx(p_exp, rel=1e-3)
+    assert np.mean(np.sign(f_got) == np.sign(f_exp)) >= 0.99
+    return (d_got, p_got, f_got), (d_exp, p_exp, f_exp)
+
+
 @pytest.mark.parametrize("guess", ["held at zero", "held at C"])
 def test_working_set_adds_the_violators_its_first_guess_missed(monkeypatch, guess):
     # A first working set far from the solution: a handful of rows free
@@ -1272,11 +1286,7 @@ def test_working_set_adds_the_violators_its_first_guess_missed(monkeypatch, gues
     # the violators until none is left, and reach the full solution.
     import skfed.classification._sparse_dual as sparse_dual
 
-    X, y = make_moons(400, noise=0.3, random_state=1)
-    ypm = np.where(y == 1, 1.0, -1.0)
-    Phi = AtomDictionary(X, X[:15], [0.3, 0.8]).columns()
-    kw = {"beta": 0.5, "epsilon": 0.0, "upper": 1.0, "bias": True}
-    kw.update(max_iter=10, tol=1e-5)
+    ypm, Phi, kw = _moons_dual_problem(400, 1, 15, beta=0.5, epsilon=0.0)
     full = dense_dual(Phi, ypm, **kw)
     margins = np.full(len(ypm), 5.0 if guess == "held at zero" else -5.0)
     first = np.concatenate([np.flatnonzero(ypm > 0)[:3], np.flatnonzero(ypm < 0)[:3]])
@@ -1291,11 +1301,7 @@ def test_working_set_adds_the_violators_its_first_guess_missed(monkeypatch, gues
     monkeypatch.setattr(sparse_dual, "_binary_svc", counted)
     chunked = dense_dual(Phi, ypm, margins=margins, **kw)
     assert len(sizes) >= 2 and sizes[0] <= 8  # 6 free rows (+ the groups)
-    d_full, p_full, f_full = _svm_dual_and_primal(Phi, ypm, full, **_dp(kw))
-    d_ws, p_ws, f_ws = _svm_dual_and_primal(Phi, ypm, chunked, **_dp(kw))
-    assert d_ws == pytest.approx(d_full, rel=1e-3)
-    assert p_ws == pytest.approx(p_full, rel=1e-3)
-    assert np.mean(np.sign(f_ws) == np.sign(f_full)) >= 0.99
+    _assert_same_svm(Phi, ypm, chunked, full, kw)
     # Every row meets its KKT condition to the tolerance (margins in
     # libsvm's scaling, where the margin is 1).
     lam, m = chunked["lam"], chunked["margins"]
@@ -1312,11 +1318,7 @@ def test_working_set_solve_falls_back_to_svc(monkeypatch, binding):
 
     import skfed.classification._sparse_dual as sparse_dual
 
-    X, y = make_moons(300, noise=0.3, random_state=2)
-    ypm = np.where(y == 1, 1.0, -1.0)
-    Phi = AtomDictionary(X, X[:20], [0.3, 0.8]).columns()
-    kw = {"beta": 0.4, "epsilon": 0.3, "upper": 1.0, "bias": True}
-    kw.update(max_iter=10, tol=1e-5)
+    ypm, Phi, kw = _moons_dual_problem(300, 2, 20, beta=0.4, epsilon=0.3)
     margins = dense_dual(Phi[:, 2:], ypm, **kw)["margins"]
     direct = dense_dual(Phi, ypm, margins=margins, **kw)
 

@@ -19,6 +19,19 @@ def mixture(n, d, k, separation, seed):
     return means[y] + rng.normal(size=(n, d)), y
 
 
+def lloyd_and_kmeans(X, w, start, *, rtol, cost_rel=None):
+    """Lloyd and ``KMeans(init=start, n_init=1)`` (tol 1e-4) on the same
+    weighted rows: the same centers to ``rtol`` and the same cost to
+    ``cost_rel`` (pytest.approx's default when None). Returns Lloyd's run
+    and the fitted KMeans."""
+    km = KMeans(len(start), init=start, n_init=1, tol=1e-4).fit(X, sample_weight=w)
+    centers, labels, n_iter = lloyd(lloyd_rows(X, w, 1e-4), start, max_iter=300)
+    assert_allclose(centers, km.cluster_centers_, rtol=rtol, atol=rtol)
+    cost = weighted_cost(X, w, centers, labels)
+    assert cost == pytest.approx(km.inertia_, rel=cost_rel)
+    return (centers, labels, n_iter), km
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("seed", range(3))
@@ -30,13 +43,12 @@ def test_lloyd_matches_kmeans_from_the_same_start(seed, weighted, dtype):
     rng = np.random.RandomState(seed)
     w = rng.uniform(0.2, 3.0, len(X)) if weighted else np.ones(len(X))
     start = X[rng.choice(len(X), 9, replace=False)]
-    km = KMeans(9, init=start, n_init=1, tol=1e-4).fit(X, sample_weight=w)
-    centers, labels, n_iter = lloyd(lloyd_rows(X, w, 1e-4), start, max_iter=300)
-    assert centers.dtype == dtype
     rtol = 1e-9 if dtype == np.float64 else 1e-4
-    assert_allclose(centers, km.cluster_centers_, rtol=rtol, atol=rtol)
+    (centers, labels, n_iter), km = lloyd_and_kmeans(
+        X, w, start, rtol=rtol, cost_rel=rtol
+    )
+    assert centers.dtype == dtype
     assert np.mean(labels == km.labels_) > 0.999
-    assert weighted_cost(X, w, centers, labels) == pytest.approx(km.inertia_, rel=rtol)
     # KMeans counts the pass that finds the labels unchanged; we do not.
     assert km.n_iter_ - 1 <= n_iter <= km.n_iter_
 
@@ -61,13 +73,9 @@ def test_empty_cluster_takes_the_farthest_row_as_kmeans_does():
     X = np.vstack([rng.normal(size=(300, 2)), rng.normal(size=(300, 2)) + 20])
     X[0] = [-9.0, -9.0]  # one far row of the first blob
     start = np.array([[0.0, 0.0], [100.0, 100.0], [20.0, 20.0], [-100.0, 100.0]])
-    w = np.ones(len(X))
-    km = KMeans(4, init=start, n_init=1).fit(X)
-    centers, labels, _ = lloyd(lloyd_rows(X, w, 1e-4), start, max_iter=300)
+    (_, labels, _), _ = lloyd_and_kmeans(X, np.ones(len(X)), start, rtol=1e-9)
     # No center is lost to an empty cluster.
     assert len(np.unique(labels)) == 4
-    assert_allclose(centers, km.cluster_centers_, rtol=1e-9, atol=1e-9)
-    assert weighted_cost(X, w, centers, labels) == pytest.approx(km.inertia_)
 
 
 def test_duplicate_rows_match_kmeans():
@@ -77,10 +85,7 @@ def test_duplicate_rows_match_kmeans():
     X = base[rng.randint(40, size=2200)]
     start = base[:6] + 0.5
     w = rng.uniform(0.5, 1.5, len(X))
-    km = KMeans(6, init=start, n_init=1).fit(X, sample_weight=w)
-    centers, labels, _ = lloyd(lloyd_rows(X, w, 1e-4), start, max_iter=300)
-    assert_allclose(centers, km.cluster_centers_, rtol=1e-9, atol=1e-9)
-    assert weighted_cost(X, w, centers, labels) == pytest.approx(km.inertia_)
+    lloyd_and_kmeans(X, w, start, rtol=1e-9)
 
 
 def test_repeated_starts_end_at_a_lloyd_fixed_point():
