@@ -142,45 +142,73 @@ def _split_savings(X, w, centers, labels):
     saving W_a‖a‖² + W_b‖b‖² − W‖m‖² (halves' means a, b and the
     cluster's mean m, all relative to its center) is exact for the
     halves found.
+
+    Every cluster is split at once: each step is a pass over all rows and
+    one weighted sum per cluster, so the number of NumPy calls does not
+    grow with the number of clusters (a loop over the clusters, a dozen
+    small calls each, cost as much as three Lloyd passes at k(z) = 16).
     """
     n_clusters, n_features = centers.shape
     savings = np.zeros(n_clusters)
     halves = np.zeros((n_clusters, 2, n_features))
-    # Rows grouped by cluster once: each cluster's rows are then a slice.
-    order = np.argsort(labels, kind="stable")
-    bounds = np.searchsorted(labels[order], np.arange(n_clusters + 1))
-    X_sorted, w_sorted = X[order], w[order]
-    for j in range(n_clusters):
-        lo, hi = bounds[j], bounds[j + 1]
-        if hi - lo < 2:
-            continue
-        Y = X_sorted[lo:hi] - centers[j]
-        wj = w_sorted[lo:hi]
-        total = wj.sum()
-        total_sum = wj @ Y  # W m
-        axis = Y[np.argmax(np.einsum("ij,ij->i", Y, Y))]
-        for _ in range(_POWER_STEPS):
-            axis = (wj * (Y @ axis)) @ Y
-            norm = np.linalg.norm(axis)
-            if norm == 0.0:
-                break
-            axis /= norm
-        side = Y @ axis > 0
-        for step in range(_SPLIT_STEPS + 1):
-            w_side = np.where(side, wj, 0.0)
-            w_a = w_side.sum()
-            w_b = total - w_a
-            if not (w_a > 0 and w_b > 0):
-                break
-            sum_a = w_side @ Y
-            a, b = sum_a / w_a, (total_sum - sum_a) / w_b
-            if step < _SPLIT_STEPS:
-                side = Y @ (a - b) > 0.5 * (a @ a - b @ b)  # nearer to a
-        else:
-            m = total_sum / total
-            savings[j] = w_a * (a @ a) + w_b * (b @ b) - total * (m @ m)
-            halves[j] = a + centers[j], b + centers[j]
+    Y = X - np.asarray(centers, dtype=np.float64)[labels]
+    total_sum, total = _cluster_sums(Y, w, labels, n_clusters)  # W m, W
+    # A cluster of one row has nothing to split.
+    split = np.bincount(labels, minlength=n_clusters) >= 2
+    axis = Y[_first_farthest(Y, labels, n_clusters)]
+    for _ in range(_POWER_STEPS):
+        weights = w * _along(Y, axis, labels)
+        new_axis, _ = _cluster_sums(Y, weights, labels, n_clusters)
+        norm = np.linalg.norm(new_axis, axis=1)
+        # Zero only where all of a cluster's rows sit at its center.
+        turned = norm > 0
+        axis[turned] = new_axis[turned] / norm[turned, None]
+    side = _along(Y, axis, labels) > 0
+    for step in range(_SPLIT_STEPS + 1):
+        sum_a, w_a = _cluster_sums(Y, np.where(side, w, 0.0), labels, n_clusters)
+        w_b = total - w_a
+        split &= (w_a > 0) & (w_b > 0)
+        a = _divide(sum_a, w_a)
+        b = _divide(total_sum - sum_a, w_b)
+        if step < _SPLIT_STEPS:
+            # Each row to the nearer of the two halves' means.
+            offset = 0.5 * (_sq_norms(a) - _sq_norms(b))
+            side = _along(Y, a - b, labels) > offset[labels]
+    m = _divide(total_sum, total)
+    saving = w_a * _sq_norms(a) + w_b * _sq_norms(b) - total * _sq_norms(m)
+    savings[split] = saving[split]
+    halves[split, 0] = a[split] + centers[split]
+    halves[split, 1] = b[split] + centers[split]
     return savings, halves
+
+
+def _along(Y, vectors, labels):
+    """y_i · v_{labels_i} for every row."""
+    return np.einsum("ij,ij->i", Y, vectors[labels])
+
+
+def _first_farthest(Y, labels, n_clusters):
+    """Each cluster's row farthest from its center, the first on ties (0
+    for a cluster of no row)."""
+    sq = _sq_norms(Y)
+    top = np.full(n_clusters, -np.inf)
+    np.maximum.at(top, labels, sq)
+    hits = np.flatnonzero(sq == top[labels])
+    first = np.full(n_clusters, len(labels))
+    np.minimum.at(first, labels[hits], hits)
+    first[first == len(labels)] = 0
+    return first
+
+
+def _sq_norms(vectors):
+    return np.einsum("ij,ij->i", vectors, vectors)
+
+
+def _divide(sums, weights):
+    """sums / weights row by row; 0 where the weight is 0."""
+    return np.divide(
+        sums, weights[:, None], out=np.zeros_like(sums), where=weights[:, None] > 0
+    )
 
 
 def _means(X, w, labels, centers):

@@ -65,9 +65,17 @@ _SVD_STREAM = "kfed.svd"
 _SEEDING_STREAM = "kfed.seeding"
 _DROPOUT_STREAM = "kfed.dropout"
 _PLAIN_STREAM = "kfed.plain"
+_SEEDING_ROWS_STREAM = "kfed.seeding_rows"
 # Features up to which a dense client's projection comes from its d x d
 # Gram matrix (exact, n·d² flops) rather than randomized_svd.
 _GRAM_SVD_FEATURES = 256
+# Rows a large client's seeding ν runs on (at least 32 per local cluster):
+# Algorithm 1 asks only for a constant-factor start, which Lloyd from θ
+# then refines on every row. Seeding and refining ν on all of a 10,000-row
+# client's projection took 14 Lloyd passes on average (up to 53); on
+# 4,096 of its rows the fit at N = 1,000,000 over 100 clients (d = 20,
+# k = 16) took 15% less CPU time, at the same NMI and cost.
+SEEDING_ROWS = 4096
 
 
 class KFedResult(NamedTuple):
@@ -521,8 +529,10 @@ def _local_step(
             }
             large = _moves_client(rows, local_step)
             if large:
-                # One seeding; the moves below do what restarts did.
+                # One seeding, on a sample of the rows; the moves below do
+                # what restarts did.
                 options["n_init"] = min(options["n_init"], 1)
+                options["seeding_rows"] = SEEDING_ROWS
             offsets, kept_labels, n_iter = yield from _awasthi_sheffet(
                 rows, w_kept, n_local_clusters, **options
             )
@@ -621,7 +631,16 @@ def _induce_labels_step(client, state, message):
 
 
 def _awasthi_sheffet(
-    X, weights, n_clusters, *, n_init, max_iter, tol, client, prepared=None
+    X,
+    weights,
+    n_clusters,
+    *,
+    n_init,
+    max_iter,
+    tol,
+    client,
+    prepared=None,
+    seeding_rows=None,
 ):
     """Algorithm 1 (Awasthi & Sheffet, 2012) on one client's (weighted) rows.
 
@@ -634,7 +653,9 @@ def _awasthi_sheffet(
     A generator (its k-means runs are handed over, see :func:`_kmeans`)
     returning the local centers Θ(z), the local labels U(z) and the number
     of full-space Lloyd iterations. ``prepared`` is X as :func:`_prepare`
-    returns it, if the caller has it.
+    returns it, if the caller has it. With ``seeding_rows``, ν is seeded
+    on that many of the rows (see :func:`_seeding_sample`) when there are
+    more.
     """
     n_features = X.shape[1]
     rank = min(n_clusters, n_features)
@@ -671,23 +692,26 @@ def _awasthi_sheffet(
     # Lloyd on the k(z)-dimensional projection, which is cheap next to the
     # SVD and avoids most bad local seedings. Projections with too few
     # distinct rows only get k-means++ (KMeans would warn about them).
-    if n_init and _projection_distinct_above(projected, n_clusters):
+    seed_rows, seed_weights = _seeding_sample(
+        projected, weights, n_clusters, seeding_rows, client
+    )
+    if n_init and _projection_distinct_above(seed_rows, n_clusters):
         nu, _, _ = yield from _kmeans(
-            projected,
-            weights,
+            seed_rows,
+            seed_weights,
             n_clusters,
             n_init=n_init,
             max_iter=max_iter,
             tol=tol,
             seed=client.seed(_SEEDING_STREAM),
             # With k(z) >= d the projection is the rows themselves.
-            prepared=prepared if projected is X else None,
+            prepared=prepared if seed_rows is X else None,
         )
     else:
         nu, _ = kmeans_plusplus(
-            projected,
+            seed_rows,
             n_clusters,
-            sample_weight=weights,
+            sample_weight=seed_weights,
             random_state=client.random_state(_SEEDING_STREAM),
         )
 
@@ -730,6 +754,26 @@ def _awasthi_sheffet(
     )
     # Algorithm 1 returns the means of the final clusters U_r.
     return _means_of(X, weights, labels, lloyd_centers), labels, int(lloyd_iter)
+
+
+def _seeding_sample(projected, weights, n_clusters, seeding_rows, client):
+    """The rows (and their weights) the seeding ν runs on.
+
+    All of them, unless ``seeding_rows`` is given and the client holds
+    more: then that many (at least 32 per local cluster), drawn uniformly
+    without replacement from the client's own stream and kept in the
+    order of the rows, which the caller has made independent of the order
+    of the samples. A uniform sample keeps the clusters' proportions in
+    expectation; the weights travel with their rows.
+    """
+    if seeding_rows is None:
+        return projected, weights
+    size = max(seeding_rows, 32 * n_clusters)
+    if projected.shape[0] <= size:
+        return projected, weights
+    rng = client.random_state(_SEEDING_ROWS_STREAM)
+    picked = np.sort(rng.choice(projected.shape[0], size, replace=False))
+    return projected[picked], weights[picked]
 
 
 def _plain_kmeans(

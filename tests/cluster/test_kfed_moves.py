@@ -200,3 +200,132 @@ def test_single_seeding_on_large_clients_is_greedy_float32(monkeypatch):
     assert 8 < kfed_module.GREEDY_MIN_CLUSTERS
     KFed(8, random_state=0).fit(X, partitions=partitions)
     assert calls == [SMALL_ROWS + 1]
+
+
+def test_large_clients_seed_on_a_sample_of_their_rows(monkeypatch):
+    # Algorithm 1's seeding ν on a client above SEEDING_ROWS rows runs on
+    # SEEDING_ROWS of them (32 per local cluster when that is more); Lloyd
+    # from θ and the moves still run on every row.
+    size = kfed_module.SEEDING_ROWS
+    X, y = mixture(2 * size + 700 + 300, 5, 8, 10.0, 0)
+    partitions = np.repeat([0, 1, 2], [size + 700, size, 300])
+    seeded, lloyd_rows_seen = [], []
+    real_kmeans = kfed_module._kmeans
+
+    def kmeans(X, weights, n_clusters, **kwargs):
+        (lloyd_rows_seen if kwargs.get("init") is not None else seeded).append(
+            X.shape[0]
+        )
+        return (yield from real_kmeans(X, weights, n_clusters, **kwargs))
+
+    monkeypatch.setattr(kfed_module, "_kmeans", kmeans)
+    model = KFed(8, random_state=0).fit(X, partitions=partitions)
+    # The large client seeds on a sample; the one of exactly SEEDING_ROWS
+    # rows, and the small one, on all their rows.
+    assert sorted(seeded) == [300, 300, size, size]
+    assert sorted(lloyd_rows_seen) == [300, size, size + 700]
+    km = KMeans(8, n_init=10, random_state=0).fit(X)
+    assert model.inertia_ <= 1.001 * km.inertia_
+    assert (
+        adjusted_rand_score(y, model.labels_)
+        >= adjusted_rand_score(y, km.labels_) - 0.01
+    )
+
+
+def test_large_clients_seeding_sample_grows_with_local_clusters():
+    # At least 32 rows per local cluster: a sample of SEEDING_ROWS rows
+    # would leave fewer here, so all the rows of this client are kept.
+    rng = np.random.RandomState(0)
+    projected = rng.normal(size=(kfed_module.SEEDING_ROWS + 10, 3))
+    weights = np.ones(len(projected))
+
+    class Client:
+        def random_state(self, name):
+            return np.random.RandomState(0)
+
+    rows, w = kfed_module._seeding_sample(
+        projected, weights, 200, kfed_module.SEEDING_ROWS, Client()
+    )
+    assert rows is projected and w is weights
+    rows, w = kfed_module._seeding_sample(
+        projected, weights, 8, kfed_module.SEEDING_ROWS, Client()
+    )
+    assert rows.shape == (kfed_module.SEEDING_ROWS, 3)
+    # Kept in the order of the rows, each row once.
+    index = [int(np.flatnonzero((projected == r).all(axis=1))[0]) for r in rows]
+    assert np.all(np.diff(index) > 0)
+
+
+def test_large_weighted_clients_invariant_to_sample_order():
+    # The seeding sample is drawn on the rows in an order of their own
+    # contents, so permuting the samples (with their weights) of clients
+    # above SEEDING_ROWS rows does not change the model.
+    size = kfed_module.SEEDING_ROWS
+    X, _ = mixture(2 * (size + 400), 6, 12, 8.0, 4)
+    partitions = np.repeat([0, 1], size + 400)
+    weights = np.random.RandomState(1).uniform(0.5, 2.0, size=len(X))
+    perm = np.random.RandomState(2).permutation(len(X))
+    a = KFed(12, random_state=3).fit(X, partitions=partitions, sample_weight=weights)
+    b = KFed(12, random_state=3).fit(
+        X[perm], partitions=partitions[perm], sample_weight=weights[perm]
+    )
+    assert_allclose(b.cluster_centers_, a.cluster_centers_, rtol=1e-12)
+    assert_array_equal(b.labels_, a.labels_[perm])
+
+
+def _split_savings_one_by_one(X, w, centers, labels, power_steps, split_steps):
+    """The split of each cluster computed on its own rows (a reference)."""
+    savings = np.zeros(len(centers))
+    halves = np.zeros((len(centers), 2, X.shape[1]))
+    for j in range(len(centers)):
+        rows = labels == j
+        if rows.sum() < 2:
+            continue
+        Y, wj = X[rows] - centers[j], w[rows]
+        axis = Y[np.argmax((Y**2).sum(axis=1))]
+        for _ in range(power_steps):
+            axis = (wj * (Y @ axis)) @ Y
+            if np.linalg.norm(axis) == 0:
+                break
+            axis = axis / np.linalg.norm(axis)
+        side = Y @ axis > 0
+        for step in range(split_steps + 1):
+            if not 0 < wj[side].sum() < wj.sum():
+                break
+            a = wj[side] @ Y[side] / wj[side].sum()
+            b = wj[~side] @ Y[~side] / wj[~side].sum()
+            if step < split_steps:
+                side = ((Y - a) ** 2).sum(axis=1) < ((Y - b) ** 2).sum(axis=1)
+        else:
+            m = wj @ Y / wj.sum()
+            savings[j] = cost(Y, m[None], np.zeros(len(Y), int), wj) - cost(
+                Y, np.array([a, b]), (~side).astype(int), wj
+            )
+            halves[j] = a + centers[j], b + centers[j]
+    return savings, halves
+
+
+def test_split_savings_are_each_clusters_own_split():
+    # All clusters split at once give what each cluster's own rows give,
+    # and the saving is the fall in weighted cost of the split found;
+    # clusters of no row, of one row and of rows all at their center save
+    # nothing.
+    from skfed.cluster import _kfed_moves
+
+    X, _ = mixture(3000, 7, 10, 6.0, 5)
+    w = np.random.RandomState(0).uniform(0.5, 2.0, size=len(X))
+    labels = KMeans(10, n_init=1, random_state=0).fit(X).labels_
+    labels[labels == 9] = 8  # cluster 9 has no row
+    labels[0] = 9  # ... now one row
+    X[labels == 7] = X[labels == 7][0]  # cluster 7: its rows at one point
+    centers = np.array(
+        [X[labels == j].mean(axis=0) for j in range(10)], dtype=np.float64
+    )
+    savings, halves = _kfed_moves._split_savings(X, w, centers, labels)
+    expected_savings, expected_halves = _split_savings_one_by_one(
+        X, w, centers, labels, _kfed_moves._POWER_STEPS, _kfed_moves._SPLIT_STEPS
+    )
+    assert_allclose(savings, expected_savings, rtol=1e-9, atol=1e-9)
+    assert_allclose(halves, expected_halves, rtol=1e-9, atol=1e-9)
+    assert savings[7] == savings[9] == 0.0
+    assert np.all(savings[:7] > 0)
