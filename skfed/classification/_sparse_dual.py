@@ -76,6 +76,9 @@ _JOIN_BATCH = 100
 # Rounds after which free rows stay free, so that the working set only
 # grows and the loop ends.
 _SETTLE_ROUNDS = 30
+# The line search's resolution: its step is a multiple of this (the point
+# of a 50-halving bisection of [0, 1]).
+_LINE_STEP = 2.0**-50
 
 
 # --------------------------------------------------------------------------
@@ -702,8 +705,10 @@ def _line_search(c, e, direction_sum, *, gamma, epsilon):
 
     D is concave along the segment, so its slope
     (1 − ε) Σd − Σ_a e_a h'(c_a + t e_a) is non-increasing (it jumps where
-    atoms cross the threshold); bisection finds where it changes sign and
-    returns the point just past it (2⁻⁵⁰ of the segment).
+    atoms cross the threshold). The step is the first multiple of
+    :data:`_LINE_STEP` past the point where the slope changes sign: just
+    past a kink when the sign changes there, so that the atom crossing the
+    threshold joins the next model rather than stalling it.
     """
     beta = 1.0 - gamma
     tau = np.sqrt(2 * gamma * beta)
@@ -712,11 +717,10 @@ def _line_search(c, e, direction_sum, *, gamma, epsilon):
     # Most atoms stay on one side of the threshold over the whole segment
     # (they are below it for t in [t_low, t_high], an interval with a
     # margin here against rounding): their share of the slope is linear in
-    # t, summed once. The bisection evaluates only the few that cross (it
-    # took 14% of a ten-class fit over every atom).
+    # t, summed once. Only the few that cross are evaluated at each t.
     with np.errstate(divide="ignore"):
-        ends = np.sort(np.stack([(-tau - c) / e, (tau - c) / e]), axis=0)
-    t_low, t_high = ends
+        t_a, t_b = (-tau - c) / e, (tau - c) / e
+    t_low, t_high = np.minimum(t_a, t_b), np.maximum(t_a, t_b)
     slack = 1e-9
     above = (t_high < -slack) | (t_low > 1 + slack)
     below = (t_low < -slack) & (t_high > 1 + slack)
@@ -735,14 +739,60 @@ def _line_search(c, e, direction_sum, *, gamma, epsilon):
         return 1.0
     if slope(0.0) <= 0:
         return 0.0
+    # The root from the sorted kinks (one pass instead of 50 bisections of
+    # the slope over the crossing atoms: 20% of a ten-class fit); the
+    # answer is then the grid point a bisection would return, checked
+    # against the slope itself so that rounding in the running sums cannot
+    # move it.
+    root = _slope_root(
+        c, e, t_low[crossing], t_high[crossing], base, fixed_c, fixed_e, beta
+    )
+    t = min(np.ceil(root / _LINE_STEP) * _LINE_STEP, 1.0)
+    for _ in range(8):
+        if slope(t) > 0:
+            t = min(t + _LINE_STEP, 1.0)
+        elif t > _LINE_STEP and slope(t - _LINE_STEP) <= 0:
+            t -= _LINE_STEP
+        else:
+            return t
+    # Rounding put the root estimate far off (not seen): bisect.
     lo, hi = 0.0, 1.0
-    for _ in range(50):
+    while hi - lo > _LINE_STEP:
         mid = 0.5 * (lo + hi)
         if slope(mid) > 0:
             lo = mid
         else:
             hi = mid
     return hi
+
+
+def _slope_root(c, e, t_low, t_high, base, fixed_c, fixed_e, beta):
+    """Where the slope of D along the segment changes sign, in (0, 1).
+
+    Atom a (of those crossing the threshold) is above it outside
+    [t_low_a, t_high_a]: it leaves at t_low_a and enters at t_high_a.
+    Between consecutive kinks the slope is base − (A + t B) / β with A and
+    B the sums of e c and e² over the atoms above (plus the fixed ones);
+    the first piece whose slope reaches 0 holds the root, at its kink when
+    the slope jumps past 0 there.
+    """
+    inside = (t_low > 0) & (t_low < 1)
+    enters = (t_high > 0) & (t_high < 1)
+    times = np.concatenate([t_low[inside], t_high[enters]])
+    sign = np.concatenate([-np.ones(inside.sum()), np.ones(enters.sum())])
+    ec = np.concatenate([(e * c)[inside], (e * c)[enters]]) * sign
+    ee = np.concatenate([(e * e)[inside], (e * e)[enters]]) * sign
+    order = np.argsort(times, kind="stable")
+    start = np.append(0.0, times[order])
+    stop = np.append(times[order], 1.0)
+    above0 = (t_low > 0) | (t_high <= 0)
+    a = fixed_c + np.sum(e[above0] * c[above0]) + np.append(0.0, np.cumsum(ec[order]))
+    b = fixed_e + np.sum(e[above0] * e[above0]) + np.append(0.0, np.cumsum(ee[order]))
+    at_stop = base - (a + stop * b) / beta
+    j = int(np.argmax(at_stop <= 0)) if np.any(at_stop <= 0) else len(stop) - 1
+    if base - (a[j] + start[j] * b[j]) / beta <= 0 or b[j] <= 0:
+        return float(start[j])
+    return float(np.clip((beta * base - a[j]) / b[j], start[j], stop[j]))
 
 
 def _start(dictionary, y, lam0, *, gamma, epsilon, upper, bias=True):

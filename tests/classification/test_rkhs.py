@@ -1374,6 +1374,28 @@ def test_line_search_matches_bisection_over_every_atom(
     assert got == pytest.approx(expected, abs=1e-12)
 
 
+@pytest.mark.parametrize("kink", [0.3, 0.7 + 2.0**-52, 1 / 3])
+def test_line_search_stops_just_past_the_kink_where_the_slope_turns(kink):
+    # One atom enters at t = kink and its share of the slope, τ/β · e,
+    # turns the slope from positive to negative there: the step is the
+    # first multiple of 2⁻⁵⁰ past the kink (where a bisection of [0, 1]
+    # lands), and the entering atom is above the threshold there.
+    from skfed.classification._sparse_dual import _line_search
+
+    gamma, epsilon = 0.5, 0.0
+    beta = 1 - gamma
+    tau = np.sqrt(2 * gamma * beta)
+    # Atom 0 crosses τ at t = kink; atom 1 stays below it throughout.
+    e = np.array([1.0, 0.01])
+    c = np.array([tau - kink, 0.0])
+    direction_sum = 0.5 * tau * e[0] / beta  # slope +0.5 before, < 0 after
+    t = _line_search(c, e, direction_sum, gamma=gamma, epsilon=epsilon)
+    step = 2.0**-50
+    grid = (np.ceil(kink / step) + np.arange(-2, 3)) * step
+    expected = grid[np.argmax(c[0] + grid * e[0] > tau)]
+    assert t == expected
+
+
 @pytest.mark.parametrize("n, working", [(300, False), (1200, True)])
 def test_working_sets_only_on_pools_above_their_first_size(n, working, monkeypatch):
     # On a pool of at most 600 rows every quadratic step is libsvm on all
