@@ -69,7 +69,8 @@ _SEEDING_ROWS_STREAM = "kfed.seeding_rows"
 # Features up to which a dense client's projection comes from its d x d
 # Gram matrix (exact, n·d² flops) rather than randomized_svd.
 _GRAM_SVD_FEATURES = 256
-# Rows a large client's seeding ν runs on (at least 32 per local cluster):
+# Draws of the rows a large client's seeding ν runs on (at least 32 per
+# local cluster; see _seeding_sample):
 # Algorithm 1 asks only for a constant-factor start, which Lloyd from θ
 # then refines on every row. Seeding and refining ν on all of a 10,000-row
 # client's projection took 14 Lloyd passes on average (up to 53); on
@@ -760,20 +761,25 @@ def _seeding_sample(projected, weights, n_clusters, seeding_rows, client):
     """The rows (and their weights) the seeding ν runs on.
 
     All of them, unless ``seeding_rows`` is given and the client holds
-    more: then that many (at least 32 per local cluster), drawn uniformly
-    without replacement from the client's own stream and kept in the
-    order of the rows, which the caller has made independent of the order
-    of the samples. A uniform sample keeps the clusters' proportions in
-    expectation; the weights travel with their rows.
+    more: then ``max(seeding_rows, 32 k(z))`` draws with replacement, each
+    row drawn with probability proportional to its weight, from the
+    client's own stream on its rows in the order the caller made
+    independent of the order of the samples. Each row drawn carries its
+    number of draws (scaled to the client's total weight) as its weight,
+    so weighted sums over the sample estimate those over the rows without
+    bias, and a row of large weight is seen even when it is one of few.
+    The rows drawn are returned in the order of the rows.
     """
     if seeding_rows is None:
         return projected, weights
     size = max(seeding_rows, 32 * n_clusters)
     if projected.shape[0] <= size:
         return projected, weights
+    total = weights.sum()
     rng = client.random_state(_SEEDING_ROWS_STREAM)
-    picked = np.sort(rng.choice(projected.shape[0], size, replace=False))
-    return projected[picked], weights[picked]
+    draws = rng.choice(projected.shape[0], size, p=weights / total)
+    picked, counts = np.unique(draws, return_counts=True)
+    return projected[picked], counts * (total / size)
 
 
 def _plain_kmeans(

@@ -204,8 +204,10 @@ def test_single_seeding_on_large_clients_is_greedy_float32(monkeypatch):
 
 def test_large_clients_seed_on_a_sample_of_their_rows(monkeypatch):
     # Algorithm 1's seeding ν on a client above SEEDING_ROWS rows runs on
-    # SEEDING_ROWS of them (32 per local cluster when that is more); Lloyd
-    # from θ and the moves still run on every row.
+    # SEEDING_ROWS draws of them (fewer distinct rows, weighted by their
+    # draws, of the client's total weight); Lloyd from θ and the moves still
+    # run on every row; a client of SEEDING_ROWS rows, and a small one,
+    # seed on all their rows.
     size = kfed_module.SEEDING_ROWS
     X, y = mixture(2 * size + 700 + 300, 5, 8, 10.0, 0)
     partitions = np.repeat([0, 1, 2], [size + 700, size, 300])
@@ -213,17 +215,19 @@ def test_large_clients_seed_on_a_sample_of_their_rows(monkeypatch):
     real_kmeans = kfed_module._kmeans
 
     def kmeans(X, weights, n_clusters, **kwargs):
-        (lloyd_rows_seen if kwargs.get("init") is not None else seeded).append(
-            X.shape[0]
-        )
+        if kwargs.get("init") is not None:
+            lloyd_rows_seen.append(X.shape[0])
+        else:
+            seeded.append((X.shape[0], weights.sum()))
         return (yield from real_kmeans(X, weights, n_clusters, **kwargs))
 
     monkeypatch.setattr(kfed_module, "_kmeans", kmeans)
     model = KFed(8, random_state=0).fit(X, partitions=partitions)
-    # The large client seeds on a sample; the one of exactly SEEDING_ROWS
-    # rows, and the small one, on all their rows.
-    assert sorted(seeded) == [300, 300, size, size]
     assert sorted(lloyd_rows_seen) == [300, size, size + 700]
+    rows, total = zip(*sorted(seeded))
+    assert rows[:2] == (300, 300)  # the small client seeds twice
+    assert size // 2 < rows[2] < size and rows[3] == size
+    assert_allclose(total, [300, 300, size + 700, size])
     km = KMeans(8, n_init=10, random_state=0).fit(X)
     assert model.inertia_ <= 1.001 * km.inertia_
     assert (
@@ -232,28 +236,30 @@ def test_large_clients_seed_on_a_sample_of_their_rows(monkeypatch):
     )
 
 
-def test_large_clients_seeding_sample_grows_with_local_clusters():
-    # At least 32 rows per local cluster: a sample of SEEDING_ROWS rows
-    # would leave fewer here, so all the rows of this client are kept.
+class _Client:
+    """A client's random streams, as the seeding sample draws them."""
+
+    def random_state(self, name):
+        return np.random.RandomState(0)
+
+
+def test_seeding_sample_grows_with_local_clusters_and_follows_weights():
+    # At least 32 draws per local cluster: SEEDING_ROWS draws would leave
+    # fewer here, so all the rows of this client are kept.
+    size = kfed_module.SEEDING_ROWS
     rng = np.random.RandomState(0)
-    projected = rng.normal(size=(kfed_module.SEEDING_ROWS + 10, 3))
+    projected = rng.normal(size=(size + 10, 3))
     weights = np.ones(len(projected))
-
-    class Client:
-        def random_state(self, name):
-            return np.random.RandomState(0)
-
-    rows, w = kfed_module._seeding_sample(
-        projected, weights, 200, kfed_module.SEEDING_ROWS, Client()
-    )
+    rows, w = kfed_module._seeding_sample(projected, weights, 200, size, _Client())
     assert rows is projected and w is weights
-    rows, w = kfed_module._seeding_sample(
-        projected, weights, 8, kfed_module.SEEDING_ROWS, Client()
-    )
-    assert rows.shape == (kfed_module.SEEDING_ROWS, 3)
-    # Kept in the order of the rows, each row once.
+    # A row holding half of the weight is in the sample and keeps about
+    # half of it; the rows drawn keep their order.
+    weights[7] = weights.sum() - 1.0
+    rows, w = kfed_module._seeding_sample(projected, weights, 8, size, _Client())
     index = [int(np.flatnonzero((projected == r).all(axis=1))[0]) for r in rows]
     assert np.all(np.diff(index) > 0)
+    assert w.sum() == pytest.approx(weights.sum())
+    assert w[index.index(7)] / w.sum() == pytest.approx(0.5, abs=0.03)
 
 
 def test_large_weighted_clients_invariant_to_sample_order():
