@@ -128,9 +128,9 @@ class KFed(
         gap to KMeans fell from 0.039 to 0.023 (10 clients). ``"auto"``
         (ours) is ``"best"`` on clients of at most 2,048 rows and on sparse
         ones; a larger dense client runs Algorithm 1 with one seeding
-        (``n_init`` at most 1, on a uniform sample of 4,096 of its rows
-        when it holds more, at least 32 per local cluster; Lloyd from θ
-        runs on all of them) and then split-and-merge moves: the two
+        (``n_init`` at most 1, on 4,096 draws of its rows, at least 32 per
+        local cluster, when it holds more; Lloyd from θ runs on all of
+        them) and then split-and-merge moves: the two
         local clusters whose merge costs least are merged and the cluster
         whose split saves most is split in two, when the split saves more,
         and Lloyd settles; a round of moves is kept only if it lowers the
@@ -332,7 +332,7 @@ class KFed(
     mean(P[S_r]) Vᵀ, the mean of S_r in the projection mapped back (ν_r Vᵀ if S_r is
     empty), as the authors' code does; Lloyd's method from θ in the full
     space gives Θ(z) (``local_step="auto"`` on a client above 2,048 dense
-    rows: from one seeding, on a sample of 4,096 of its rows when it holds
+    rows: from one seeding, on 4,096 draws of its rows when it holds
     more, then rounds of split-and-merge moves, each kept
     if Lloyd then ends at a lower local cost). A client with at most k(z)
     distinct samples uses them as its centers. Samples of zero weight take
