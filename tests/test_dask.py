@@ -649,3 +649,35 @@ def test_fit_predict_without_labels_on_resident_data(name, dask_client, fetched)
         assert dask.is_dask_collection(labels)
         labels = labels.compute()
     np.testing.assert_array_equal(labels, expected.labels_)
+
+
+async def _n_loop_tasks():
+    import asyncio
+
+    return len(asyncio.all_tasks())
+
+
+def test_a_long_round_leaves_no_waiter_per_poll(dask_client, monkeypatch):
+    # Each check for lost workers (every _POLL_SECONDS) used to leave a
+    # waiter per future on the dask client's loop until the round ended:
+    # memory that grew with the round's length, hence with the clients'
+    # rows (1.4 MiB more at 16M rows than at 1.6M for KFed).
+    import time
+
+    from skfed import _dask
+
+    counts = []
+    check = _dask._check_workers
+
+    def counting(*args, **kwargs):
+        counts.append(dask_client.sync(_n_loop_tasks))
+        return check(*args, **kwargs)
+
+    monkeypatch.setattr(_dask, "_check_workers", counting)
+    monkeypatch.setattr(_dask, "_POLL_SECONDS", 0.1)
+    worker = sorted(dask_client.scheduler_info()["workers"])[0]
+    future = dask_client.submit(time.sleep, 2, workers=[worker], pure=False)
+    _dask.wait_for_workers(dask_client, [future], [(worker, [0])], "a long round")
+    # About 20 checks: a waiter each grew the loop's tasks by 20.
+    assert len(counts) >= 5
+    assert max(counts) <= counts[0] + 3, counts
