@@ -114,9 +114,9 @@ def wait_for_workers(dask_client, futures, owners, what):
     timeout = wait_timeout()
     start = time.monotonic()
     # One done-callback per future, set once: each distributed.wait with a
-    # timeout left a waiter per future pending until the round ended, so a
-    # round of an hour (a large client) held 7,200 of them here, memory
-    # that grew with the clients' rows.
+    # timeout left a waiter per future pending until the round ended (some
+    # 6 KB a check), memory that grew with the round's length, hence with
+    # the clients' rows.
     finished = _all_done(futures)
     while not finished.wait(_POLL_SECONDS):
         _check_workers(dask_client, futures, owners, what)
