@@ -285,6 +285,12 @@ def test_resident_dataframe_with_a_client_column(dask_client):
     np.testing.assert_array_equal(got.feature_names_in_, ["a", "b", "c", "d"])
     _same_model(got, expected, frame[["a", "b", "c", "d"]])
     np.testing.assert_array_equal(got.labels_, expected.labels_)
+    # Without labels_, fit_predict predicts the rows without the client
+    # column.
+    lazy = skfed.DistributedKMeans(**params, compute_labels=False)
+    with threadpool_limits(limits=1):
+        labels = lazy.fit_predict(ddf, partitions="site")
+        np.testing.assert_array_equal(labels.compute(), expected.labels_)
 
 
 def test_resident_data_is_checked_on_the_clients(dask_client):

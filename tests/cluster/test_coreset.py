@@ -1162,3 +1162,19 @@ def test_duplicated_centers_warn_without_labels():
     with pytest.warns(ConvergenceWarning, match=r"distinct clusters \(1\)"):
         km.fit(X, partitions=3)
     assert not hasattr(km, "labels_")
+
+
+def test_fit_predict_without_labels_refuses_rows_it_cannot_predict(monkeypatch):
+    # Rows held by Flower nodes cannot be predicted here: refused before
+    # any round, rather than after a fit whose labels stayed on the nodes.
+    from skfed._remote import RemoteArray
+
+    class Nodes(RemoteArray):
+        shape, dtype = (100, 3), np.dtype(np.float64)
+
+    def no_fit(*args, **kwargs):
+        raise AssertionError("fitted")
+
+    monkeypatch.setattr(DistributedKMeans, "fit", no_fit)
+    with pytest.raises(ValueError, match="compute_labels=True"):
+        DistributedKMeans(2, compute_labels=False).fit_predict(Nodes())
