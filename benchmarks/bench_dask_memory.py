@@ -12,12 +12,17 @@ the table.
 Reported per estimator and N: the driver's peak of traced allocations
 during ``fit`` (``tracemalloc``, which sees NumPy's buffers), the bytes of
 the fitted ``labels_`` (N int32, fetched at the end of the fit so that the
-model outlives the cluster), the peak without them, and what the driver
+model outlives the cluster; none with ``compute_labels=False``, which
+leaves them on the clients), the peak without them, and what the driver
 still holds after the fit.
 
 Usage::
 
     python benchmarks/bench_dask_memory.py [--n 1600000 16000000] [--clients 16]
+        [--compute-labels {both,true,false}]
+
+The default runs each estimator with ``compute_labels=True`` and ``False``
+at each N (the deploy page's table).
 """
 
 import argparse
@@ -29,7 +34,10 @@ import tempfile
 import time
 import tracemalloc
 import warnings
+from functools import partial
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_dask import D_FEATURES, _block, write_report  # noqa: E402
@@ -80,16 +88,22 @@ def _start_cluster(folder):
     return scheduler_file, [workers, scheduler]
 
 
-def _estimators():
+def _estimators(compute_labels):
     from skfed import DistributedKMeans, KFed
 
-    return {
-        "KFed": lambda: KFed(10, random_state=0),
-        "DistributedKMeans": lambda: DistributedKMeans(10, random_state=0),
-    }
+    estimators = {}
+    for labels in compute_labels:
+        suffix = "" if labels else ", compute_labels=False"
+        estimators[f"KFed{suffix}"] = partial(
+            KFed, 10, random_state=0, compute_labels=labels
+        )
+        estimators[f"DistributedKMeans{suffix}"] = partial(
+            DistributedKMeans, 10, random_state=0, compute_labels=labels
+        )
+    return estimators
 
 
-def run(sizes, n_clients):
+def run(sizes, n_clients, compute_labels=(True, False)):
     import dask.array as da
     import distributed
 
@@ -108,7 +122,7 @@ def run(sizes, n_clients):
                 X = da.zeros((n, D_FEATURES), chunks=(chunk, D_FEATURES))
                 X = X.map_blocks(_block, dtype=float).persist()
                 distributed.wait(X)
-                for name, make in _estimators().items():
+                for name, make in _estimators(compute_labels).items():
                     estimator = make()
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")
@@ -121,7 +135,7 @@ def run(sizes, n_clients):
                         seconds = time.perf_counter() - start
                         current, peak = tracemalloc.get_traced_memory()
                         tracemalloc.stop()
-                    labels = estimator.labels_.nbytes
+                    labels = getattr(estimator, "labels_", np.empty(0)).nbytes
                     rows.append(
                         {
                             "estimator": name,
@@ -133,11 +147,18 @@ def run(sizes, n_clients):
                             "peak without labels_ MiB": round((peak - labels) / MiB, 2),
                             "held after fit MiB": round(current / MiB, 2),
                             "fit s": round(seconds, 1),
+                            "load": round(os.getloadavg()[0], 1),
                         }
                     )
                     print(rows[-1], flush=True)
                     del estimator
+                    # A finished fit's transport tells the workers to drop its
+                    # clients when it is collected, through the dask client:
+                    # collected here, not inside the next persist, whose
+                    # client lock that call would wait on forever.
+                    gc.collect()
                 del X
+                gc.collect()
             client.close()
         finally:
             for process in processes:
@@ -150,8 +171,15 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, nargs="+", default=[1_600_000, 16_000_000])
     parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument(
+        "--compute-labels",
+        choices=["both", "true", "false"],
+        default="both",
+        help="the estimators' compute_labels: each value, or one",
+    )
     args = parser.parse_args()
-    rows = run(args.n, args.clients)
+    compute_labels = {"both": (True, False), "true": (True,), "false": (False,)}
+    rows = run(args.n, args.clients, compute_labels[args.compute_labels])
     write_report(
         "dask_memory",
         f"The driver's memory during a fit on dask-resident data ({args.clients} "

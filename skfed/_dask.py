@@ -27,6 +27,7 @@ workers has a deadline, the dask configuration value ``skfed.timeout``
 raises :class:`TimeoutError` naming the workers and clients still running.
 """
 
+import threading
 import time
 import uuid
 import weakref
@@ -110,18 +111,14 @@ def wait_for_workers(dask_client, futures, owners, what):
     what : str
         What the futures compute, for the messages ("round 'x'").
     """
-    from distributed import wait
-
     timeout = wait_timeout()
     start = time.monotonic()
-    while True:
-        try:
-            wait(futures, timeout=_POLL_SECONDS)
-            break
-        except TimeoutError:
-            pass
-        except Exception as exc:  # cancelled: their data was lost
-            _raise_failed(dask_client, futures, owners, what, exc)
+    # One done-callback per future, set once: each distributed.wait with a
+    # timeout left a waiter per future pending until the round ended (some
+    # 6 KB a check), memory that grew with the round's length, hence with
+    # the clients' rows.
+    finished = _all_done(futures)
+    while not finished.wait(_POLL_SECONDS):
         _check_workers(dask_client, futures, owners, what)
         if timeout is not None and time.monotonic() - start > timeout:
             running = [o for f, o in zip(futures, owners) if not f.done()]
@@ -135,9 +132,30 @@ def wait_for_workers(dask_client, futures, owners, what):
                 "rounds, or look at those workers' logs."
             )
     try:
+        # A future that failed or was cancelled (its data lost) raises here.
         return dask_client.gather(futures)
     except Exception as exc:
         _raise_failed(dask_client, futures, owners, what, exc)
+
+
+def _all_done(futures):
+    """A :class:`threading.Event` set once every future has finished,
+    failed or been cancelled."""
+    finished = threading.Event()
+    left = [len(futures)]
+    lock = threading.Lock()
+
+    def one_done(_):
+        with lock:
+            left[0] -= 1
+            if left[0] == 0:
+                finished.set()
+
+    if not futures:
+        finished.set()
+    for future in futures:
+        future.add_done_callback(one_done)
+    return finished
 
 
 def _raise_failed(dask_client, futures, owners, what, exc):

@@ -15,7 +15,7 @@ from sklearn.metrics.pairwise import euclidean_distances
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._fixes import check_sample_weight as _check_sample_weight
-from .._remote import blockwise, blockwise_sum, is_dask_collection
+from .._remote import blockwise, blockwise_sum, is_dask_collection, is_remote
 from .._shift import shift_point, shifted_rows
 from .._validation import check_magnitude
 
@@ -36,7 +36,8 @@ class KMeansCentersMixin(TransformerMixin):
     """
 
     def fit_predict(self, X, y=None, *, partitions=None, sample_weight=None):
-        """Fit and return ``labels_``.
+        """Fit and return ``labels_`` (:meth:`predict` on X when
+        ``compute_labels=False`` left the labels on the clients).
 
         Parameters
         ----------
@@ -54,8 +55,27 @@ class KMeansCentersMixin(TransformerMixin):
         -------
         labels : ndarray of shape (n_samples,)
             The cluster of each training sample, as the clients labelled it.
+            With ``compute_labels=False``, the nearest center of each
+            training sample (for a dask X, a lazy dask array computed on the
+            workers).
         """
-        return self.fit(X, partitions=partitions, sample_weight=sample_weight).labels_
+        if getattr(self, "compute_labels", True):
+            return self.fit(
+                X, partitions=partitions, sample_weight=sample_weight
+            ).labels_
+        if is_remote(X) and not is_dask_collection(X):
+            # Refused before the fit: its rows cannot be predicted here.
+            raise ValueError(
+                "fit_predict with compute_labels=False labels the training "
+                "samples with predict, which needs them in memory or in a "
+                "dask collection; pass compute_labels=True to gather the "
+                "clients' labels instead."
+            )
+        self.fit(X, partitions=partitions, sample_weight=sample_weight)
+        if hasattr(X, "columns") and isinstance(partitions, str):
+            # A dataframe's client column is not a feature.
+            X = X.drop(columns=[partitions])
+        return self.predict(X)
 
     def fit_transform(self, X, y=None, *, partitions=None, sample_weight=None):
         """Fit, then return the distances of X to the centers.

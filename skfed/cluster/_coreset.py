@@ -245,6 +245,23 @@ class DistributedKMeans(
         in a fit; the parameter exists so that one search or pipeline can
         hold every estimator.
 
+    compute_labels : bool, default=True
+        Whether ``fit`` gathers the labels the clients compute against the
+        final centers into ``labels_``, as
+        :class:`~sklearn.cluster.MiniBatchKMeans` computes its labels for the
+        complete dataset. With False the labels stay on the clients and
+        ``labels_`` is not set: a fit on dask-resident data then holds a few
+        numbers per client in this process, whatever the number of rows,
+        instead of 4 bytes per row. The rounds and ``communication_`` are
+        the same either way (the labelling round also brings ``inertia_``,
+        one float per client, which is still set). :meth:`fit_predict` then
+        returns :meth:`predict` on the training samples: the same labels
+        (the clients label with the same nearest-center rule), except that
+        samples of clients dropped by ``on_client_error="drop"`` get their
+        nearest center rather than -1; for a dask X, a lazy dask array.
+        The warning about fewer distinct clusters than ``n_clusters`` then
+        counts distinct centers instead of distinct labels.
+
     Attributes
     ----------
     cluster_centers_ : ndarray of shape (n_clusters, n_features)
@@ -252,7 +269,7 @@ class DistributedKMeans(
 
     labels_ : ndarray of shape (n_samples,)
         Label of each training sample, computed by the client holding it
-        against ``cluster_centers_``.
+        against ``cluster_centers_``. Not set with ``compute_labels=False``.
 
     inertia_ : float
         Exact (weighted) sum of squared distances of the training samples to
@@ -393,6 +410,7 @@ class DistributedKMeans(
         "raw_rows": [StrOptions({"allow", "refuse"})],
         "secure_aggregation": ["boolean"],
         "privacy": [DifferentialPrivacy, None],
+        "compute_labels": ["boolean"],
     }
 
     def __init__(
@@ -413,6 +431,7 @@ class DistributedKMeans(
         raw_rows="allow",
         secure_aggregation=False,
         privacy=None,
+        compute_labels=True,
     ):
         self.n_clusters = n_clusters
         self.coreset_size = coreset_size
@@ -429,6 +448,7 @@ class DistributedKMeans(
         self.raw_rows = raw_rows
         self.secure_aggregation = secure_aggregation
         self.privacy = privacy
+        self.compute_labels = compute_labels
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, *, partitions=None, sample_weight=None):
@@ -508,7 +528,14 @@ class DistributedKMeans(
                 ),
                 random_state=rng,
             )
-            self.labels_ = fed.assemble("coreset", "labels", n_samples, dtype=np.int32)
+            if self.compute_labels:
+                self.labels_ = fed.assemble(
+                    "coreset", "labels", n_samples, dtype=np.int32
+                )
+            else:
+                # The labels stay on the clients; none is left from an
+                # earlier fit either.
+                self.__dict__.pop("labels_", None)
             self.client_ids_ = as_id_array(fed.client_ids)
             self.failed_clients_ = dict(fed.failed_clients)
         self.cluster_centers_ = result.cluster_centers.astype(fed.dtype, copy=False)
@@ -532,7 +559,12 @@ class DistributedKMeans(
         self._record_privacy(fed)
         self._n_features_out = self.n_clusters
 
-        distinct = len(distinct_values(self.labels_))
+        if self.compute_labels:
+            distinct = len(distinct_values(self.labels_))
+        else:
+            # Without the labels: duplicated centers, which is what fewer
+            # distinct points than clusters leaves on the coreset.
+            distinct = len(np.unique(self.cluster_centers_, axis=0))
         if distinct < self.n_clusters:
             warnings.warn(
                 f"Number of distinct clusters ({distinct}) found smaller than "

@@ -256,6 +256,21 @@ class KFed(
         0.5, T = 3 left centers up to 1.07 from the non-private fit's, T = 5
         at most 0.015.
 
+    compute_labels : bool, default=True
+        Whether ``fit`` and ``partial_fit`` gather the clients' induced
+        labels into ``labels_``, as :class:`~sklearn.cluster.MiniBatchKMeans`
+        computes its labels for the complete dataset. With False the labels
+        stay on the clients and ``labels_`` is not set: a fit on
+        dask-resident data then holds a few numbers per client in this
+        process, whatever the number of rows, instead of 4 bytes per row.
+        The rounds and ``communication_`` are the same either way (the
+        cluster map is how the clients receive the model), and
+        ``inertia_`` is still set: it is the sum of one number per client.
+        :meth:`fit_predict` returns the induced labels in both cases
+        (gathered for its return value); :meth:`predict` labels any rows by
+        their nearest global center, which can differ from a training
+        sample's induced label.
+
     Attributes
     ----------
     cluster_centers_ : ndarray of shape (n_clusters, n_features)
@@ -265,7 +280,7 @@ class KFed(
         Induced label of each sample passed to the last ``fit`` or
         ``partial_fit``; -1 for samples of clients that did not take part.
         Labels stay on the clients in a deployment; the simulation gathers
-        them.
+        them. Not set with ``compute_labels=False``.
 
     inertia_ : float
         Sum of squared distances (weighted by ``sample_weight`` if given) of
@@ -409,6 +424,7 @@ class KFed(
         "secure_aggregation": ["boolean"],
         "privacy": [DifferentialPrivacy, None],
         "private_iter": [StrictInterval(Integral, 1, None, closed="left")],
+        "compute_labels": ["boolean"],
     }
 
     def __init__(
@@ -433,6 +449,7 @@ class KFed(
         secure_aggregation=False,
         privacy=None,
         private_iter=5,
+        compute_labels=True,
     ):
         self.n_clusters = n_clusters
         self.n_local_clusters = n_local_clusters
@@ -453,6 +470,7 @@ class KFed(
         self.secure_aggregation = secure_aggregation
         self.privacy = privacy
         self.private_iter = private_iter
+        self.compute_labels = compute_labels
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, *, partitions=None, sample_weight=None):
@@ -480,9 +498,45 @@ class KFed(
         self : object
             Fitted estimator.
         """
-        return self._fit(X, partitions, sample_weight)
+        self._fit(X, partitions, sample_weight)
+        return self
 
-    def _fit(self, X, partitions, sample_weight):
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit_predict(self, X, y=None, *, partitions=None, sample_weight=None):
+        """Fit and return the induced label of each training sample.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Training data of all clients (CSR for sparse data).
+
+        y : Ignored
+            Not used, present here for API consistency by convention.
+
+        partitions : None, int or array-like of shape (n_samples,), \
+                default=None
+            Client id of each sample, see :meth:`fit`.
+
+        sample_weight : array-like of shape (n_samples,), default=None
+            Weight of each sample, see :meth:`fit`.
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,)
+            The global cluster of each sample's local cluster (-1 for
+            samples of clients that did not take part): ``labels_`` with
+            ``compute_labels=True``. With ``compute_labels=False`` they are
+            gathered for this return value only (for a dask X, an array of
+            n_samples in this process) and ``labels_`` is not set; for
+            labels that stay on the workers, call :meth:`fit` and then
+            :meth:`predict` on the dask array (nearest global centers,
+            which can differ from induced labels).
+        """
+        return self._fit(X, partitions, sample_weight, gather_labels=True)
+
+    def _fit(self, X, partitions, sample_weight, *, gather_labels=None):
+        """Fit; return the induced labels when gathered (``compute_labels``,
+        or ``gather_labels=True``), else None."""
         X, partitions, sample_weight = self._training_data(
             X, partitions, sample_weight, reset=True
         )
@@ -509,6 +563,7 @@ class KFed(
                     server_n_init=self.server_n_init,
                     local=self._local_options(),
                     private=private,
+                    gather_labels=self._gathers_labels(gather_labels),
                 ),
                 random_state=rng,
             )
@@ -522,7 +577,7 @@ class KFed(
         self.failed_clients_ = result.failed_clients
         self.raw_upload_clients_ = result.raw_upload_clients
         self.n_clients_ = len(result.client_ids)
-        self.labels_ = result.labels
+        self._set_labels(result.labels)
         self.inertia_ = result.inertia
         self.n_iter_ = result.n_iter
         self.communication_ = fed.log
@@ -538,7 +593,18 @@ class KFed(
                 ConvergenceWarning,
                 stacklevel=3,
             )
-        return self
+        return result.labels
+
+    def _gathers_labels(self, gather_labels=None):
+        return self.compute_labels if gather_labels is None else gather_labels
+
+    def _set_labels(self, labels):
+        """``labels_`` from gathered labels; with ``compute_labels=False``
+        none from this fit, and none left from an earlier one."""
+        if self.compute_labels:
+            self.labels_ = labels
+        else:
+            self.__dict__.pop("labels_", None)
 
     @_fit_context(prefer_skip_nested_validation=True)
     def partial_fit(self, X, y=None, *, partitions=None, sample_weight=None):
@@ -570,11 +636,13 @@ class KFed(
         Returns
         -------
         self : object
-            Updated estimator. ``labels_``, ``inertia_`` and ``n_iter_``
+            Updated estimator. ``labels_`` (unless
+            ``compute_labels=False``), ``inertia_`` and ``n_iter_``
             describe the new clients' data.
         """
         if not hasattr(self, "cluster_centers_"):
-            return self._fit(X, partitions, sample_weight)
+            self._fit(X, partitions, sample_weight)
+            return self
         X, partitions, sample_weight = self._training_data(
             X, partitions, sample_weight, reset=False
         )
@@ -613,6 +681,7 @@ class KFed(
                     cluster_weights=self._cluster_weights,
                     local=self._local_options(),
                     private=private,
+                    gather_labels=self.compute_labels,
                 ),
                 random_state=rng,
             )
@@ -640,7 +709,7 @@ class KFed(
             c for c in result.raw_upload_clients if c not in self.raw_upload_clients_
         ]
         self.n_clients_ = len(self.local_centers_)
-        self.labels_ = result.labels
+        self._set_labels(result.labels)
         self.inertia_ = result.inertia
         self.n_iter_ = result.n_iter
         self.communication_ = fed.log

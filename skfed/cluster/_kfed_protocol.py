@@ -99,9 +99,10 @@ class KFedResult(NamedTuple):
         Clients that uploaded raw rows (at most k(z) distinct samples).
     failed_clients : dict
         Client id -> reason, for clients left out.
-    labels : ndarray of shape (n_samples,)
+    labels : ndarray of shape (n_samples,) or None
         The induced label of every training sample (kept on the clients;
-        gathered for the fitted attributes; -1 for left-out clients).
+        gathered for the fitted attributes; -1 for left-out clients); None
+        when not gathered (``gather_labels=False``).
     inertia : float
         Σ of the clients' k-means costs against the global centers.
     n_iter : int
@@ -115,7 +116,7 @@ class KFedResult(NamedTuple):
     local_center_labels: list
     raw_upload_clients: list
     failed_clients: dict
-    labels: np.ndarray
+    labels: np.ndarray | None
     inertia: float
     n_iter: int
 
@@ -125,7 +126,15 @@ _SERVER_N_INIT = 10
 
 
 def run_kfed(
-    fed, *, local, random_state, merge, server_n_init, dtype=None, private=None
+    fed,
+    *,
+    local,
+    random_state,
+    merge,
+    server_n_init,
+    dtype=None,
+    private=None,
+    gather_labels=True,
 ):
     """k-FED on an open federation: one upload round and the cluster map.
 
@@ -154,6 +163,10 @@ def run_kfed(
         Under differential privacy, the clients' DP Lloyd (see
         ``skfed.cluster._kfed_private``) replaces the local step, and
         its noisy counts weight the merge.
+    gather_labels : bool, default=True
+        Whether the clients' induced labels are gathered into
+        ``result.labels``; when False they stay on the clients and
+        ``result.labels`` is None. The rounds are the same either way.
 
     Returns
     -------
@@ -206,11 +219,19 @@ def run_kfed(
     cluster_centers = (offset_centers + reference).astype(dtype, copy=False)
     center_labels = _split_by_owner(assignment, owner, len(ids))
     return _finish(
-        fed, ids, centers, center_labels, cluster_centers, cluster_weights, n_samples
+        fed,
+        ids,
+        centers,
+        center_labels,
+        cluster_centers,
+        cluster_weights,
+        n_samples if gather_labels else None,
     )
 
 
-def run_kfed_update(fed, *, local, cluster_centers, cluster_weights, private=None):
+def run_kfed_update(
+    fed, *, local, cluster_centers, cluster_weights, private=None, gather_labels=True
+):
     """New clients join a fitted k-FED model (the paper's Theorem 3.2).
 
     The new clients run the local step (round ``"local centers (new)"``);
@@ -227,6 +248,8 @@ def run_kfed_update(fed, *, local, cluster_centers, cluster_weights, private=Non
     cluster_centers, cluster_weights : ndarray
         The model's τ_r and weights (``KFedResult``).
     private : KFedPrivateOptions or None, default=None
+        As in :func:`run_kfed`.
+    gather_labels : bool, default=True
         As in :func:`run_kfed`.
 
     Returns
@@ -252,7 +275,13 @@ def run_kfed_update(fed, *, local, cluster_centers, cluster_weights, private=Non
     new_centers = new_centers.astype(cluster_centers.dtype, copy=False)
     center_labels = _split_by_owner(assignment, owner, len(ids))
     return _finish(
-        fed, ids, centers, center_labels, new_centers, new_weights, n_samples
+        fed,
+        ids,
+        centers,
+        center_labels,
+        new_centers,
+        new_weights,
+        n_samples if gather_labels else None,
     )
 
 
@@ -284,7 +313,12 @@ class KFedPrivateOptions(NamedTuple):
 
 
 def _finish(fed, ids, centers, center_labels, cluster_centers, weights, n_samples):
-    """The cluster map round, and what the clients keep, as a result."""
+    """The cluster map round, and what the clients keep, as a result.
+
+    ``n_samples`` None leaves the per-sample labels on the clients (the
+    result's ``labels`` is None): the round still runs, since it is how the
+    clients receive the model and compute their shares of the cost.
+    """
     messages = [
         {"center_labels": labels, "cluster_centers": cluster_centers}
         for labels in center_labels
@@ -303,7 +337,9 @@ def _finish(fed, ids, centers, center_labels, cluster_centers, weights, n_sample
         local_center_labels=center_labels,
         raw_upload_clients=[c for c, (is_raw, _, _) in kept.items() if is_raw],
         failed_clients=dict(fed.failed_clients),
-        labels=fed.assemble("kfed", "labels", n_samples, dtype=np.int32),
+        labels=None
+        if n_samples is None
+        else fed.assemble("kfed", "labels", n_samples, dtype=np.int32),
         inertia=float(sum(inertia for _, inertia, _ in kept.values())),
         n_iter=int(max(n_iter for _, _, n_iter in kept.values())),
     )

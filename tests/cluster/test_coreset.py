@@ -323,8 +323,9 @@ def test_zero_sample_weight_client(blobs):
     assert np.isfinite(km.cluster_centers_).all()
 
 
+@pytest.mark.parametrize("compute_labels", [True, False])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_communication_matches_formula(hard, dtype):
+def test_communication_matches_formula(hard, dtype, compute_labels):
     X = hard.astype(dtype)
     n_samples, s = X.shape
     k, t = 8, 300
@@ -332,8 +333,16 @@ def test_communication_matches_formula(hard, dtype):
     partitions = np.arange(n_samples) % 6
     partitions[:3] = 6
     sizes = np.bincount(partitions)
-    km = DistributedKMeans(k, coreset_size=t, refine_iter=0, random_state=0)
+    km = DistributedKMeans(
+        k,
+        coreset_size=t,
+        refine_iter=0,
+        random_state=0,
+        compute_labels=compute_labels,
+    )
     km.fit(X, partitions=partitions)
+    # The labelling round also brings inertia_: it runs either way.
+    assert hasattr(km, "labels_") == compute_labels
     log = km.communication_
     ids = list(km.client_ids_)
     t_m = dict(zip(ids, km.coreset_sample_counts_))
@@ -1105,3 +1114,67 @@ def test_privacy_is_refused_with_the_new_defaults(blobs):
         DistributedKMeans(K, privacy=DifferentialPrivacy(epsilon=1.0)).fit(
             X, partitions=3
         )
+
+
+# -- compute_labels -------------------------------------------------------------
+
+
+def _gathered_keys(monkeypatch):
+    """The (namespace, key) of every per-sample output the federation
+    gathers into this process from now on."""
+    gathered = []
+    assemble = Federation.assemble
+
+    def spy(fed, namespace, key, *args, **kwargs):
+        gathered.append((namespace, key))
+        return assemble(fed, namespace, key, *args, **kwargs)
+
+    monkeypatch.setattr(Federation, "assemble", spy)
+    return gathered
+
+
+def test_compute_labels_false_keeps_the_model_and_gathers_no_label(hard, monkeypatch):
+    partitions = np.arange(hard.shape[0]) % 5
+    reference = DistributedKMeans(8, random_state=0).fit(hard, partitions=partitions)
+    gathered = _gathered_keys(monkeypatch)
+    km = DistributedKMeans(8, random_state=0, compute_labels=False)
+    km.fit(hard, partitions=partitions)
+    assert gathered == []
+    assert not hasattr(km, "labels_")
+    # The same rounds and server steps: the same model, bit for bit.
+    np.testing.assert_array_equal(km.cluster_centers_, reference.cluster_centers_)
+    assert km.inertia_ == reference.inertia_
+    assert km.communication_.to_records() == reference.communication_.to_records()
+    # fit_predict labels the training rows as the clients did.
+    labels = DistributedKMeans(8, random_state=0, compute_labels=False).fit_predict(
+        hard, partitions=partitions
+    )
+    np.testing.assert_array_equal(labels, reference.labels_)
+    # A refit leaves no labels_ from an earlier fit that gathered them.
+    km.set_params(compute_labels=True).fit(hard, partitions=partitions)
+    km.set_params(compute_labels=False).fit(hard, partitions=partitions)
+    assert not hasattr(km, "labels_")
+
+
+def test_duplicated_centers_warn_without_labels():
+    X = np.full((30, 3), 2.5)
+    km = DistributedKMeans(3, coreset_size=20, random_state=0, compute_labels=False)
+    with pytest.warns(ConvergenceWarning, match=r"distinct clusters \(1\)"):
+        km.fit(X, partitions=3)
+    assert not hasattr(km, "labels_")
+
+
+def test_fit_predict_without_labels_refuses_rows_it_cannot_predict(monkeypatch):
+    # Rows held by Flower nodes cannot be predicted here: refused before
+    # any round, rather than after a fit whose labels stayed on the nodes.
+    from skfed._remote import RemoteArray
+
+    class Nodes(RemoteArray):
+        shape, dtype = (100, 3), np.dtype(np.float64)
+
+    def no_fit(*args, **kwargs):
+        raise AssertionError("fitted")
+
+    monkeypatch.setattr(DistributedKMeans, "fit", no_fit)
+    with pytest.raises(ValueError, match="compute_labels=True"):
+        DistributedKMeans(2, compute_labels=False).fit_predict(Nodes())

@@ -25,6 +25,7 @@ from threadpoolctl import threadpool_info
 import skfed.cluster._coreset as coreset_module
 import skfed.cluster._kfed_protocol as kfed_module
 from skfed import ClientStepError, ClientValueError, KFed
+from skfed._federation import Federation
 from skfed._protocol import run_alone
 from skfed.cluster._lloyd import lloyd_rows
 from skfed.partition import labels_per_client
@@ -191,8 +192,9 @@ def test_fit_predict_and_fit_transform(blobs):
 # -- communication ----------------------------------------------------------
 
 
+@pytest.mark.parametrize("compute_labels", [True, False])
 @pytest.mark.parametrize("center_weighting", ["size", "uniform"])
-def test_communication_matches_formula(structured, center_weighting):
+def test_communication_matches_formula(structured, center_weighting, compute_labels):
     X, _, partitions = structured
     k, d = 16, X.shape[1]
     ids = np.unique(partitions)
@@ -203,7 +205,10 @@ def test_communication_matches_formula(structured, center_weighting):
         n_local_clusters=k_local,
         center_weighting=center_weighting,
         random_state=0,
+        compute_labels=compute_labels,
     ).fit(X, partitions=partitions)
+    # The labels stay on the clients or not: the rounds are the same.
+    assert hasattr(kfed, "labels_") == compute_labels
     log = kfed.communication_
     per_center = d + (center_weighting == "size")
     (upload,) = [r for r in log if r.direction == "upload" and r.total_floats]
@@ -1147,3 +1152,85 @@ def test_large_clients_invariant_to_n_jobs(backend):
         model = KFed(k, n_jobs=2, random_state=0).fit(X, partitions=partitions)
     assert_allclose(model.cluster_centers_, reference.cluster_centers_, rtol=1e-12)
     assert_array_equal(model.labels_, reference.labels_)
+
+
+# -- compute_labels -------------------------------------------------------------
+
+
+def _gathered_keys(monkeypatch):
+    """The (namespace, key) of every per-sample output the federation
+    gathers into this process from now on."""
+    gathered = []
+    assemble = Federation.assemble
+
+    def spy(fed, namespace, key, *args, **kwargs):
+        gathered.append((namespace, key))
+        return assemble(fed, namespace, key, *args, **kwargs)
+
+    monkeypatch.setattr(Federation, "assemble", spy)
+    return gathered
+
+
+@pytest.fixture(scope="module")
+def induced_differs():
+    """Blobs over three clients on which some induced labels differ from
+    the nearest global center (predict), with the fit that shows it."""
+    X, _ = make_blobs(3000, centers=4, random_state=0)
+    partitions = np.arange(X.shape[0]) % 3
+    model = KFed(4, random_state=0).fit(X, partitions=partitions)
+    assert not np.array_equal(model.predict(X), model.labels_)
+    return X, partitions, model
+
+
+@pytest.mark.parametrize("n_jobs", [None, 2])
+def test_compute_labels_false_keeps_the_model_and_gathers_no_label(
+    induced_differs, monkeypatch, n_jobs
+):
+    X, partitions, reference = induced_differs
+    gathered = _gathered_keys(monkeypatch)
+    model = KFed(4, random_state=0, compute_labels=False, n_jobs=n_jobs)
+    model.fit(X, partitions=partitions)
+    assert gathered == []
+    assert not hasattr(model, "labels_")
+    # The same rounds and server steps: the same model, bit for bit.
+    assert_array_equal(model.cluster_centers_, reference.cluster_centers_)
+    assert model.inertia_ == reference.inertia_
+    for cid, labels in reference.local_center_labels_.items():
+        assert_array_equal(model.local_center_labels_[cid], labels)
+    assert model.communication_.to_records() == reference.communication_.to_records()
+    # A refit leaves no labels_ from an earlier fit that gathered them.
+    model.set_params(compute_labels=True).fit(X, partitions=partitions)
+    assert_array_equal(model.labels_, reference.labels_)
+    model.set_params(compute_labels=False).fit(X, partitions=partitions)
+    assert not hasattr(model, "labels_")
+
+
+def test_fit_predict_without_labels_returns_the_induced_labels(induced_differs):
+    X, partitions, reference = induced_differs
+    model = KFed(4, random_state=0, compute_labels=False)
+    labels = model.fit_predict(X, partitions=partitions)
+    # The induced labels (labels_ of compute_labels=True), not predict's.
+    assert_array_equal(labels, reference.labels_)
+    assert not hasattr(model, "labels_")
+    assert_array_equal(model.cluster_centers_, reference.cluster_centers_)
+    assert_array_equal(
+        KFed(4, random_state=0).fit_predict(X, partitions=partitions),
+        reference.labels_,
+    )
+
+
+def test_partial_fit_without_labels(structured, monkeypatch):
+    X, _, partitions = structured
+    new = np.isin(partitions, np.unique(partitions)[::3])
+    reference = _fit_structured(X[~new], partitions[~new])
+    reference.partial_fit(X[new], partitions=partitions[new])
+    model = _fit_structured(X[~new], partitions[~new], compute_labels=False)
+    gathered = _gathered_keys(monkeypatch)
+    model.partial_fit(X[new], partitions=partitions[new])
+    assert gathered == []
+    assert not hasattr(model, "labels_")
+    assert_array_equal(model.cluster_centers_, reference.cluster_centers_)
+    assert model.inertia_ == reference.inertia_
+    assert model.local_center_labels_.keys() == reference.local_center_labels_.keys()
+    for cid, labels in reference.local_center_labels_.items():
+        assert_array_equal(model.local_center_labels_[cid], labels)
