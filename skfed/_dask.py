@@ -330,9 +330,24 @@ def _placed(client, token, namespace, key, dtype, start, stop):
 
 
 def _forget_everywhere(dask_client, token):
+    """Ask every worker to drop a finished fit's client state; return at once.
+
+    This is the transport's finalizer, which a garbage collection can run
+    inside any call of the dask client, ``persist`` included, while that
+    call holds the client's locks: a blocking ``client.run`` here would
+    wait on the client's event loop, and the loop on those locks, forever.
+    So the request is handed to the event loop and not waited for.
+    """
     try:
-        dask_client.run(_forget, token)
-    except Exception:  # the client or cluster is already gone
+        dask_client.loop.add_callback(_forget_on_workers, dask_client, token)
+    except Exception:  # the client or its event loop is already gone
+        pass
+
+
+async def _forget_on_workers(dask_client, token):
+    try:
+        await dask_client.run(_forget, token, asynchronous=True)
+    except Exception:  # the cluster is gone or going: nothing left to drop
         pass
 
 

@@ -1,5 +1,8 @@
 """The simulated network on a dask.distributed cluster of worker processes."""
 
+import threading
+import time
+
 import numpy as np
 import pytest
 from joblib import parallel_config
@@ -687,3 +690,56 @@ def test_a_long_round_leaves_no_waiter_per_poll(dask_client, monkeypatch):
     # About 20 checks: a waiter each grew the loop's tasks by 20.
     assert len(counts) >= 5
     assert max(counts) <= counts[0] + 3, counts
+
+
+def _store_tokens(token):
+    from skfed import _dask
+
+    return sorted(k[1] for k in _dask._STORE if k[0] == token)
+
+
+def _store_put(token):
+    from skfed import _dask
+
+    _dask._STORE[token, 0] = {}
+    _dask._STORE[token, 1] = {}
+
+
+def test_finalizer_forgets_the_clients_without_waiting_on_the_event_loop(
+    dask_client,
+):
+    # A transport's finalizer can run in a garbage collection inside any
+    # dask client call, while that call holds the client's locks and so
+    # blocks the client's event loop. It must return without waiting on the
+    # loop (a blocking client.run there hung a program for good), and the
+    # workers still drop the fit's clients once the loop is free.
+    from skfed._dask import _forget_everywhere
+
+    token = "finalizer-test"
+    dask_client.run(_store_put, token)
+    assert all(v == [0, 1] for v in dask_client.run(_store_tokens, token).values())
+
+    loop_free = threading.Event()
+    dask_client.loop.add_callback(loop_free.wait, 60)  # the loop is blocked
+    caller = threading.Thread(target=_forget_everywhere, args=(dask_client, token))
+    caller.start()
+    caller.join(10)
+    returned = not caller.is_alive()
+    loop_free.set()
+    caller.join()
+    assert returned, "the finalizer waited on the blocked event loop"
+
+    deadline = time.monotonic() + 30
+    while any(dask_client.run(_store_tokens, token).values()):
+        assert time.monotonic() < deadline, "the workers kept the clients"
+        time.sleep(0.1)
+
+
+def test_finalizer_is_silent_once_the_dask_client_is_closed():
+    from skfed._dask import _forget_everywhere
+
+    with distributed.Client(
+        n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None
+    ) as client:
+        pass
+    _forget_everywhere(client, "closed-client")  # no error, no wait
