@@ -671,8 +671,6 @@ def test_a_long_round_leaves_no_waiter_per_poll(dask_client, monkeypatch):
     # waiter per future on the dask client's loop until the round ended:
     # memory that grew with the round's length, hence with the clients'
     # rows (1.4 MiB more at 16M rows than at 1.6M for KFed).
-    import time
-
     from skfed import _dask
 
     counts = []

@@ -69,13 +69,13 @@ _SEEDING_ROWS_STREAM = "kfed.seeding_rows"
 # Features up to which a dense client's projection comes from its d x d
 # Gram matrix (exact, n·d² flops) rather than randomized_svd.
 _GRAM_SVD_FEATURES = 256
-# Draws of the rows a large client's seeding ν runs on (at least 32 per
-# local cluster; see _seeding_sample):
-# Algorithm 1 asks only for a constant-factor start, which Lloyd from θ
-# then refines on every row. Seeding and refining ν on all of a 10,000-row
-# client's projection took 14 Lloyd passes on average (up to 53); on
-# 4,096 of its rows the fit at N = 1,000,000 over 100 clients (d = 20,
-# k = 16) took 15% less CPU time, at the same NMI and cost.
+# Draws of its rows a large client's seeding ν runs on (at least 32 per
+# local cluster; see _seeding_sample). Algorithm 1 asks only for a
+# constant-factor start there, which Lloyd from θ then refines on every
+# row. Seeding and refining ν on all of a 10,000-row client's projection
+# took 14 Lloyd passes on average (up to 53); on 4,096 draws the fit at
+# N = 1,000,000 over 100 clients (d = 20, k = 16) took about 15% less
+# time, at the same NMI and cost (2,048 draws were no faster at k = 64).
 SEEDING_ROWS = 4096
 
 
@@ -811,6 +811,7 @@ def _seeding_sample(projected, weights, n_clusters, seeding_rows, client):
     size = max(seeding_rows, 32 * n_clusters)
     if projected.shape[0] <= size:
         return projected, weights
+    weights = np.asarray(weights, dtype=np.float64)
     total = weights.sum()
     rng = client.random_state(_SEEDING_ROWS_STREAM)
     draws = rng.choice(projected.shape[0], size, p=weights / total)
