@@ -153,9 +153,8 @@ def run(sizes, n_clients, compute_labels=(True, False)):
                     print(rows[-1], flush=True)
                     del estimator
                     # A finished fit's transport tells the workers to drop its
-                    # clients when it is collected, through the dask client:
-                    # collected here, not inside the next persist, whose
-                    # client lock that call would wait on forever.
+                    # clients when it is collected: collected here, so that
+                    # the next fit starts from the same state.
                     gc.collect()
                 del X
                 gc.collect()
