@@ -15,6 +15,7 @@ __all__ = [
     "exit_on",
     "fail_on",
     "fail_unpicklably_on",
+    "gathered_outputs",
     "hold_megabytes",
     "iteration_uploads",
     "joblib_backend",
@@ -308,6 +309,23 @@ def shipped_since(before, after):
     return sum(
         n for counts in after.values() for fit, n in counts.items() if fit not in seen
     )
+
+
+def gathered_outputs(monkeypatch):
+    """The (namespace, key) of every per-sample output a federation gathers
+    into this process from now on (``Federation.assemble`` spied on with
+    pytest's ``monkeypatch``)."""
+    from ._federation import Federation
+
+    gathered = []
+    assemble = Federation.assemble
+
+    def spy(fed, namespace, key, *args, **kwargs):
+        gathered.append((namespace, key))
+        return assemble(fed, namespace, key, *args, **kwargs)
+
+    monkeypatch.setattr(Federation, "assemble", spy)
+    return gathered
 
 
 def iteration_uploads(log, names):

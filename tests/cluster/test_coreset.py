@@ -20,6 +20,7 @@ from sklearn.utils import check_random_state
 from skfed import ClientValueError, DistributedKMeans
 from skfed._federation import Federation
 from skfed._protocol import client_step
+from skfed._testing import gathered_outputs
 from skfed._validation import check_partitions
 from skfed.cluster._coreset import (
     _weighted_kmeans_plusplus,
@@ -1119,24 +1120,10 @@ def test_privacy_is_refused_with_the_new_defaults(blobs):
 # -- compute_labels -------------------------------------------------------------
 
 
-def _gathered_keys(monkeypatch):
-    """The (namespace, key) of every per-sample output the federation
-    gathers into this process from now on."""
-    gathered = []
-    assemble = Federation.assemble
-
-    def spy(fed, namespace, key, *args, **kwargs):
-        gathered.append((namespace, key))
-        return assemble(fed, namespace, key, *args, **kwargs)
-
-    monkeypatch.setattr(Federation, "assemble", spy)
-    return gathered
-
-
 def test_compute_labels_false_keeps_the_model_and_gathers_no_label(hard, monkeypatch):
     partitions = np.arange(hard.shape[0]) % 5
     reference = DistributedKMeans(8, random_state=0).fit(hard, partitions=partitions)
-    gathered = _gathered_keys(monkeypatch)
+    gathered = gathered_outputs(monkeypatch)
     km = DistributedKMeans(8, random_state=0, compute_labels=False)
     km.fit(hard, partitions=partitions)
     assert gathered == []

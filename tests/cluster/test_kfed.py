@@ -25,8 +25,8 @@ from threadpoolctl import threadpool_info
 import skfed.cluster._coreset as coreset_module
 import skfed.cluster._kfed_protocol as kfed_module
 from skfed import ClientStepError, ClientValueError, KFed
-from skfed._federation import Federation
 from skfed._protocol import run_alone
+from skfed._testing import gathered_outputs
 from skfed.cluster._lloyd import lloyd_rows
 from skfed.partition import labels_per_client
 
@@ -1157,20 +1157,6 @@ def test_large_clients_invariant_to_n_jobs(backend):
 # -- compute_labels -------------------------------------------------------------
 
 
-def _gathered_keys(monkeypatch):
-    """The (namespace, key) of every per-sample output the federation
-    gathers into this process from now on."""
-    gathered = []
-    assemble = Federation.assemble
-
-    def spy(fed, namespace, key, *args, **kwargs):
-        gathered.append((namespace, key))
-        return assemble(fed, namespace, key, *args, **kwargs)
-
-    monkeypatch.setattr(Federation, "assemble", spy)
-    return gathered
-
-
 @pytest.fixture(scope="module")
 def induced_differs():
     """Blobs over three clients on which some induced labels differ from
@@ -1187,7 +1173,7 @@ def test_compute_labels_false_keeps_the_model_and_gathers_no_label(
     induced_differs, monkeypatch, n_jobs
 ):
     X, partitions, reference = induced_differs
-    gathered = _gathered_keys(monkeypatch)
+    gathered = gathered_outputs(monkeypatch)
     model = KFed(4, random_state=0, compute_labels=False, n_jobs=n_jobs)
     model.fit(X, partitions=partitions)
     assert gathered == []
@@ -1225,7 +1211,7 @@ def test_partial_fit_without_labels(structured, monkeypatch):
     reference = _fit_structured(X[~new], partitions[~new])
     reference.partial_fit(X[new], partitions=partitions[new])
     model = _fit_structured(X[~new], partitions[~new], compute_labels=False)
-    gathered = _gathered_keys(monkeypatch)
+    gathered = gathered_outputs(monkeypatch)
     model.partial_fit(X[new], partitions=partitions[new])
     assert gathered == []
     assert not hasattr(model, "labels_")
