@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._coreset import _SAME_COST, _cluster_sums
+from ._coreset import _SAME_COST, _cluster_sums, _sq_norms
 from ._lloyd import lloyd, weighted_cost
 
 __all__ = ["improve_by_moves"]
@@ -198,10 +198,6 @@ def _first_farthest(Y, labels, n_clusters):
     np.minimum.at(first, labels[hits], hits)
     first[first == len(labels)] = 0
     return first
-
-
-def _sq_norms(vectors):
-    return np.einsum("ij,ij->i", vectors, vectors)
 
 
 def _divide(sums, weights):
