@@ -1,5 +1,7 @@
 """The large clients' Lloyd (skfed.cluster._lloyd) against scikit-learn's
-KMeans from the same start, and KFed's use of it."""
+KMeans from the same start, and KFed's use of it. Every run is checked on
+both of its passes: scikit-learn's compiled iteration and the NumPy pass
+that releases without it take."""
 
 import numpy as np
 import pytest
@@ -8,8 +10,20 @@ from sklearn.cluster import KMeans
 from sklearn.metrics import normalized_mutual_info_score
 
 import skfed.cluster._kfed_protocol as kfed_module
+import skfed.cluster._lloyd as lloyd_module
 from skfed import KFed
 from skfed.cluster._lloyd import lloyd, lloyd_rows, weighted_cost
+
+
+@pytest.fixture(autouse=True, params=["compiled", "numpy"])
+def lloyd_pass(request, monkeypatch):
+    """Each test once with scikit-learn's compiled iteration and once with
+    the NumPy pass (as on a release without it)."""
+    if request.param == "numpy":
+        monkeypatch.setattr(lloyd_module, "_compiled_iteration", None)
+    else:
+        assert lloyd_module._compiled_iteration is not None
+    return request.param
 
 
 def mixture(n, d, k, separation, seed):
@@ -152,3 +166,15 @@ def test_lloyd_on_kfed_clients_reaches_kmeans_cost():
         d2 = ((rows[:, None, :] - centers[None]) ** 2).sum(axis=2).min(axis=1)
         km = KMeans(12, n_init=1, random_state=0).fit(rows)
         assert d2.sum() <= 1.01 * km.inertia_
+
+
+def test_max_iter_zero_only_assigns(lloyd_pass):
+    X, _ = mixture(2100, 3, 4, 5.0, 6)
+    start = X[:4]
+    centers, labels, n_iter = lloyd(
+        lloyd_rows(X, np.ones(len(X)), 1e-4), start, max_iter=0
+    )
+    assert n_iter == 0
+    assert_array_equal(centers, start)
+    nearest = np.argmin(((X[:, None, :] - start[None]) ** 2).sum(axis=2), axis=1)
+    assert_array_equal(labels, nearest)
