@@ -1220,3 +1220,38 @@ def test_partial_fit_without_labels(structured, monkeypatch):
     assert model.local_center_labels_.keys() == reference.local_center_labels_.keys()
     for cid, labels in reference.local_center_labels_.items():
         assert_array_equal(model.local_center_labels_[cid], labels)
+
+
+class _Streams:
+    """Stands for a client's named random streams in the basis tests."""
+
+    def random_state(self, name, *keys):
+        return np.random.RandomState(0)
+
+
+@pytest.mark.parametrize(
+    "shape, rank",
+    [
+        ((500, 40), 6),  # few features: the d x d Gram matrix
+        ((160, 300), 4),  # few rows: the n x n Gram matrix
+        ((600, 300), 5),  # neither: randomized_svd
+        ((5, 300), 8),  # fewer rows than the rank asked for
+    ],
+)
+def test_projection_basis_spans_the_top_right_singular_vectors(shape, rank):
+    # Whichever way the client computes it, the projection's basis is
+    # orthonormal and spans the top right singular vectors of its rows
+    # (a spectrum with a gap after the rank, so that span is well defined).
+    rng = np.random.RandomState(0)
+    n, d = shape
+    signal = rng.normal(size=(n, min(rank, n))) @ rng.normal(size=(min(rank, n), d))
+    X = 10 * signal + 0.01 * rng.normal(size=shape)
+    X -= X.mean(axis=0)
+    basis = kfed_module._top_right_singular_vectors(X, rank, _Streams())
+    assert basis.shape[0] == d and min(rank, n) <= basis.shape[1] <= rank
+    assert_allclose(basis.T @ basis, np.eye(basis.shape[1]), atol=1e-8)
+    _, _, Vt = np.linalg.svd(X, full_matrices=False)
+    # Every top singular vector of a positive singular value (centered
+    # rows span one direction fewer than their number) lies in its span.
+    top = Vt[: min(rank, np.linalg.matrix_rank(X))].T
+    assert_allclose(basis @ (basis.T @ top), top, atol=1e-6)
