@@ -42,7 +42,6 @@ from joblib import effective_n_jobs, parallel_config
 from joblib.parallel import ThreadingBackend, get_active_backend
 from sklearn import config_context, get_config
 from sklearn.utils.parallel import Parallel, delayed
-from threadpoolctl import threadpool_limits
 
 from ._protocol import resolve_step, resume, run_together
 from ._threads import blas_limits, round_uses_process_threads, thread_pools
@@ -353,7 +352,9 @@ class JoblibTransport:
         # threads while they run; limits set and undone from several client
         # threads at once interleave and can leave the process with one
         # thread after the fit. Snapshot them here, restore them on exit.
-        self._thread_limits = threadpool_limits(limits=None)
+        # The process's cached controller: building one looks for every
+        # loaded library (4 ms, a tenth of a small fit).
+        self._thread_limits = thread_pools().limit(limits=None)
         # A round has at most one task per client (_task_shares): more
         # workers than clients would only be started to wait.
         self._n_workers = worker_count(self.n_jobs, len(self.client_ids))

@@ -815,10 +815,19 @@ def _top_right_singular_vectors(X, rank, client):
 
 def _top_eigenvectors(gram, rank):
     """The ``rank`` eigenvectors of largest eigenvalue of a symmetric
-    matrix, largest first (LAPACK's subset solver: a third of a full
-    ``eigh``'s time on a 160 x 160 matrix)."""
+    matrix, largest first.
+
+    LAPACK's subset solver where few are asked for (at least 8 times as
+    many rows: 0.28 ms against a full ``eigh``'s 0.64 ms for 4 of 100,
+    0.68 against 1.8 ms for 4 of 160), the full ``eigh`` otherwise (as
+    fast for 16 of 100, faster for 16 of 50).
+    """
     n = gram.shape[0]
-    _, vectors = scipy.linalg.eigh(gram, subset_by_index=[n - rank, n - 1])
+    if n >= 8 * rank:
+        _, vectors = scipy.linalg.eigh(gram, subset_by_index=[n - rank, n - 1])
+    else:
+        _, vectors = np.linalg.eigh(gram)
+        vectors = vectors[:, n - rank :]
     return vectors[:, ::-1]
 
 
