@@ -46,6 +46,22 @@ on the same data (``--n`` and ``--d`` change the size; ``--ks`` and
 
     python benchmarks/bench_vs_lloyd.py dkm-headline
 
+``--estimators KFed KFed-numpy-lloyd`` adds KFed with its large
+clients' Lloyd on the NumPy pass that scikit-learn releases without the
+compiled iteration take (the same iterations), alternated with the
+default in each repeat.
+
+``local-parts`` times the pieces of a client's local step on their own,
+each the median of many calls on one BLAS thread: one Lloyd iteration on
+a client of 10,000 rows in 20 features with 16 centers, through
+scikit-learn's compiled iteration and through the NumPy pass kept for
+releases without it; the projection's basis of a client of 160 rows in
+300 features (k(z) = 4) from its n x n Gram matrix and from
+``randomized_svd``; and the top eigenvectors of Gram matrices of a few
+sizes, by LAPACK's subset solver and by a full ``eigh``::
+
+    python benchmarks/bench_vs_lloyd.py local-parts
+
 Each run appends one JSON line per case to
 ``benchmarks/results/bench_vs_lloyd.jsonl`` and prints a markdown row.
 """
@@ -159,6 +175,19 @@ PRESETS = {
 }
 
 
+def _with_numpy_lloyd(fit):
+    """``fit()`` with the large clients' Lloyd on its NumPy pass, as on a
+    scikit-learn release without the compiled iteration."""
+    import skfed.cluster._lloyd as lloyd_module
+
+    compiled = lloyd_module._compiled_iteration
+    lloyd_module._compiled_iteration = None
+    try:
+        return fit()
+    finally:
+        lloyd_module._compiled_iteration = compiled
+
+
 def run_case(args):
     if args.kind == "scale":
         X, y, partitions, kfed_params = scale_data(
@@ -177,6 +206,7 @@ def run_case(args):
         "DistributedKMeans": lambda: DistributedKMeans(
             args.k, random_state=args.seed
         ).fit(X, partitions=partitions),
+        "KFed-numpy-lloyd": lambda: _with_numpy_lloyd(fits["KFed"]),
     }
     names = [n for n in fits if n == "KMeans(n_init=1)" or n in args.estimators]
     times = {n: [] for n in names}
@@ -269,6 +299,92 @@ def _dkm_row(X, y, k, n_clients, name, model, seconds, t_ref):
     }
 
 
+def _median_ms(call, repeats=300):
+    call()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return 1e3 * float(np.median(times))
+
+
+def local_parts():
+    """Print the ``local-parts`` timings (see the module docstring)."""
+    import scipy.linalg
+    from sklearn.utils.extmath import randomized_svd
+
+    import skfed.cluster._lloyd as lloyd_module
+    from skfed.cluster._kfed_protocol import _top_right_singular_vectors
+
+    class _Streams:
+        def random_state(self, name, *keys):
+            return np.random.RandomState(0)
+
+    rng = np.random.RandomState(0)
+    rows = []
+    with threadpool_limits(limits=1):
+        X, _, _, _ = scale_data(10_000, 20, 16, 1, 0)
+        X = X - X.mean(axis=0)
+        prepared = lloyd_module.lloyd_rows(X, np.ones(len(X)), 0.0)
+        start = X[rng.choice(len(X), 16, replace=False)]
+        compiled = lloyd_module._compiled_iteration
+
+        def iteration():
+            lloyd_module.lloyd(prepared, start, max_iter=1)
+
+        for name, step in [("compiled", compiled), ("NumPy", None)]:
+            lloyd_module._compiled_iteration = step
+            try:
+                # One update and the assignments around it: max_iter=1.
+                ms = _median_ms(iteration)
+            finally:
+                lloyd_module._compiled_iteration = compiled
+            rows.append((f"Lloyd iteration, 10,000 x 20, k = 16 ({name})", ms))
+
+        small = rng.normal(size=(160, 300))
+        small -= small.mean(axis=0)
+        rows.append(
+            (
+                "basis, 160 x 300, k(z) = 4, n x n Gram",
+                _median_ms(lambda: _top_right_singular_vectors(small, 4, _Streams())),
+            )
+        )
+        rows.append(
+            (
+                "basis, 160 x 300, k(z) = 4, randomized_svd",
+                _median_ms(
+                    lambda: randomized_svd(
+                        small, 4, random_state=np.random.RandomState(0)
+                    )
+                ),
+            )
+        )
+        for size, rank in [(50, 16), (100, 16), (100, 4), (160, 4)]:
+            A = rng.normal(size=(2 * size, size))
+            gram = A.T @ A
+            subset = [size - rank, size - 1]
+            rows.append(
+                (
+                    f"top {rank} of {size} x {size}, subset solver",
+                    _median_ms(
+                        partial(scipy.linalg.eigh, gram, subset_by_index=subset)
+                    ),
+                )
+            )
+            rows.append(
+                (
+                    f"top {rank} of {size} x {size}, full eigh",
+                    _median_ms(partial(np.linalg.eigh, gram)),
+                )
+            )
+    print(f"load {os.getloadavg()[0]:.1f}, one BLAS thread, medians")
+    print("| part | ms |")
+    print("|---|---|")
+    for name, ms in rows:
+        print(f"| {name} | {ms:.3f} |")
+
+
 def _commit():
     try:
         return subprocess.run(
@@ -319,7 +435,9 @@ def markdown(rows):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("kind", choices=["scale", "table1", "dkm-headline", *PRESETS])
+    parser.add_argument(
+        "kind", choices=["scale", "table1", "dkm-headline", "local-parts", *PRESETS]
+    )
     parser.add_argument("--n", type=int, default=1_000_000)
     parser.add_argument("--d", type=int, default=50)
     parser.add_argument("--k", type=int, default=64)
@@ -330,7 +448,7 @@ def main():
         "--estimators",
         nargs="+",
         default=None,
-        choices=["KFed", "DistributedKMeans"],
+        choices=["KFed", "DistributedKMeans", "KFed-numpy-lloyd"],
         help="default: both for scale and table1, KFed for a preset list",
     )
     parser.add_argument("--profile", action="store_true")
@@ -343,6 +461,9 @@ def main():
         "machine slows KMeans' OpenMP team more than one thread)",
     )
     args = parser.parse_args()
+    if args.kind == "local-parts":
+        local_parts()
+        return
     if args.kind == "dkm-headline":
         if args.one_thread:
             with threadpool_limits(limits=1):

@@ -141,9 +141,9 @@ class KFed(
         k = 16 or 64) the local cost ended 0-7% below ``"best"``'s, never
         above, in a fifth to a third of its time; at N = 1,000,000 over 100
         clients the fit's NMI rose from 0.957 to 0.999 (d = 50, k = 64)
-        and from 0.989 to 0.999 (d = 20, k = 16), and the fit took 0.57
-        and 1.79 times ``KMeans(n_init=1)``'s time on a quiet machine
-        (2.37 and 2.86 with ``"best"``).
+        and from 0.989 to 0.999 (d = 20, k = 16), and the fit took 0.47
+        and 1.04 times ``KMeans(n_init=1)``'s time on a quiet machine
+        (the user guide has the table).
 
     n_init : int, default=3
         Number of k-means++ seedings, each refined by Lloyd iterations, that

@@ -805,7 +805,7 @@ def _top_right_singular_vectors(X, rank, client):
         return _top_eigenvectors(X.T @ X, rank)
     # With few rows, from the n x n Gram matrix: its top eigenvectors u
     # give the right singular vectors Xᵀu / σ (a client of 160 rows in 300
-    # features took 1.1 ms here against randomized_svd's 2.4 ms). QR makes
+    # features took 0.9 ms here against randomized_svd's 1.4 ms). QR makes
     # the columns orthonormal, also where σ is 0 (the rows span fewer than
     # k(z) directions): any direction there completes the basis.
     top = _top_eigenvectors(X @ X.T, min(rank, n_samples))
@@ -818,9 +818,10 @@ def _top_eigenvectors(gram, rank):
     matrix, largest first.
 
     LAPACK's subset solver where few are asked for (at least 8 times as
-    many rows: 0.28 ms against a full ``eigh``'s 0.64 ms for 4 of 100,
-    0.68 against 1.8 ms for 4 of 160), the full ``eigh`` otherwise (as
-    fast for 16 of 100, faster for 16 of 50).
+    many rows: 0.26 ms against a full ``eigh``'s 0.55 ms for 4 of 100,
+    0.82 against 1.76 ms for 4 of 160), the full ``eigh`` otherwise (as
+    fast for 16 of 100, faster for 16 of 50; ``benchmarks/bench_vs_lloyd.py
+    local-parts``).
     """
     n = gram.shape[0]
     if n >= 8 * rank:
