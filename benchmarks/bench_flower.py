@@ -21,7 +21,11 @@ on localhost: the deployment page's own commands
 (``doc/flower_app/localhost.sh``: a SuperLink and three SuperNodes, one
 ClientApp process per message), with a Flower App that fits KFed (k = 3
 from the page's ``--run-config``, N = 360, d = 4) after the nodes have
-connected, and reports the fit's seconds per message round trip.
+connected, and reports the fit's seconds per message round trip. It then runs the
+same with Flower's own SuperExec (each SuperNode starting it, one fresh
+``flwr-clientapp`` process per message) instead of the page's
+``python -m skfed.flower.superexec``, whose ClientApp processes are forked
+with their imports done; ``--rounds`` alternates the two that many times.
 ``--flower-poll`` leaves out the page's ``FLWR_SUPEREXEC_TASK_POLL_INTERVAL``
 (Flower's 1 s default).
 
@@ -29,14 +33,17 @@ connected, and reports the fit's seconds per message round trip.
 starting Flower: what each message's new ClientApp process pays before it
 runs skfed's step (the interpreter, the modules ``flwr-clientapp`` imports,
 the page's app module and so skfed with scikit-learn, each in a fresh
-process, the median of ``--repeat`` alternated runs), the site's data
+process, the median of ``--repeat`` alternated runs), what the same costs
+a process forked by skfed's SuperExec (from its fork server, which has
+imported Flower and skfed), the site's data
 loaded and checked (in this process), and Flower 1.42's fixed waits, read
 from its source. The load average is recorded beside each figure.
 
 Usage::
 
     python benchmarks/bench_flower.py [--n N] [--nodes M]
-    python benchmarks/bench_flower.py --deployment [--repeat R] [--flower-poll]
+    python benchmarks/bench_flower.py --deployment [--repeat R] [--rounds K]
+    python benchmarks/bench_flower.py --deployment --flower-poll
     python benchmarks/bench_flower.py --breakdown [--repeat R]
 """
 
@@ -128,9 +135,10 @@ n-clusters = 8
 """
 
 
-def run_deployment(folder, repeat, flower_poll):
+def run_deployment(folder, repeat, flower_poll, flower_superexec=False):
     """Per-message round trips of KFed fits on the page's localhost
-    deployment (three SuperNodes)."""
+    deployment (three SuperNodes); with ``flower_superexec``, each
+    SuperNode starting Flower's own SuperExec instead of the page's."""
     from sklearn.datasets import make_blobs
 
     spec = importlib.util.spec_from_file_location("skfed_localhost", LOCALHOST)
@@ -150,6 +158,7 @@ def run_deployment(folder, repeat, flower_poll):
     federation = localhost.LocalFederation(folder, sites)
     if flower_poll:
         federation.skip_exports = True
+    federation.flower_superexec = flower_superexec
     with federation:
         run = federation.run(app, f'out="{out}"', f"repeat={repeat}")
     if not out.exists():
@@ -158,6 +167,8 @@ def run_deployment(folder, repeat, flower_poll):
     for seconds, messages in json.loads(out.read_text()):
         rows.append(
             {
+                "SuperExec": "Flower's" if flower_superexec else "the page's (skfed)",
+                "load": round(os.getloadavg()[0], 1),
                 "estimator": "KFed",
                 "nodes": 3,
                 "messages per node": messages,
@@ -187,6 +198,34 @@ def _seconds(code, cwd):
     return time.perf_counter() - start
 
 
+def _import_app(app_dir):
+    """A forked ClientApp's first work: the page's app module imported."""
+    sys.path.insert(0, str(app_dir))
+    import flwr.supernode.runtime.run_clientapp  # noqa: F401
+    import skfed_app  # noqa: F401
+
+
+def _forked_seconds(app_dir, repeat):
+    """Median seconds from asking skfed's SuperExec's fork server for a
+    process to that process having imported the app module and exited."""
+    import multiprocessing
+    import multiprocessing.forkserver
+
+    from skfed.flower._warm import PRELOAD
+
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(list(PRELOAD))
+    multiprocessing.forkserver.ensure_running()
+    took = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        process = context.Process(target=_import_app, args=(app_dir,))
+        process.start()
+        process.join()
+        took.append(time.perf_counter() - start)
+    return float(np.median(took))
+
+
 def run_breakdown(repeat):
     """Seconds of each part of a deployed round trip (see the module
     docstring)."""
@@ -212,6 +251,13 @@ def run_breakdown(repeat):
                 "load average": load,
             }
         )
+    rows.append(
+        {
+            "part": "forked by skfed's SuperExec: the app module imported",
+            "s": round(_forked_seconds(app_dir, repeat), 3),
+            "load average": f"{os.getloadavg()[0]:.1f}",
+        }
+    )
     spec = {}
     for n in (120, 100_000):
         X, _ = make_blobs(n, n_features=4, centers=3, random_state=2)
@@ -341,6 +387,12 @@ def main():
     parser.add_argument("--deployment", action="store_true")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--flower-poll", action="store_true")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="with --deployment: deployments of each kind, alternated",
+    )
     parser.add_argument("--breakdown", action="store_true")
     args = parser.parse_args()
     if args.breakdown:
@@ -351,8 +403,15 @@ def main():
         )
         return
     if args.deployment:
-        with tempfile.TemporaryDirectory() as folder:
-            rows = run_deployment(folder, args.repeat, args.flower_poll)
+        rows = []
+        # The page's commands, then the same with Flower's own SuperExec
+        # (started by each SuperNode), alternated --rounds times.
+        for _ in range(args.rounds):
+            for flower_superexec in (False, True):
+                with tempfile.TemporaryDirectory() as folder:
+                    rows += run_deployment(
+                        folder, args.repeat, args.flower_poll, flower_superexec
+                    )
         poll = "Flower's default poll" if args.flower_poll else "the page's commands"
         write_report(
             "bench_flower_deployment",

@@ -142,6 +142,21 @@ def test_the_pages_nodes_match_its_run_config():
     assert ids == [f"partition-id={p}" for p in range(n_nodes)]
 
 
+def test_each_supernode_has_skfeds_superexec_on_its_runtime_port():
+    # The page's SuperNodes leave their ClientApps to skfed's SuperExec,
+    # one beside each, on the SuperNode's Runtime API address.
+    page = _localhost().commands()
+    nodes = [argv for kind, argv in page if kind == "supernode"]
+    executors = [argv for kind, argv in page if kind == "superexec"]
+    assert len(executors) == len(nodes)
+    for node, executor in zip(nodes, executors):
+        assert node[node.index("--isolation") + 1] == "process"
+        host = node[node.index("--host") + 1]
+        port = node[node.index("--port") + 1]
+        address = executor[executor.index("--runtime-api-address") + 1]
+        assert address == f"{host}:{port}"
+
+
 @pytest.fixture
 def federation(tmp_path):
     """The page's SuperLink and SuperNodes on 127.0.0.1, stopped after."""

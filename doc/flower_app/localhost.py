@@ -23,7 +23,8 @@ HOST = "127.0.0.1"
 
 def commands():
     """The page's commands: ``(kind, argv or (name, value))`` in order,
-    kind one of ``"export"``, ``"superlink"``, ``"supernode"``, ``"run"``."""
+    kind one of ``"export"``, ``"superlink"``, ``"supernode"``,
+    ``"superexec"``, ``"run"``."""
     text = (HERE / "localhost.sh").read_text().replace("\\\n", " ")
     out = []
     for line in text.splitlines():
@@ -37,6 +38,8 @@ def commands():
             out.append(("superlink", argv))
         elif argv[0] == "flower-supernode":
             out.append(("supernode", argv))
+        elif argv[:3] == ["python", "-m", "skfed.flower.superexec"]:
+            out.append(("superexec", argv))
         elif argv[:2] == ["flwr", "run"]:
             out.append(("run", argv))
         else:
@@ -88,6 +91,10 @@ class LocalFederation:
         self.ports = {}
         # True: leave out the page's `export` lines (Flower's defaults).
         self.skip_exports = False
+        # True: Flower's own SuperExec, which each SuperNode starts (the
+        # page's skfed.flower.superexec lines left out, the SuperNodes
+        # without --isolation process), to compare with.
+        self.flower_superexec = False
 
     def _argv(self, argv):
         text = " ".join(shlex.quote(a) for a in argv)
@@ -113,15 +120,35 @@ class LocalFederation:
         n_nodes = sum(kind == "supernode" for kind, _ in page)
         if n_nodes != len(self.site_files):
             raise ValueError(f"the page starts {n_nodes} SuperNodes")
-        node = 0
+        node = executors = 0
         for kind, argv in page:
             if kind == "export":
                 if not self.skip_exports:
                     self.env[argv[0]] = argv[1]
+            elif kind == "superexec":
+                if self.flower_superexec:
+                    continue
+                # It connects to its SuperNode, already listening.
+                name = f"superexec{executors}"
+                executors += 1
+                log = self.folder / f"{name}.log"
+                argv = self._argv(argv)
+                argv[0] = sys.executable
+                with open(log, "w") as out:
+                    self.processes[name] = subprocess.Popen(
+                        argv,
+                        env=dict(self.env),
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        cwd=self.folder,
+                    )
             elif kind in ("superlink", "supernode"):
                 name = kind if kind == "superlink" else f"supernode{node}"
                 node += kind == "supernode"
                 argv = self._argv(argv)
+                if self.flower_superexec and "--isolation" in argv:
+                    at = argv.index("--isolation")
+                    del argv[at : at + 2]
                 log = self.folder / f"{name}.log"
                 with open(log, "w") as out:
                     proc = subprocess.Popen(

@@ -6,7 +6,10 @@ ServerApp), which fits an skfed estimator over the grid round by round:
 client steps travel by registered name with plain-data options, payloads as
 Flower records without pickle, and each node keeps its state in its
 ``context.state``. :func:`simulate` runs the same apps in Flower's
-simulation engine.
+simulation engine. ``python -m skfed.flower.superexec`` runs beside a
+SuperNode started with ``--isolation process``: Flower's SuperExec, with
+each message's ClientApp process forked with Flower and skfed already
+imported.
 
 Needs Flower: ``pip install 'skfed[flower]'``.
 """
