@@ -3,8 +3,9 @@ are written, for the test suite and the benchmarks.
 
 Only what a machine shared by several runs needs is substituted: the
 ports (9100-9103) by free ones, the sites' data files (``/data/siteN.npy``)
-by the caller's, and ``flwr run .`` runs in the caller's copy of the app;
-``$FLWR_HOME/config.toml`` is written as the page says.
+by the caller's, ``python`` by this interpreter, and ``flwr run .`` runs
+in the caller's copy of the app; ``$FLWR_HOME/config.toml`` is written as
+the page says.
 """
 
 import os
