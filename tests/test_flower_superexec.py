@@ -166,3 +166,13 @@ def test_the_command_line_starts():
         check=True,
     )
     assert "--runtime-api-address" in out.stdout
+
+
+def test_without_a_fork_server_it_runs_flowers_superexec(monkeypatch):
+    # Windows has no fork server: Flower's own SuperExec, said so.
+    monkeypatch.setattr(multiprocessing, "get_all_start_methods", lambda: ["spawn"])
+    executed = []
+    monkeypatch.setattr(_warm.os, "execvp", lambda path, argv: executed.append(argv))
+    with pytest.warns(RuntimeWarning, match="no fork server"):
+        _warm.main(["--runtime-api-address", "127.0.0.1:9"])
+    assert executed[0][1:] == ["--runtime-api-address", "127.0.0.1:9"]

@@ -20,10 +20,10 @@ SuperNode's Runtime API address (its ``--host`` and ``--port``)::
         --runtime-api-address 127.0.0.1:9101
 
 It relies on Flower's SuperExec internals (``run_superexec`` and its
-executor interface, as in Flower 1.42). On a Flower release without them
-it says so and runs Flower's own ``flower-superexec`` with the same
-arguments instead, which runs the same ClientApps, each importing its
-modules again.
+executor interface, as in Flower 1.42) and on a fork server (not on
+Windows). Without either it says so and runs Flower's own
+``flower-superexec`` with the same arguments instead, which runs the same
+ClientApps, each importing its modules again.
 """
 
 import argparse
@@ -154,10 +154,15 @@ def main(argv=None):
     """``python -m skfed.flower.superexec`` (see the module)."""
     args = _parser().parse_args(argv)
     internals = _flower_internals()
-    if internals is None:
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        why = "this platform has no fork server"
+    elif internals is None:
+        why = "this Flower release has no SuperExec executor interface that skfed knows"
+    else:
+        why = None
+    if why is not None:
         warnings.warn(
-            "this Flower release has no SuperExec executor interface that "
-            "skfed knows: running Flower's own flower-superexec instead (each "
+            f"{why}: running Flower's own flower-superexec instead (each "
             "ClientApp process imports its modules again)",
             RuntimeWarning,
             stacklevel=2,
