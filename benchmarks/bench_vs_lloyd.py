@@ -67,6 +67,7 @@ Each run appends one JSON line per case to
 """
 
 import argparse
+import contextlib
 import cProfile
 import json
 import os
@@ -175,17 +176,23 @@ PRESETS = {
 }
 
 
-def _with_numpy_lloyd(fit):
-    """``fit()`` with the large clients' Lloyd on its NumPy pass, as on a
-    scikit-learn release without the compiled iteration."""
+@contextlib.contextmanager
+def numpy_lloyd():
+    """The large clients' Lloyd on its NumPy pass, as on a scikit-learn
+    release without the compiled iteration, within the block."""
     import skfed.cluster._lloyd as lloyd_module
 
     compiled = lloyd_module._compiled_iteration
     lloyd_module._compiled_iteration = None
     try:
-        return fit()
+        yield
     finally:
         lloyd_module._compiled_iteration = compiled
+
+
+def _with_numpy_lloyd(fit):
+    with numpy_lloyd():
+        return fit()
 
 
 def run_case(args):
@@ -328,18 +335,17 @@ def local_parts():
         X = X - X.mean(axis=0)
         prepared = lloyd_module.lloyd_rows(X, np.ones(len(X)), 0.0)
         start = X[rng.choice(len(X), 16, replace=False)]
-        compiled = lloyd_module._compiled_iteration
 
         def iteration():
+            # One update and the assignments around it: max_iter=1.
             lloyd_module.lloyd(prepared, start, max_iter=1)
 
-        for name, step in [("compiled", compiled), ("NumPy", None)]:
-            lloyd_module._compiled_iteration = step
-            try:
-                # One update and the assignments around it: max_iter=1.
+        for name, passes in [
+            ("compiled", contextlib.nullcontext),
+            ("NumPy", numpy_lloyd),
+        ]:
+            with passes():
                 ms = _median_ms(iteration)
-            finally:
-                lloyd_module._compiled_iteration = compiled
             rows.append((f"Lloyd iteration, 10,000 x 20, k = 16 ({name})", ms))
 
         small = rng.normal(size=(160, 300))

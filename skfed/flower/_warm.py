@@ -34,7 +34,7 @@ import shutil
 import sys
 import warnings
 
-__all__ = ["main", "run_clientapp"]
+__all__ = ["fork_server", "main", "run_clientapp"]
 
 # What the fork server imports once, so that every ClientApp process
 # starts with it: this module (the processes' entry point), Flower's
@@ -118,6 +118,16 @@ def forking_executor(internals, context):
     return ForkingExecutor
 
 
+def fork_server(preload=()):
+    """The ``forkserver`` context whose server imports ``PRELOAD`` and
+    ``preload``, started now: its imports (seconds) run while the SuperExec
+    connects, rather than in the first message's start."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([*PRELOAD, *preload])
+    multiprocessing.forkserver.ensure_running()
+    return context
+
+
 def _parser():
     parser = argparse.ArgumentParser(
         prog="python -m skfed.flower.superexec",
@@ -176,11 +186,7 @@ def main(argv=None):
         # Replaces this process; returns only where it is stubbed.
         os.execvp(command[0], command)
         return
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([*PRELOAD, *args.preload])
-    # Its imports now, not in the node's first message.
-    multiprocessing.forkserver.ensure_running()
-    executor = forking_executor(internals, context)
+    executor = forking_executor(internals, fork_server(args.preload))
     # Flower's loop builds its executor through this module-level name.
     internals["loop"].get_executor = lambda *_, **__: executor()
     internals["loop"].run_superexec(
