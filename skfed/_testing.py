@@ -247,6 +247,7 @@ HOSTILE_MINIMUM = {
     "FederatedKernelKMeans": ({"n_clusters": 3}, "cluster"),
     "DistributedKernelPCA": ({"n_components": 2}, "transform"),
     "FederatedRKHSClassifier": ({}, "classify"),
+    "FederatedStandardScaler": ({}, "transform"),
 }
 
 INTEGRATION_CASES = {

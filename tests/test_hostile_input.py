@@ -80,6 +80,7 @@ def _output(est, X):
         "FederatedKernelKMeans": "cluster",
         "DistributedKernelPCA": "transform",
         "FederatedRKHSClassifier": "classify",
+        "FederatedStandardScaler": "transform",
     }[type(est).__name__]
     if kind == "cluster":
         return est.predict(X)
@@ -464,15 +465,18 @@ def _model_arrays(est):
         "kernel_centers_",
         "kernel_coef_",
         "intercept_",
+        "mean_",
+        "scale_",
     )
     arrays = [np.asarray(getattr(est, n)) for n in names if hasattr(est, n)]
     return arrays
 
 
-# The rounds after the first that each estimator runs on _blobs (k-FED has
-# two; the coreset's third and the classifier's are its labels and its
+# The rounds after the first that each estimator runs on _blobs (k-FED and
+# the scaler have two; the coreset's third and the classifier's are its labels and its
 # violating samples).
-LATE_ROUNDS = [(n, r) for n in CAN_DROP for r in ((1,) if n == "KFed" else (1, 2))]
+_TWO_ROUNDS = ("KFed", "FederatedStandardScaler")
+LATE_ROUNDS = [(n, r) for n in CAN_DROP for r in ((1,) if n in _TWO_ROUNDS else (1, 2))]
 
 
 @pytest.mark.parametrize("name, round_index", LATE_ROUNDS)
