@@ -185,7 +185,7 @@ def test_extreme_magnitudes_get_an_error_that_names_the_fix(name, how):
         X[7, 1] = 1e300
     else:
         X = (X * 1e30).astype(np.float32)
-    with pytest.raises(ValueError, match="overflow or underflow.*Scaler"):
+    with pytest.raises(ValueError, match="overflow or underflow.*Rescale the features"):
         _fit(name, X, y, ids)
 
 

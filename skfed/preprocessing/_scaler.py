@@ -359,9 +359,6 @@ class FederatedStandardScaler(
             dtype=FLOAT_DTYPES,
             force_writeable=True,
         )
-        # As every estimator's transform: what would come out is beyond
-        # what the next step of a pipeline can take.
-        check_magnitude(X)
         if sp.issparse(X):
             if self.with_mean:
                 raise ValueError(
@@ -370,11 +367,15 @@ class FederatedStandardScaler(
                 )
             if self.scale_ is not None:
                 inplace_column_scale(X, 1 / self.scale_)
-            return X
-        if self.with_mean:
-            X -= self.mean_.astype(X.dtype, copy=False)
-        if self.with_std:
-            X /= self.scale_.astype(X.dtype, copy=False)
+        else:
+            if self.with_mean:
+                X -= self.mean_.astype(X.dtype, copy=False)
+            if self.with_std:
+                X /= self.scale_.astype(X.dtype, copy=False)
+        # Rows that come out beyond what the next step of a pipeline can
+        # square are refused here, as every estimator's transform refuses
+        # them.
+        check_magnitude(X)
         return X
 
     def inverse_transform(self, X, copy=None):

@@ -419,3 +419,15 @@ def test_bad_input_is_refused_clearly():
         FederatedStandardScaler().fit(X * 1e300, partitions=3)
     with pytest.raises(ValueError, match="partitions"):
         FederatedStandardScaler().fit(X, partitions=np.arange(5))
+
+
+def test_what_cannot_be_squared_is_refused():
+    X, _ = _data()
+    with pytest.raises(ValueError, match="overflow or underflow.*float64 data"):
+        FederatedStandardScaler().fit((X * 1e30).astype(np.float32), partitions=3)
+    fed = FederatedStandardScaler().fit(X, partitions=3)
+    # Checked on what comes out: a scaled row beyond range, not the input.
+    with pytest.raises(ValueError, match="overflow or underflow"):
+        fed.transform(X * 1e300)
+    wide = FederatedStandardScaler().fit(X * 1e140, partitions=3)
+    assert np.all(np.abs(wide.transform(X * 1e140)) < 10)
