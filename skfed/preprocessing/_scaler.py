@@ -112,9 +112,10 @@ class FederatedStandardScaler(
         whose box has a positive width): one round, one release. The server
         divides by the noised count and keeps the mean in the box and the
         variance between 0 and its largest value there (post-processing).
-        The noise in ``mean_`` is then about z·√(2d)·h/N for a feature of
-        half-width h, so the bounds should be tight and the clients many
-        rows. What was spent is in ``privacy_spent_``. None: no noise.
+        Each of the M clients adds its own noise, so the noise in
+        ``mean_`` is then about z·√(2d + 1)·√M·h/N for a feature of
+        half-width h: the bounds should be tight and the rows many. What
+        was spent is in ``privacy_spent_``. None: no noise.
 
     Attributes
     ----------
