@@ -268,6 +268,11 @@ INTEGRATION_CASES = {
         "transform",
     ),
     "FederatedRKHSClassifier": ({"random_state": 0}, {}, "classify"),
+    "FederatedStandardScaler": (
+        {"random_state": 0},
+        {"with_std": [True, False]},
+        "transform",
+    ),
 }
 
 

@@ -22,7 +22,7 @@ from sklearn.utils.sparsefuncs import inplace_column_scale
 from sklearn.utils.validation import FLOAT_DTYPES, check_is_fitted, validate_data
 
 from .._federation import FederatedMixin
-from .._remote import is_remote
+from .._remote import blockwise, is_dask_collection, is_remote
 from .._secure_aggregation import FRACTION_BITS
 from .._validation import check_magnitude
 from ..privacy import DifferentialPrivacy, check_privacy, feature_bounds
@@ -239,8 +239,10 @@ class FederatedStandardScaler(
         return bool(self.with_mean or self.with_std)
 
     def _privacy_releases(self):
-        # One noised release of the sums, or none when nothing is fitted.
-        return 1 if self._has_sum_only_rounds() else 0
+        # One noised release of the sums. With neither statistic the fit
+        # makes none, and privacy_spent_ says so (the accountant is still
+        # calibrated for one: it cannot be for none).
+        return 1
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -347,8 +349,11 @@ class FederatedStandardScaler(
         Returns
         -------
         X_tr : {ndarray, sparse matrix} of shape (n_samples, n_features)
-            Transformed rows, of X's float dtype.
+            Transformed rows, of X's float dtype (for a dask array, a lazy
+            dask array computed block by block where X's chunks are).
         """
+        if is_dask_collection(X):
+            return blockwise(self, "transform", X)
         check_is_fitted(self)
         copy = self.copy if copy is None else copy
         X = validate_data(
@@ -393,8 +398,11 @@ class FederatedStandardScaler(
         Returns
         -------
         X_original : {ndarray, sparse matrix} of shape (n_samples, n_features)
-            The rows in the original units.
+            The rows in the original units (for a dask array, a lazy dask
+            array computed block by block where X's chunks are).
         """
+        if is_dask_collection(X):
+            return blockwise(self, "inverse_transform", X)
         check_is_fitted(self)
         copy = self.copy if copy is None else copy
         X = validate_data(

@@ -381,6 +381,15 @@ def test_the_noise_in_the_mean_has_the_spread_the_formula_gives():
     np.testing.assert_allclose(measured, expected, rtol=0.2)
 
 
+def test_privacy_with_nothing_to_fit_spends_nothing():
+    X, _ = _data(d=3)
+    dp = DifferentialPrivacy(bounds=(-1e4, 1e4))
+    est = FederatedStandardScaler(with_mean=False, with_std=False, privacy=dp)
+    est.fit(X, partitions=3)
+    assert est.privacy_spent_ == (0.0, 0.0)
+    assert est.communication_.n_rounds == 0
+
+
 def test_privacy_without_bounds_warns_and_masks():
     X, _ = _data(d=3)
     with pytest.warns(PrivacyLeakWarning):
