@@ -41,8 +41,8 @@ class FederatedStandardScaler(
     of each feature over the rows of every client, computed from sums over
     clients, so that no row and no client's own statistic reaches the
     server. Fitted on the same rows, ``mean_``, ``var_`` and ``scale_`` are
-    those of ``StandardScaler`` on the pooled data to rounding (about 1e-15
-    relative, wherever the data sit). It goes first in a
+    those of ``StandardScaler`` on the pooled data to rounding (within 1e-14
+    relative in the tests, wherever the data sit). It goes first in a
     :class:`~sklearn.pipeline.Pipeline` in front of any skfed estimator,
     with ``partitions`` routed to it as to the others. ``transform`` and
     ``inverse_transform`` are local: they need no round.
@@ -51,7 +51,7 @@ class FederatedStandardScaler(
     ----------
     copy : bool, default=True
         If False, ``transform`` and ``inverse_transform`` scale in place
-        where they can (a float array of the fitted dtype), as in
+        where they can (a writeable float32 or float64 array), as in
         :class:`~sklearn.preprocessing.StandardScaler`.
 
     with_mean : bool, default=True
@@ -147,8 +147,8 @@ class FederatedStandardScaler(
         What crossed the network. Without ``privacy``: round ``"scaler
         mean"`` downloads N (1 float) and uploads n_m and Σ x / N (1 + d
         floats per client); round ``"scaler spread"`` (with ``with_std``)
-        downloads N and x̄ (1 + d floats) and uploads Σ (x − x̄)² / N
-        (d floats per client). Under ``privacy``: one round ``"scaler
+        downloads N and x̄ (1 + d floats) and uploads Σ (x − x̄) / N and
+        Σ (x − x̄)² / N (2d floats per client). Under ``privacy``: one round ``"scaler
         statistics"``, down the bounds (2d floats), up 2d + 1 floats per
         client (d + 1 without ``with_std``). With ``with_mean=False`` and
         ``with_std=False``, no round. All are ``sum_only``.

@@ -7,19 +7,23 @@ Without differential privacy, two ``sum_only`` rounds:
    federation's public metadata); each client uploads its row count n_m
    and Σ x / N over its rows (1 + d floats). The sum is (N, x̄).
 2. ``"scaler spread"`` (only with ``with_std``): the server sends (N, x̄);
-   each client uploads Σ (x − x̄)² / N over its rows, per feature (d
-   floats). The sum is the variance.
+   each client uploads Σ (x − x̄) / N and Σ (x − x̄)² / N over its rows,
+   per feature (2d floats). With δ the first sum, the variance is the
+   second minus δ² (the corrected two-pass algorithm: x̄ is rounded, and
+   where the data sit a dozen orders of magnitude above their spread,
+   that rounding would otherwise enter the variance as its square).
 
 Why not one round of counts, sums and sums of squares: Σ x² / N − x̄²
 cancels far from the origin (at a mean of 1e6 and a standard deviation of
 1 the difference keeps about four digits of the variance), and per-client
 means, which would repair that, are per-client statistics the server
 would see. Around the global mean the variance is as exact as the data;
-that is the two-pass algorithm :class:`~sklearn.preprocessing.StandardScaler`
-runs on pooled rows. Each client divides its sums by N so that what it
-uploads is of the size of the data, not N times it: under secure
-aggregation every number a client uploads must stay below 2^31 / M in
-magnitude (M clients), which Σ x over a thousand rows at 1e6 would not.
+that is the corrected two-pass algorithm
+:class:`~sklearn.preprocessing.StandardScaler` runs on pooled rows. Each
+client divides its sums by N so that what it uploads is of the size of
+the data, not N times it: under secure aggregation every number a client
+uploads must stay below 2^31 / M in magnitude (M clients), which Σ x over
+a thousand rows at 1e6 would not.
 
 Under differential privacy, one ``sum_only`` round, ``"scaler
 statistics"``: the server sends the bounds (2d floats); each client clips
@@ -94,12 +98,12 @@ def run_scaler(fed, *, with_mean, with_std, private=None):
     mean = share * (n_total / n_samples)
     var = None
     if with_std:
-        var = fed.run_round(
+        shift, second = fed.run_round(
             "scaler spread", _spread_step, (n_samples, mean), disclosure=SUM_ONLY
         )
         # Masked sums round each share to 2^-32: a constant feature's
         # variance may come back a hair below zero.
-        var = np.maximum(var, 0.0)
+        var = np.maximum(second - shift**2, 0.0)
     return ScalerResult(n_samples, mean, var, list(fed.client_ids))
 
 
@@ -160,10 +164,11 @@ def _mean_step(client, state, n_total):
 
 @client_step("scaler.spread")
 def _spread_step(client, state, message):
-    """Client: Σ (x − x̄)² / N over its rows, per feature: d floats.
+    """Client: (Σ (x − x̄) / N, Σ (x − x̄)² / N) over its rows, per
+    feature: 2d floats.
 
     ``message`` is (N, x̄). Sparse rows are not densified: a column's
-    unstored entries each add x̄_j².
+    unstored entries each add −x̄_j and x̄_j².
     """
     n_total, mean = message
     mean = np.asarray(mean, dtype=np.float64)
@@ -174,15 +179,18 @@ def _spread_step(client, state, message):
             X = X.copy()
             X.sum_duplicates()
         diff = X.data.astype(np.float64) - mean[X.indices]
-        stored = np.bincount(X.indices, minlength=X.shape[1])
+        unstored = X.shape[0] - np.bincount(X.indices, minlength=X.shape[1])
+        first = np.bincount(X.indices, diff, minlength=X.shape[1])
+        first -= unstored * mean
         ss = np.bincount(X.indices, diff * diff, minlength=X.shape[1])
-        ss += (X.shape[0] - stored) * mean**2
+        ss += unstored * mean**2
     else:
-        ss = np.zeros(X.shape[1])
+        first, ss = np.zeros(X.shape[1]), np.zeros(X.shape[1])
         for block in row_blocks(X.shape[0], _CHUNK):
             residual = np.asarray(X[block], dtype=np.float64) - mean
+            first += residual.sum(axis=0)
             ss += np.einsum("ij,ij->j", residual, residual)
-    return state, ss / float(n_total)
+    return state, (first / float(n_total), ss / float(n_total))
 
 
 @client_step("scaler.dp_statistics")

@@ -82,6 +82,16 @@ def test_far_from_the_origin(secure_aggregation):
         _assert_matches(fed, ref)
 
 
+def test_a_dozen_orders_of_magnitude_above_the_spread():
+    # At 1e9 a spread of 1e-3 is near the data's own rounding; x̄'s rounding
+    # entered the variance squared (1e-8 relative) before the correction.
+    X, y = make_blobs(3000, centers=5, n_features=6, random_state=0)
+    X = X * np.logspace(-3, 3, 6) + 1e9
+    ids = partition.label_dirichlet(y, n_clients=10, alpha=0.3, random_state=0)
+    fed = FederatedStandardScaler().fit(X, partitions=ids)
+    _assert_matches(fed, StandardScaler().fit(X), rtol=1e-12)
+
+
 def test_constant_features_get_scale_one():
     rng = np.random.RandomState(1)
     X = np.column_stack(
@@ -188,9 +198,10 @@ def test_ledger_by_formula(with_std):
     assert _floats(log, "scaler mean", "download") == (1,) * 5
     assert _floats(log, "scaler mean", "upload") == (1 + d,) * 5
     if with_std:
-        # Spread: N and x̄ down (1 + d), Σ (x − x̄)² / N up (d).
+        # Spread: N and x̄ down (1 + d), Σ (x − x̄) / N and Σ (x − x̄)² / N
+        # up (2d).
         assert _floats(log, "scaler spread", "download") == (1 + d,) * 5
-        assert _floats(log, "scaler spread", "upload") == (d,) * 5
+        assert _floats(log, "scaler spread", "upload") == (2 * d,) * 5
     assert log.raw_rows == 0
 
 
