@@ -473,8 +473,8 @@ def _model_arrays(est):
 
 
 # The rounds after the first that each estimator runs on _blobs (k-FED and
-# the scaler have two; the coreset's third and the classifier's are its labels and its
-# violating samples).
+# the scaler have two; the coreset's third and the classifier's are its
+# labels and its violating samples).
 _TWO_ROUNDS = ("KFed", "FederatedStandardScaler")
 LATE_ROUNDS = [(n, r) for n in CAN_DROP for r in ((1,) if n in _TWO_ROUNDS else (1, 2))]
 

@@ -148,10 +148,11 @@ class FederatedStandardScaler(
         mean"`` downloads N (1 float) and uploads n_m and Σ x / N (1 + d
         floats per client); round ``"scaler spread"`` (with ``with_std``)
         downloads N and x̄ (1 + d floats) and uploads Σ (x − x̄) / N and
-        Σ (x − x̄)² / N (2d floats per client). Under ``privacy``: one round ``"scaler
-        statistics"``, down the bounds (2d floats), up 2d + 1 floats per
-        client (d + 1 without ``with_std``). With ``with_mean=False`` and
-        ``with_std=False``, no round. All are ``sum_only``.
+        Σ (x − x̄)² / N (2d floats per client). Under ``privacy``: one
+        round ``"scaler statistics"``, down the bounds (2d floats), up
+        2d + 1 floats per client (d + 1 without ``with_std``). With
+        ``with_mean=False`` and ``with_std=False``, no round. All are
+        ``sum_only``.
 
     privacy_spent_ : tuple (epsilon, delta) or None
         What the fit spent under ``privacy``, from its accountant; None
