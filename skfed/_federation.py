@@ -1035,8 +1035,9 @@ class FederatedMixin:
         if getattr(self, "raw_rows", "allow") == "refuse" and self._raw_row_rounds:
             rounds = ", ".join(repr(r) for r in self._raw_row_rounds)
             raise ValueError(
-                f"{type(self).__name__} sends rows of X as they are in round(s) "
-                f"{rounds}, which raw_rows='refuse' forbids. "
+                f"{type(self).__name__} sends rows of X, or uploads that "
+                f"determine them, in round(s) {rounds}, which "
+                "raw_rows='refuse' forbids. "
                 f"{self._raw_rows_alternative}"
             )
         if getattr(self, "secure_aggregation", False) and not (

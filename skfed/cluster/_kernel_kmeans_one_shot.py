@@ -70,6 +70,7 @@ from ..kernel._random_features import (
     FEATURE_REMEDY,
     count_and_sum_raw_rows,
     count_and_sum_step,
+    feature_min_rows,
     feature_statistics_raw_rows,
 )
 from ..privacy import gaussian_noise
@@ -179,8 +180,12 @@ def run_one_shot(
         gamma = float(gamma)
 
     # Under raw_rows="refuse" each client checks, before it uploads, that
-    # its statistics come from at least MIN_ROWS distinct rows.
-    refuse = {"min_rows": MIN_ROWS} if fed.raw_rows == "refuse" else {}
+    # its statistics come from enough distinct rows (see feature_min_rows).
+    refusing = fed.raw_rows == "refuse"
+    refuse = {"min_rows": MIN_ROWS} if refusing else {}
+    gram_refuse = {}
+    if refusing:
+        gram_refuse = {"min_rows": feature_min_rows(n_random_features)}
     center = None
     if sketch_size is not None:
         n_total, x_total = fed.run_round(
@@ -193,7 +198,7 @@ def run_one_shot(
         # a sum by the server step: sum-only as well (and may be masked).
         total = fed.run_round(
             "random feature statistics",
-            partial(_sketch_step, n_features=n_random_features, **refuse),
+            partial(_sketch_step, n_features=n_random_features, **gram_refuse),
             (seed, gamma, sketch_size, center),
             disclosure=SUM_ONLY,
         )
@@ -210,7 +215,7 @@ def run_one_shot(
             # masked).
             total = fed.run_round(
                 "random feature statistics",
-                partial(_statistics_step, n_features=n_random_features, **refuse),
+                partial(_statistics_step, n_features=n_random_features, **gram_refuse),
                 (seed, gamma),
                 disclosure=Disclosure(
                     SUM_ONLY,

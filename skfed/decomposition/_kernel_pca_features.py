@@ -28,7 +28,7 @@ import numpy as np
 
 from .._ledger import SUM_ONLY, Disclosure
 from .._protocol import client_step
-from .._refusal import MIN_ROWS, require_distinct_rows
+from .._refusal import require_distinct_rows
 from ..cluster._kernel_kmeans_one_shot import (
     feature_covariance_basis,
     one_shot_embedding,
@@ -38,7 +38,11 @@ from ..kernel._private_features import (
     paired_fourier_map,
     private_statistics,
 )
-from ..kernel._random_features import FEATURE_REMEDY, feature_statistics_raw_rows
+from ..kernel._random_features import (
+    FEATURE_REMEDY,
+    feature_min_rows,
+    feature_statistics_raw_rows,
+)
 from ..privacy import gaussian_noise
 from ._kernel_pca_protocol import _server_gamma
 
@@ -124,7 +128,9 @@ def run_feature_pca(
     gamma = float(gamma)
     message = (seed, gamma, kernel)
     if fed.accountant is None:
-        refuse = {"min_rows": MIN_ROWS} if fed.raw_rows == "refuse" else {}
+        refuse = {}
+        if fed.raw_rows == "refuse":
+            refuse = {"min_rows": feature_min_rows(n_random_features)}
         total = fed.run_round(
             "random feature statistics",
             partial(_statistics_step, n_features=n_random_features, **refuse),
