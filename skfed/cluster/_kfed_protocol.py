@@ -451,7 +451,7 @@ def _uploaded_centers(upload):
 
 def _few_row_clusters(rows, weights, hashes, centers, offsets, labels, mean, *, merge):
     """Local clusters of fewer than ``MIN_ROWS`` distinct rows, whose
-    centers are rows of the client.
+    centers are rows of the client (``hashes``: the rows' hashes, sorted).
 
     With ``merge`` (rows may not leave the client) each such cluster joins
     the cluster whose center is nearest to its own, whose center becomes
@@ -471,8 +471,14 @@ def _few_row_clusters(rows, weights, hashes, centers, offsets, labels, mean, *, 
     k = centers.shape[0]
 
     def distinct_per_cluster(labels):
-        pairs = np.unique(np.column_stack([labels.astype(np.uint64), hashes]), axis=0)
-        return np.bincount(pairs[:, 0].astype(np.intp), minlength=k)
+        # The rows come sorted by hash (see _local_step): a stable sort by
+        # label keeps them so within each cluster, where a new distinct row
+        # is a change of hash.
+        order = np.argsort(labels, kind="stable")
+        label, hash_ = labels[order], hashes[order]
+        new = np.ones(len(order), dtype=bool)
+        new[1:] = (label[1:] != label[:-1]) | (hash_[1:] != hash_[:-1])
+        return np.bincount(label[new], minlength=k)
 
     counts = distinct_per_cluster(labels)
     few = (counts < MIN_ROWS) & (counts > 0)
