@@ -20,6 +20,10 @@ The minimums:
     dimension the mean and the sum of squares of two values are two
     equations in two unknowns, which give both values; with three rows
     they leave a circle of solutions.
+D, the number of random features
+    For a Gram matrix of random features, whose range is the span of the
+    rows' features (see
+    :func:`skfed.kernel._random_features.feature_min_rows`).
 
 What a minimum does not protect against: a server that knows the other
 rows of a statistic. It subtracts them from an exact sum and recovers the

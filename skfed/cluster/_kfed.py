@@ -303,7 +303,8 @@ class KFed(
     local_centers_ : dict
         Client id -> ndarray of shape (k(z), n_features), the local centers
         Θ(z) the client uploaded (fewer rows if it had fewer distinct
-        samples).
+        samples, or, when rows may not leave, merged local clusters of
+        fewer than two distinct rows).
 
     local_center_labels_ : dict
         Client id -> ndarray of shape (k(z),), the global cluster of each
