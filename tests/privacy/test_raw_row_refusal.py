@@ -386,7 +386,7 @@ def test_a_feature_gram_of_fewer_rows_than_features_spans_them(received):
         if fit.cost < 1e-14:
             found.append(fit.x)
     gaps = np.abs(np.array(found)[:, None] - X[-10:][None]).max(axis=2)
-    assert (gaps.min(axis=0) < 1e-5).sum() >= 5
+    assert (gaps.min(axis=0) < 1e-5).sum() >= 8  # all ten, when measured
     received["uploads"].clear()
 
     with pytest.raises(ValueError, match="n_random_features"):
