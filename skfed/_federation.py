@@ -1208,10 +1208,24 @@ class FederatedMixin:
         the network (off and "allow" for an estimator without them)."""
         fed.secure_aggregation = bool(getattr(self, "secure_aggregation", False))
         fed.raw_rows = getattr(self, "raw_rows", "allow")
+        if fed.secure_aggregation and len(fed.client_ids) == 1:
+            # The sum of one upload is the upload: the masks cancel on it.
+            warnings.warn(
+                f"secure_aggregation=True has no effect on {type(self).__name__} "
+                "with one client: the sum of one client's uploads is its "
+                "upload, which the server then sees. Fit over several "
+                "clients, or add privacy=DifferentialPrivacy(...) to protect "
+                "that client's rows.",
+                UserWarning,
+                stacklevel=4,
+            )
         privacy = getattr(self, "privacy", None)
         if privacy is not None:
             fed.accountant = Accountant(
-                privacy, self._privacy_releases(), estimator=type(self).__name__
+                privacy,
+                self._privacy_releases(),
+                estimator=type(self).__name__,
+                n_samples=fed.n_samples,
             )
         return fed
 
