@@ -104,7 +104,7 @@ class DifferentialPrivacy(BaseEstimator):
     accountant : {"pld", "rdp"}, default="pld"
         The accountant from ``dp-accounting`` that composes the releases:
         privacy loss distributions (tight: the exact Gaussian figure to
-        its tolerance, tenths of a second per calibration) or Rényi DP
+        its tolerance; up to a second per calibration, cached) or Rényi DP
         (milliseconds, 6 to 11% more noise for the same budget).
 
     See Also
