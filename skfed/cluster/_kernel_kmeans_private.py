@@ -4,8 +4,10 @@ Under ``privacy`` the coreset k-means, whose clients upload rows of the
 embedding, is replaced by Lloyd rounds whose uploads are noised sums. A row
 of the embedding is H(x) = (z(x) − z̄) V with V's columns orthonormal, so
 G(x) = H(x) + z̄ᵀV = z(x) V has norm at most ‖z(x)‖ ≤ R, the random
-features' bound: the clients sum G, not H, and one row moves a client's
-per-cluster sums and counts [Σ G, n] by at most √(R² + 1), from D alone.
+features' bound: the clients sum G, not H, and one row replaced by another
+moves a client's per-cluster sums and counts [Σ G, n] by at most
+max(2R, √(2(R² + 1))), from D alone
+(:func:`~skfed.kernel._private_features.count_sum_sensitivity`).
 
 Rounds, each one Gaussian release per client (sum-only):
 
@@ -205,7 +207,7 @@ def _private_sums_step(client, state, message, *, radius, std):
 
 def cell_count(n_clusters, n_samples, noise_std):
     """Server: how many cells the first round uses (see ``_ROWS_PER_NOISE``),
-    from public figures: k, the noised N and the summed noise's deviation."""
+    from public figures: k, N and the summed noise's deviation."""
     low = 3 * n_clusters
     high = max(_MAX_CELLS, low)
     if noise_std == 0:

@@ -215,7 +215,7 @@ def symmetric_from_upper(upper, n_random_features):
 
 def private_statistics(fed, step, message, n_random_features):
     """Server: the noised sums of the clients' feature statistics under the
-    fit's accountant (differential privacy), and the noised row count.
+    fit's accountant (differential privacy), and the row count (public).
 
     One ``"random feature statistics"`` round, sum-only, two releases per
     client: the upper triangle of Z[m]ᵀZ[m], of replace-one sensitivity

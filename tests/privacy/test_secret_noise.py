@@ -74,7 +74,7 @@ def _kfed_releases(X, monkeypatch, epsilon=1.0):
     monkeypatch.setattr(_kfed_private, "gaussian_noise", recording)
     dp = DifferentialPrivacy(epsilon=epsilon, delta=1e-5, bounds=(-12.0, 12.0))
     model = KFed(3, privacy=dp, private_iter=2, random_state=0)
-    model.fit(X, partitions=2)
+    model.fit(X, partitions=4)
     monkeypatch.setattr(_kfed_private, "gaussian_noise", noise)
     return releases, model
 
@@ -90,7 +90,8 @@ def test_refit_with_the_sent_seed_does_not_recompute_kfed_noise(received, monkey
     on_same = _uploads(received, "kfed.dp_lloyd")
     received.clear()
     other, _ = _kfed_releases(neighbour, monkeypatch)
-    assert len(released) == len(same) == len(other) == 2 * 2 * 2
+    # Sums and counts, two iterations, four clients.
+    assert len(released) == len(same) == len(other) == 2 * 2 * 4
     for client, upload in target.items():
         assert not np.allclose(upload, on_same[client])
     # Neither hypothesis explains the release better: the residuals are
@@ -112,10 +113,37 @@ def test_two_private_kfed_fits_with_one_seed_release_different_noise(monkeypatch
     # same starts and rows in both fits: they differ by two noises.
     z = Accountant(one.privacy, one.private_iter, estimator="KFed").noise_multiplier
     _, _, std = _kfed_private.release_scales(np.full(2, -12.0), np.full(2, 12.0), z)
-    first_releases = [0, 1, 4, 5]  # per client: iteration 1's sums, counts
+    first_releases = [0, 1, 4, 5, 8, 9, 12, 13]  # iteration 1's sums, counts
     gap = np.concatenate([(first[i] - again[i]).ravel() for i in first_releases])
-    assert len(gap) == 2 * (6 * 2 + 6)
-    assert np.std(gap) == pytest.approx(math.sqrt(2) * std, rel=0.35)
+    assert len(gap) == 4 * (6 * 2 + 6)
+    assert np.std(gap) == pytest.approx(math.sqrt(2) * std, rel=0.4)
+
+
+def test_two_epsilons_with_one_seed_do_not_share_kfed_noise(monkeypatch):
+    # Iteration 1 of each client starts from the seeded starts, so its
+    # statistic is the same at every epsilon: epsilon = inf releases it as
+    # it is. Shared noise would let r1 and r2 solve for it exactly.
+    X, _ = _data()
+    exact, _ = _kfed_releases(X, monkeypatch, epsilon=math.inf)
+    one, model_one = _kfed_releases(X, monkeypatch, epsilon=1.0)
+    two, model_two = _kfed_releases(X, monkeypatch, epsilon=2.0)
+    box = (np.full(2, -12.0), np.full(2, 12.0))
+    stds = [
+        _kfed_private.release_scales(
+            *box, Accountant(m.privacy, 2, estimator="KFed").noise_multiplier
+        )[2]
+        for m in (model_one, model_two)
+    ]
+    s1, s2 = stds
+    first_releases = [0, 1, 4, 5, 8, 9, 12, 13]  # iteration 1's sums, counts
+    error = np.concatenate(
+        [
+            ((s2 * one[i] - s1 * two[i]) / (s2 - s1) - exact[i]).ravel()
+            for i in first_releases
+        ]
+    )
+    expected = math.sqrt(2) * s1 * s2 / (s1 - s2)
+    assert np.std(error) == pytest.approx(expected, rel=0.4)
 
 
 # -- DistributedKernelPCA: the releases are the uploads ------------------------
@@ -168,8 +196,8 @@ def test_refit_with_the_sent_seed_does_not_recompute_kernel_pca_noise(received):
         # smaller than against the false one.
         residual_same = (upload - same[client])[:-1] / std[:-1]
         residual_other = (upload - other[client])[:-1] / std[:-1]
-        assert np.std(residual_same) == pytest.approx(math.sqrt(2), rel=0.15)
-        assert np.std(residual_other) == pytest.approx(math.sqrt(2), rel=0.15)
+        assert np.std(residual_same) == pytest.approx(math.sqrt(2), rel=0.25)
+        assert np.std(residual_other) == pytest.approx(math.sqrt(2), rel=0.25)
 
 
 def test_two_epsilons_with_one_seed_do_not_share_their_noise(received):
@@ -187,7 +215,7 @@ def test_two_epsilons_with_one_seed_do_not_share_their_noise(received):
     exact = _exact_statistics(X, _map_seed(received))[:-1]
     solved = sum((s2 * one[c][:-1] - s1 * two[c][:-1]) / (s2 - s1) for c in one)
     error = (solved - exact) / (expected * math.sqrt(len(one)))
-    assert np.std(error) == pytest.approx(1.0, rel=0.15)
+    assert np.std(error) == pytest.approx(1.0, rel=0.25)
     assert np.max(np.abs(solved - exact)) > 1e-3
 
 
