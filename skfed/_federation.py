@@ -27,6 +27,7 @@ the clients or on their names.
 """
 
 import hashlib
+import numbers
 import sys
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -1005,6 +1006,15 @@ class FederatedMixin:
     # before the first round, naming them) and what to use instead.
     _raw_row_rounds = ()
     _raw_rows_alternative = ""
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        # A finite epsilon draws the noise from fresh entropy on the
+        # clients: every fit gives another model, whatever random_state is.
+        epsilon = getattr(getattr(self, "privacy", None), "epsilon", None)
+        if isinstance(epsilon, numbers.Real) and epsilon < float("inf"):
+            tags.non_deterministic = True
+        return tags
 
     def _has_sum_only_rounds(self):
         """Whether a fit with these parameters has a round that

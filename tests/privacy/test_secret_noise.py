@@ -227,3 +227,12 @@ def _map_seed(received):
         if name == "kernel_pca.feature_statistics"
     }
     return seed
+
+
+@pytest.mark.parametrize(
+    "epsilon, non_deterministic", [(1.0, True), (math.inf, False), (None, False)]
+)
+def test_a_private_estimator_says_it_is_not_deterministic(epsilon, non_deterministic):
+    privacy = None if epsilon is None else DifferentialPrivacy(epsilon=epsilon)
+    for est in (KFed(privacy=privacy), DistributedKernelPCA(privacy=privacy)):
+        assert est.__sklearn_tags__().non_deterministic is non_deterministic
