@@ -104,7 +104,7 @@ class DifferentialPrivacy(BaseEstimator):
     accountant : {"pld", "rdp"}, default="pld"
         The accountant from ``dp-accounting`` that composes the releases:
         privacy loss distributions (tight: the exact Gaussian figure to
-        its tolerance; up to a second per calibration, cached) or Rényi DP
+        its tolerance; tenths of a second per calibration, cached) or Rényi DP
         (milliseconds, 6 to 11% more noise for the same budget).
 
     See Also
@@ -260,33 +260,32 @@ def _calibrate(epsilon, delta, n_releases, accountant):
     dp_accounting = _dp_accounting()
     if accountant == "pld":
         # n releases at noise z are one Gaussian release at z/√n (their mean
-        # is sufficient), whose exact noise dp-accounting computes: a tight
-        # bracket around it leaves the PLD accountant a few evaluations.
+        # is sufficient), whose exact noise dp-accounting computes. The PLD
+        # accountant's estimate is an upper bound on epsilon, so its noise is
+        # at or just above that: the first of a few steps above it that the
+        # accountant finds within budget is within the step of its optimum,
+        # in one to three evaluations where a root search took about ten
+        # (at epsilon = 10 over 8 releases, 0.3 s against a second).
         exact = dp_accounting.get_sigma_gaussian(epsilon, delta) * math.sqrt(n_releases)
-        brackets = [(exact * 0.99, exact * 1.01), (exact / 4, exact * 4)]
+        for step in (0.0, 1e-9, 1e-7, 1e-5, 1e-3):
+            z = exact * (1 + step)
+            if _epsilon(((z, n_releases),), delta, "pld") <= epsilon:
+                return z
+        bracket = dp_accounting.ExplicitBracketInterval(exact, exact * 4)
+        tol = exact * 1e-6
     else:
-        brackets = [None]
-    for bracket in brackets:
-        interval = (
-            dp_accounting.LowerEndpointAndGuess(1e-3, 1.0)
-            if bracket is None
-            else dp_accounting.ExplicitBracketInterval(*bracket)
+        bracket = dp_accounting.LowerEndpointAndGuess(1e-3, 1.0)
+        tol = None
+    return float(
+        dp_accounting.calibrate_dp_mechanism(
+            _make_accountant(accountant, epsilon),
+            lambda z: _releases(z, n_releases),
+            epsilon,
+            delta,
+            bracket_interval=bracket,
+            tol=tol,
         )
-        try:
-            return float(
-                dp_accounting.calibrate_dp_mechanism(
-                    _make_accountant(accountant, epsilon),
-                    lambda z: _releases(z, n_releases),
-                    epsilon,
-                    delta,
-                    bracket_interval=interval,
-                    tol=None if bracket is None else exact * 1e-6,
-                )
-            )
-        except ValueError:
-            if bracket is brackets[-1]:
-                raise
-    raise AssertionError("unreachable")
+    )
 
 
 def _make_accountant(kind, epsilon=0.0):
