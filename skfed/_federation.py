@@ -27,6 +27,7 @@ the clients or on their names.
 """
 
 import hashlib
+import numbers
 import sys
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -1008,6 +1009,15 @@ class FederatedMixin:
     _raw_row_rounds = ()
     _raw_rows_alternative = ""
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        # A finite epsilon draws the noise from fresh entropy on the
+        # clients: every fit gives another model, whatever random_state is.
+        epsilon = getattr(getattr(self, "privacy", None), "epsilon", None)
+        if isinstance(epsilon, numbers.Real) and epsilon < float("inf"):
+            tags.non_deterministic = True
+        return tags
+
     def _has_sum_only_rounds(self):
         """Whether a fit with these parameters has a round that
         ``secure_aggregation`` masks (an estimator without says False)."""
@@ -1211,10 +1221,24 @@ class FederatedMixin:
         the network (off and "allow" for an estimator without them)."""
         fed.secure_aggregation = bool(getattr(self, "secure_aggregation", False))
         fed.raw_rows = getattr(self, "raw_rows", "allow")
+        if fed.secure_aggregation and len(fed.client_ids) == 1:
+            # The sum of one upload is the upload: the masks cancel on it.
+            warnings.warn(
+                f"secure_aggregation=True has no effect on {type(self).__name__} "
+                "with one client: the sum of one client's uploads is its "
+                "upload, which the server then sees. Fit over several "
+                "clients, or add privacy=DifferentialPrivacy(...) to protect "
+                "that client's rows.",
+                UserWarning,
+                stacklevel=4,
+            )
         privacy = getattr(self, "privacy", None)
         if privacy is not None:
             fed.accountant = Accountant(
-                privacy, self._privacy_releases(), estimator=type(self).__name__
+                privacy,
+                self._privacy_releases(),
+                estimator=type(self).__name__,
+                n_samples=fed.n_samples,
             )
         return fed
 

@@ -284,7 +284,9 @@ class FederatedKernelKMeans(
         the same embedding (digits, a 10,000-row image set), with them 0.3%.
     random_state : int, RandomState instance or None, default=None
         Seeds the random features, the Lanczos start vectors, the coreset and
-        the partition when ``partitions`` is an int.
+        the partition when ``partitions`` is an int. Under ``privacy`` with a
+        finite epsilon the noise does not follow it (each client draws it
+        from fresh entropy), so a private fit is not reproducible.
     n_jobs : int, default=None
         Clients run in parallel through joblib; ``None`` lets an enclosing
         ``joblib.parallel_config`` decide (sequential by default).
@@ -326,18 +328,19 @@ class FederatedKernelKMeans(
         otherwise. Each client clips its random features to their norm
         bound R (‖z(x)‖ ≤ 1 for even D: a bound from D, not from the data,
         so ``privacy.bounds`` is not needed) and adds Gaussian noise, on
-        the client, to the triangle of Z[m]ᵀZ[m] (L2 sensitivity about
-        R²/√2) and to [Z[m]ᵀ1, n_m] (√(R² + 1)); the server mirrors the
-        noised triangle. The coreset k-means, whose clients upload rows of
-        H, is replaced by a private Lloyd on G = H + z̄ᵀV = Z V (rows of
-        norm at most R): one ``"private cells"`` round (noised per-cell
-        sums and counts against many server-drawn cells, whose noised
-        means the server clusters) and exactly ``refine_iter``
-        ``"private lloyd"`` rounds (noised per-cluster sums and counts,
-        sensitivity √(R² + 1); no early stop). Every upload is noised:
-        3 + ``refine_iter`` Gaussian releases per client, composed by the
-        accountant (``privacy_spent_``); fewer Lloyd rounds leave more
-        budget, hence less noise, for each. ``inertia_`` is NaN (it would
+        the client, to the triangle of Z[m]ᵀZ[m] (replace-one L2
+        sensitivity R √(R² + 2/D)) and to Z[m]ᵀ1 (2R), the public n_m
+        following unnoised; the server mirrors the noised triangle. The
+        coreset k-means, whose clients upload rows of H, is replaced by a
+        private Lloyd on G = H + z̄ᵀV = Z V (rows of norm at most R): one
+        ``"private cells"`` round (noised per-cell sums and counts against
+        many server-drawn cells, whose noised means the server clusters)
+        and exactly ``refine_iter`` ``"private lloyd"`` rounds (noised
+        per-cluster sums and counts, sensitivity max(2R, √(2(R² + 1))); no
+        early stop). Every upload is noised: 3 + ``refine_iter`` Gaussian
+        releases per client, composed by the accountant
+        (``privacy_spent_``); fewer Lloyd rounds leave more budget, hence
+        less noise, for each. ``inertia_`` is NaN (it would
         be one more release).
 
     Attributes

@@ -203,6 +203,9 @@ class KFed(
         and the server's choice of the starting client. Pass an int for
         reproducible results: the model then does not depend on ``n_jobs``,
         on the joblib backend, or on the names or order of the clients.
+        Under ``privacy`` with a finite epsilon the noise does not follow
+        it (each client draws it from fresh entropy), so a private fit is
+        not reproducible.
 
     verbose : int, default=0
         Print one line per round when positive.
@@ -248,7 +251,9 @@ class KFed(
         unused (no client uploads raw rows) and ``sample_weight`` is
         refused (a weight would scale a row's influence). What was spent is
         in ``privacy_spent_``. ``partial_fit`` spends a new budget on the
-        rows it is given. None: no noise.
+        rows it is given. The noise comes from fresh entropy on each
+        client, not from ``random_state``: a private fit is not
+        reproducible. None: no noise.
 
     private_iter : int, default=5
         T, the number of DP Lloyd iterations each client runs under
