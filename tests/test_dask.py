@@ -651,7 +651,7 @@ def test_fit_predict_without_labels_on_resident_data(name, dask_client, fetched)
     log = model.communication_
     assert moved <= log.upload_bytes + 128 * N_CHUNKS * log.n_rounds + 1024 * N_CHUNKS
     if name == "KFed":
-        # The induced labels, gathered for fit_predict's return value.
+        # The clients' labels, gathered for fit_predict's return value.
         assert isinstance(labels, np.ndarray)
     else:
         # predict on the training rows: lazy, computed on the workers.
