@@ -378,9 +378,13 @@ def test_masked_uploads_and_the_mask_option_survive_the_codec():
     "name, params, attrs",
     [
         ("DistributedKMeans", {}, ("cluster_centers_", "inertia_")),
-        # The one-shot's clusters may come out numbered differently (the
-        # labels are compared up to numbering below), so not its centers.
-        ("FederatedKernelKMeans", {}, ("eigenvalues_", "inertia_")),
+        # The embedding's signs are fixed and its rows ordered by the
+        # clients' own rows: the same centers, numbered alike.
+        (
+            "FederatedKernelKMeans",
+            {},
+            ("cluster_centers_", "eigenvalues_", "inertia_"),
+        ),
         pytest.param(
             "FederatedKernelKMeans",
             {"algorithm": "dspgd"},

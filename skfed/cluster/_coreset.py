@@ -748,7 +748,9 @@ def federated_coreset_kmeans(
     costs = [cost for cost, kept in zip(costs, answered) if kept]
     points, coreset_weights = merge_coresets(coresets)
     weight_sums = np.array([math.fsum(c[2]) for c in coresets])
-    distinct, distinct_weights = _distinct_points(points, coreset_weights)
+    distinct, distinct_weights = _distinct_points(
+        points, coreset_weights, by_value=rows is not None
+    )
     centers, coreset_inertia, n_iter = weighted_kmeans(
         distinct,
         distinct_weights,
@@ -852,7 +854,10 @@ def _local_solution_step(
     # Work on the rows in an order fixed by their values alone, so that
     # neither the client's random choices nor the rounding of its sums (and
     # hence its upload, bit for bit) depend on how its samples are stored.
-    order = canonical_row_order(X, w)
+    # Rows another protocol computed from X (kernel k-means' embedding)
+    # carry the rounding of the sums they came from (2^-32 under secure
+    # aggregation), which moves their hashes: X's own rows order them.
+    order = canonical_row_order(X if rows is None else client.X, w)
     X, w = X[order], w[order]
     # Around the client's own mean: expanded squared distances on raw
     # coordinates cancel on data far from the origin.
@@ -1117,7 +1122,7 @@ def merge_coresets(coresets):
     return points[rows], np.concatenate([weights[i] for i in order])
 
 
-def _distinct_points(points, weights):
+def _distinct_points(points, weights, *, by_value=False):
     """Equal points as one point with their total weight, in an order set
     by the points' values.
 
@@ -1127,7 +1132,11 @@ def _distinct_points(points, weights):
     asks of ``sample_weight``. The order is that of the points rounded to
     float32 (:func:`~skfed._rows.canonical_row_order`), so that points that
     differ by rounding only (centers summed in another order, dense or CSR
-    rows) keep their places.
+    rows) keep their places. With ``by_value`` (dense points computed from
+    sums, kernel k-means' embedding) it is the lexicographic order of the
+    values themselves: secure aggregation's rounding (2^-32) moves a value
+    across a float32 rounding boundary often enough to reorder hashes, and
+    the values' order only where two points' coordinates nearly tie.
     """
     hashes = row_hashes(points)
     _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
@@ -1136,7 +1145,10 @@ def _distinct_points(points, weights):
     if rows_equal(points[first[inverse]], points):
         points = points[first]
         weights = np.bincount(inverse, weights=weights, minlength=len(first))
-    order = canonical_row_order(points)
+    if by_value and not sp.issparse(points):
+        order = np.lexsort(points.T[::-1])
+    else:
+        order = canonical_row_order(points)
     return points[order], weights[order]
 
 

@@ -30,6 +30,7 @@ from .._blocks import row_blocks
 from .._lanczos import block_lanczos, lanczos
 from .._ledger import NO_UPLOAD, PER_CLIENT, SUM_ONLY
 from .._protocol import client_step
+from .._signs import vector_signs
 from ..kernel import (
     federated_gamma,
     random_fourier_features,
@@ -784,18 +785,16 @@ def soft_threshold(mu, V, shift):
 
 
 def _signs(V):
-    """Server: ±1 per column making its entry of largest magnitude positive.
+    """Server: ±1 per column making its entry of largest magnitude positive
+    (:func:`skfed._signs.vector_signs`, kernel PCA's convention).
 
     An eigenvector's sign is arbitrary; Lanczos' depends on how the start
-    vector projects on it, which rounding can flip for a small eigenvalue.
-    Fixing it keeps the fit the same under reordered rows or renamed
-    clients.
+    vector projects on it, which rounding can flip for a small eigenvalue,
+    and secure aggregation rounds the sums it is computed from. Fixing it
+    keeps the fit the same under reordered rows, renamed clients or
+    masking.
     """
-    if V.shape[1] == 0:
-        return np.ones(0)
-    signs = np.sign(V[np.argmax(np.abs(V), axis=0), np.arange(V.shape[1])])
-    signs[signs == 0] = 1.0
-    return signs
+    return vector_signs(V)
 
 
 def _above(mu, shift):

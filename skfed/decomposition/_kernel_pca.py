@@ -109,7 +109,11 @@ class DistributedKernelPCA(
         ``|Y|``, the number of representative points (before removal of
         duplicates). More than the number of samples is clipped to it with
         a warning (every sample is then a representative), as
-        :class:`sklearn.kernel_approximation.Nystroem` does.
+        :class:`sklearn.kernel_approximation.Nystroem` does. Clients that
+        tie exactly for the last draws of the split over clients (e.g.
+        clients of one size) each take one, so that renaming the clients
+        never decides who draws: ``|Y|`` can then exceed it by fewer than
+        the number of clients.
     leverage_fraction : float, default=0.5
         m₁ / ``|Y|``: share of Y sampled by leverage scores; the rest (m₂) is
         sampled adaptively. Used with ``sampling="leverage+adaptive"``.
