@@ -41,6 +41,7 @@ from .._federation import FederatedMixin
 from .._fixes import check_sample_weight as _check_sample_weight
 from .._ledger import NO_UPLOAD, PER_CLIENT, RAW_ROWS, SUM_ONLY, Disclosure
 from .._protocol import client_step
+from .._refusal import n_distinct_rows
 from .._remote import distinct_values, is_remote
 from .._rows import canonical_row_order, row_hashes, rows_equal
 from .._shift import shift_point, shifted_rows
@@ -953,7 +954,7 @@ def _coreset_step(client, state, message, *, rows, weighted):
 
 
 @client_step("coreset.cluster_sums")
-def _cluster_sums_step(client, state, message, *, rows, weighted):
+def _cluster_sums_step(client, state, message, *, rows, weighted, min_rows=None):
     """Client: per-cluster weighted sums and weights (distributed Lloyd).
 
     Upload: Σ_p w_p (p − c_j) over the rows p closest to each center c_j,
@@ -961,6 +962,11 @@ def _cluster_sums_step(client, state, message, *, rows, weighted):
     their centers, not of the rows: they do not grow with the data's
     distance from the origin, which keeps them exact far from it and
     within the range of secure aggregation's fixed point (2^31 / M).
+
+    With ``min_rows`` (``raw_rows="refuse"``) a cluster this client holds
+    fewer distinct rows of is left out of its upload (zero sum and
+    weight): its sum and weight would give its rows away. The server's
+    update then moves that center with the other clients' rows only.
     """
     X = _rows(client, rows)
     centers = np.asarray(message, dtype=np.float64)
@@ -969,6 +975,11 @@ def _cluster_sums_step(client, state, message, *, rows, weighted):
     labels, _ = _assign(X, _sq_norms(X), centers, d2=None, tie=tie)
     w = _client_weights(client, weighted, X.shape[0])
     sums, totals = _cluster_sums(X, w, labels, centers.shape[0])
+    if min_rows:
+        for j in np.flatnonzero(totals > 0):
+            held = labels == j
+            if n_distinct_rows(X[held], w[held]) < min_rows:
+                sums[j], totals[j] = 0.0, 0.0
     return state, (sums - totals[:, None] * centers, totals)
 
 

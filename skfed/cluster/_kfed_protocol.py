@@ -280,7 +280,12 @@ def _refine(fed, centers, refine_iter, tol_abs, weighted):
     displacement sums and weights (a sum-only round, which secure
     aggregation masks), stopping once the centers move by ``tol_abs`` or
     less. Returns the centers and the number of rounds run."""
-    step = functools.partial(_cluster_sums_step, rows=None, weighted=weighted)
+    # Under raw_rows="refuse" a client leaves out the clusters it holds
+    # fewer than MIN_ROWS distinct rows of: their sums would be those rows.
+    min_rows = MIN_ROWS if fed.raw_rows == "refuse" else None
+    step = functools.partial(
+        _cluster_sums_step, rows=None, weighted=weighted, min_rows=min_rows
+    )
     n_rounds = 0
     for _ in range(refine_iter):
         stats = fed.run_round("lloyd refinement", step, centers, disclosure=SUM_ONLY)
