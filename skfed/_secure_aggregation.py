@@ -196,17 +196,14 @@ def _encode_fixed(values, n_clients):
     # Each client's share of the range, so that no partial sum can wrap.
     limit = 2.0**63 / max(n_clients, 1)
     if not np.all(np.abs(scaled) < limit):
-        finite = np.isfinite(values)
-        if np.all(finite):
-            value = f"a client's value of magnitude {np.max(np.abs(values)):.3g}"
-        else:
-            value = f"a client's value {values[~finite][0]}"
+        # The message reaches the server: it names the public range only,
+        # never the private value that broke it (nor whether it was finite).
         raise ValueError(
             "secure_aggregation encodes uploads in fixed point with "
-            f"{FRACTION_BITS} fractional bits: {value} exceeds what "
-            f"{n_clients} clients can add without overflow "
-            f"({limit / _SCALE:.3g}). Scale the data (e.g. StandardScaler) or "
-            "fit without secure aggregation."
+            f"{FRACTION_BITS} fractional bits: a value of this client's upload "
+            f"is outside what {n_clients} clients can add without overflow "
+            f"(magnitudes below {limit / _SCALE:.3g}). Scale the data (e.g. "
+            "StandardScaler) or fit without secure aggregation."
         )
     return scaled.astype(np.int64).view(np.uint64)
 

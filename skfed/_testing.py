@@ -39,10 +39,14 @@ import numpy as np
 from joblib.parallel import get_active_backend
 from sklearn import get_config
 
-from ._protocol import client_step
+from ._protocol import PER_ROW, PUBLIC, client_step, collectable
+
+# What tests may collect of the toy steps' state.
+collectable("testing", (None, "calls", "held"), PUBLIC)
+collectable("testing", "labels", PER_ROW)
 
 
-@client_step("testing.noisy_sum")
+@client_step("testing.noisy_sum", sum_only=True)
 def noisy_sum(client, state, message):
     """Upload the column sums of the client's rows plus seeded noise.
 
@@ -56,7 +60,7 @@ def noisy_sum(client, state, message):
     return state, client.X.sum(axis=0) + noise * message["scale"]
 
 
-@client_step("testing.fail_on")
+@client_step("testing.fail_on", sum_only=True)
 def fail_on(client, state, message, *, bad, exc="RuntimeError"):
     """Raise the built-in exception named ``exc`` on client ``bad``; others
     upload their size."""
@@ -376,7 +380,7 @@ def rkhs_paper_data(n, *, noise=0.05, n_clients=4, seed=0):
     return X + noise * rng.standard_normal(X.shape), y, partitions
 
 
-@client_step("testing.statistics")
+@client_step("testing.statistics", sum_only=True)
 def statistics(client, state, message):
     """Upload a column sum (array), a row count (int) and a sum of squares
     (float): a structure a sum-only round adds up."""

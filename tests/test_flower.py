@@ -15,7 +15,7 @@ from threadpoolctl import threadpool_limits
 
 import skfed
 from skfed._federation import ClientValueError, Federation
-from skfed._protocol import client_step
+from skfed._protocol import PUBLIC, client_step, collectable
 from skfed._testing import INTEGRATION_CASES, fail_on
 
 pytest.importorskip("flwr")
@@ -30,6 +30,10 @@ from skfed.flower._records import from_records  # noqa: E402
 N_NODES = 3
 NODE_ROWS = 150
 SPEC = {"accept_sparse": False, "dtype": ["float64", "float32"]}
+
+
+# The counting step's state may be collected (as a protocol declares it).
+collectable("flowertest", None, PUBLIC)
 
 
 @client_step("flowertest.count")

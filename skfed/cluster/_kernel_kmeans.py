@@ -79,6 +79,16 @@ def one_shot_sketch(n_samples, n_features, n_clients, sketch_size):
     return max(_DEFAULT_FEATURES, sketch_size + sketch_size % 2, D - D % 2)
 
 
+# fit_predict and fit_transform on remote rows whose per-row outputs stay
+# where they are.
+_KEPT_ON_NODES = (
+    "Under raw_rows='refuse' or differential privacy the training rows' "
+    "labels and embedding stay on the clients that hold them: fit, then "
+    "label or embed each client's rows there with the fitted model's "
+    "predict or transform."
+)
+
+
 class FederatedKernelKMeans(
     KMeansCentersMixin,
     FederatedMixin,
@@ -634,6 +644,7 @@ class FederatedKernelKMeans(
                     sketch_size=sketch,
                 )
             self._set_one_shot_attributes(result, fed)
+            self._label_rows_held_here(X, fed)
             self._record_privacy(fed)
             return self
         eigen_solver = self._eigen_solver(D)
@@ -670,8 +681,20 @@ class FederatedKernelKMeans(
         # new points (transform, predict, score): no extra communication.
         self._replay = result.replay
         self._scales = result.scales
+        self._label_rows_held_here(X, fed)
         self._record_privacy(fed)
         return self
+
+    def _label_rows_held_here(self, X, fed):
+        """``labels_`` and ``embedding_`` when the clients kept theirs
+        (``raw_rows="refuse"``, privacy: one value per row never leaves a
+        client): rows held in this process are embedded and labelled here
+        with the fitted model; rows elsewhere are not (neither attribute is
+        set; label them where they are with ``predict``)."""
+        if fed.per_row_allowed or is_remote(X):
+            return
+        self.embedding_ = self._embed(X).astype(fed.dtype, copy=False)
+        self.labels_ = self.predict(X).astype(np.intp, copy=False)
 
     def _set_one_shot_attributes(self, result, fed):
         self._set_common_attributes(result, fed)
@@ -691,8 +714,12 @@ class FederatedKernelKMeans(
         self.gamma_ = result.gamma
         self.eigenvalues_ = result.eigenvalues
         self.n_components_ = len(result.eigenvalues)
-        self.labels_ = result.labels.astype(np.intp, copy=False)
-        self.embedding_ = result.embedding.astype(fed.dtype, copy=False)
+        if result.labels is None:  # kept on the clients
+            self.__dict__.pop("labels_", None)
+            self.__dict__.pop("embedding_", None)
+        else:
+            self.labels_ = result.labels.astype(np.intp, copy=False)
+            self.embedding_ = result.embedding.astype(fed.dtype, copy=False)
         self.cluster_centers_ = result.coreset.cluster_centers.astype(
             fed.dtype, copy=False
         )
@@ -938,7 +965,10 @@ class FederatedKernelKMeans(
         -------
         H : ndarray of shape (n_samples, `n_components_`)
         """
-        return self.fit(X, partitions=partitions).embedding_
+        self.fit(X, partitions=partitions)
+        if not hasattr(self, "embedding_"):
+            raise ValueError(_KEPT_ON_NODES)
+        return self.embedding_
 
     def fit_predict(self, X, y=None, *, partitions=None):
         """Fit and return ``labels_``.
@@ -958,4 +988,7 @@ class FederatedKernelKMeans(
         labels : ndarray of shape (n_samples,)
             Cluster of each training sample.
         """
-        return self.fit(X, partitions=partitions).labels_
+        self.fit(X, partitions=partitions)
+        if not hasattr(self, "labels_"):
+            raise ValueError(_KEPT_ON_NODES)
+        return self.labels_

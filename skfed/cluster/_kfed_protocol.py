@@ -33,7 +33,7 @@ from sklearn.utils.extmath import randomized_svd, row_norms
 
 from .._federation import ClientStepError, ClientValueError
 from .._ledger import NO_UPLOAD, PER_CLIENT, Disclosure
-from .._protocol import client_step
+from .._protocol import PER_ROW, PUBLIC, client_step, collectable
 from .._rows import row_hashes, rows_equal
 from .._shift import shift_point, shifted_rows
 from .._threads import thread_pools
@@ -52,6 +52,13 @@ from ._coreset import (
 from ._kfed_moves import improve_by_moves
 from ._kfed_private import dp_lloyd_step
 from ._lloyd import lloyd, lloyd_rows, weighted_cost
+
+# What the server may collect of a client's k-FED state after the fit:
+# whether its upload was its rows (the server saw it), its labels (one per
+# row) and its exact cost and local iterations (statistics of its rows).
+collectable("kfed", "raw", PUBLIC)
+collectable("kfed", "labels", PER_ROW)
+collectable("kfed", ("inertia", "n_iter"), PER_CLIENT)
 
 __all__ = [
     "KFedLocalOptions",
@@ -327,9 +334,17 @@ def _finish(fed, ids, centers, center_labels, cluster_centers, weights, n_sample
     fed.run_round(
         "cluster map", _induce_labels_step, messages=messages, disclosure=NO_UPLOAD
     )
-    kept = fed.local_results("kfed", ("raw", "inertia", "n_iter"))
-    # Per-sample labels and inertia shares stay on the clients in a
-    # deployment; the simulation gathers them for the fitted attributes.
+    # Under differential privacy a client's exact cost and iterations stay
+    # on it (un-noised statistics of its rows), and under privacy or
+    # raw_rows="refuse" its labels do (one value per row): the estimator
+    # then labels rows it holds in memory itself.
+    private = fed.accountant is not None
+    keys = ("raw",) if private else ("raw", "inertia", "n_iter")
+    gathered = fed.local_results("kfed", keys)
+    # Unknown to the server under privacy: the estimator sets them.
+    kept = {c: v + (np.nan, 0) if private else v for c, v in gathered.items()}
+    if not fed.per_row_allowed:
+        n_samples = None
     return KFedResult(
         cluster_centers=cluster_centers,
         cluster_weights=weights,

@@ -254,14 +254,14 @@ def moments_step(client, state, message):
     return state, _moments(client.X)
 
 
-@client_step("kernel.count_and_sum")
+@client_step("kernel.count_and_sum", sum_only=True)
 def count_and_sum_step(client, state, message):
     """Client step: (n_m, Σ x), for a sum-only round (the global mean)."""
     n, mean, _ = _moments(client.X)
     return state, (n, n * mean)
 
 
-@client_step("kernel.spread")
+@client_step("kernel.spread", sum_only=True)
 def spread_step(client, state, mean):
     """Client step: Σ ‖x − x̄‖² of its rows around the global mean x̄ (the
     message), for a sum-only round: S_m + n_m ‖x̄_m − x̄‖², with S_m taken
