@@ -123,7 +123,7 @@ def test_a_curious_server_gets_no_embedding_labels_or_keys_under_refuse(grid):
     _refused(_ask(nodes, SECRETS), "not declared collectable")
     with pytest.raises(ValueError, match="predict"):
         skfed.FederatedKernelKMeans(
-            n_clusters=3, random_state=0, raw_rows="refuse"
+            n_clusters=3, random_state=0, raw_rows="refuse", coreset_size=100
         ).fit_predict(NodeData(nodes, n_nodes=3).X)
 
 
