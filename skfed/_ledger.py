@@ -283,6 +283,7 @@ class CommunicationLog:
     # Class defaults: ledgers pickled before the raw data was recorded.
     raw_data_floats = 0
     raw_data_bytes = 0
+    collections = ()
 
     def __init__(self):
         self.records = []

@@ -593,16 +593,20 @@ class KFed(
                 ConvergenceWarning,
                 stacklevel=3,
             )
+        if labels is None and gather_labels and not fed.per_row_allowed:
+            # fit_predict on rows held elsewhere: labelled where they are.
+            return labels_where_held(self, X, returned=True)
         return labels
 
     def _kept_labels(self, result, fed, X, gather_labels=None):
         """The gathered labels, or under ``raw_rows="refuse"`` or privacy
-        (where they stay on the clients) those of the rows held here."""
+        (where they stay on the clients) those of the rows held here (None
+        for rows held elsewhere)."""
         if result.labels is not None or fed.per_row_allowed:
             return result.labels
         if not self._gathers_labels(gather_labels):
             return None
-        return labels_where_held(self, X, returned=gather_labels is not None)
+        return labels_where_held(self, X)
 
     def _set_inertia(self, result, fed, X):
         """``inertia_`` and ``n_iter_``; under privacy each client's exact

@@ -223,3 +223,33 @@ def test_the_collection_policy():
     for namespace, key in SECRETS:
         with pytest.raises(PermissionError, match="not declared"):
             check_collectable(namespace, key, allow)
+
+
+def test_dask_workers_keep_per_row_outputs_and_keys():
+    distributed = pytest.importorskip("distributed")
+    da = pytest.importorskip("dask.array")
+    X, _ = _data()
+    with distributed.Client(
+        processes=False, n_workers=2, threads_per_worker=1, dashboard_address=None
+    ):
+        Xd = da.from_array(X, chunks=(80, 3)).persist()
+        km = skfed.KFed(n_clusters=3, random_state=0, raw_rows="refuse").fit(Xd)
+        # The labels stay on the workers: not gathered, and fit_predict is
+        # predict computed where the chunks are.
+        assert not hasattr(km, "labels_")
+        assert not [
+            r for r in km.communication_.collections if r.disclosure == "per_row"
+        ]
+        again = skfed.KFed(n_clusters=3, random_state=0, raw_rows="refuse")
+        labels = again.fit_predict(Xd)
+        assert isinstance(labels, da.Array)
+        np.testing.assert_array_equal(labels.compute(), km.predict(X))
+        # A driver that asks the workers for more is refused there.
+        spec = {"client": client_config(km)}
+        fed = Federation.from_remote(Xd, None, None, random_state=0, input_checks=spec)
+        with fed:
+            fed.run_round("keys", keys_step, disclosure="per_client")
+            fed.run_round("labels", keep_message_as_labels, [4])
+            for namespace, key in [SECRETS[0], ("testing", "labels")]:
+                with pytest.raises(PermissionError, match="refused"):
+                    fed.transport.local_values(namespace, key, fed.client_ids)
