@@ -70,6 +70,8 @@ __all__ = [
 ]
 
 _SEED_MAX = np.iinfo(np.int32).max
+# What a client keeps of its key exchange: never readable by a step.
+_SECRET_NAMESPACE = "secure_aggregation"
 
 
 class ClientStepError(RuntimeError):
@@ -281,7 +283,16 @@ class ClientData:
         ------
         KeyError
             If no step of that protocol has run on this client.
+        PermissionError
+            For the secure-aggregation keys, which only the client's
+            masking reads: a step a server names (with a ``rows=`` option,
+            say) could otherwise upload them.
         """
+        if namespace == _SECRET_NAMESPACE:
+            raise PermissionError(
+                "A client's secure-aggregation keys are read by its masking "
+                "only, never by a step."
+            )
         storage = getattr(self, "_storage", None) or {}
         if namespace not in storage:
             raise KeyError(
@@ -290,6 +301,13 @@ class ClientData:
             )
         value = storage[namespace]
         return value if key is None else value[key]
+
+    def masking_keys(self):
+        """What this client's secure-aggregation key exchange kept (None
+        before it ran): for its own masking only
+        (``skfed._secure_aggregation.mask_upload``)."""
+        storage = getattr(self, "_storage", None) or {}
+        return storage.get(_SECRET_NAMESPACE)
 
     def with_storage(self, storage):
         """This client as a step sees it: the same data, plus read access to

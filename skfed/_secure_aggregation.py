@@ -305,10 +305,7 @@ def mask_upload(client, upload, spec):
     """
     if upload is None:
         return None
-    try:
-        keys = client.read(_NAMESPACE)
-    except KeyError:
-        keys = None
+    keys = client.masking_keys()
     if not keys or "index" not in keys:
         raise RuntimeError(
             "This client holds no secure-aggregation keys: the key exchange "

@@ -7,17 +7,21 @@ exact costs and their secure-aggregation keys. Each is refused on the node
 every other transport; the collections a fit does make are in the ledger.
 """
 
+from functools import partial
+
 import numpy as np
 import pytest
 from sklearn.datasets import make_blobs
 
 import skfed
+from skfed import ClientStepError
 from skfed._federation import Federation, client_config
 from skfed._protocol import check_collectable
 from skfed._secure_aggregation import keys_step
 from skfed._testing import InProcessGrid, keep_message_as_labels
 from skfed._transport import StepFailure
 from skfed._validation import check_partitions
+from skfed.cluster._coreset import _cluster_sums_step
 from skfed.privacy import DifferentialPrivacy
 
 pytest.importorskip("flwr")
@@ -184,6 +188,12 @@ def test_every_in_process_transport_refuses_keys_and_refused_outputs():
         fed.run_round("labels", keep_message_as_labels, [4])
         storage = fed.transport._storage
         clients = {c: fed.transport.client(c) for c in fed.client_ids}
+        # Nor can a step a server names read them (as rows to cluster, say).
+        steal = partial(
+            _cluster_sums_step, rows=("secure_aggregation", "private"), weighted=False
+        )
+        with pytest.raises(ClientStepError, match="masking only"):
+            fed.run_round("steal", steal, np.zeros((1, 1)))
         # The server's own check refuses a secret before asking anyone.
         with pytest.raises(ValueError, match="not declared collectable"):
             fed.local_results(*SECRETS[0])
