@@ -315,6 +315,14 @@ def mask_upload(client, upload, spec):
     layout = json.dumps(_flatten(upload, parts))
     values = np.concatenate(parts) if parts else np.zeros(0)
     alive = [int(i) for i in spec["alive"]]
+    alone = len(set(alive)) < 2 and len(keys["public_keys"]) > 1
+    if keys["index"] not in alive or alone:
+        # Left alone on the ring of a fit of several clients, its vector
+        # would carry no mask at all.
+        raise PermissionError(
+            "A masked round must name this client and at least one other "
+            "of the clients that exchanged keys: refused."
+        )
     position = alive.index(keys["index"])
     encoded = _encode_fixed(values, len(alive))
     cached = {int(j): key for j, key in zip(keys["peers"], keys["pair_keys"])}

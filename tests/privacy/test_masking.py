@@ -196,3 +196,20 @@ def test_the_range_error_carries_no_private_value():
             secagg._encode_fixed(np.array([0.5, bad]), 3)
         assert re.findall(r"\d+(?:\.\d+)?e[+-]\d+", str(info.value)) == ["7.16e+08"]
         assert not re.search(r"nan|inf\b|3\.7", str(info.value).lower())
+
+
+def test_a_masking_client_refuses_a_ring_that_leaves_it_alone():
+    # A server that names only one client among those that exchanged keys
+    # would receive its vector without any mask.
+    X, fed = _federation(masks=True)
+    with fed:
+        fed.run_round("stats", statistics, disclosure=SUM_ONLY)  # keys
+        client = fed.transport.client(0).with_storage(fed.transport._storage[0])
+    own = int(client.masking_keys()["index"])
+    with pytest.raises(PermissionError, match="refused"):
+        secagg.mask_upload(client, X[:2], {"round": 9, "alive": [own]})
+    with pytest.raises(PermissionError, match="refused"):
+        others = [i for i in range(3) if i != own]
+        secagg.mask_upload(client, X[:2], {"round": 9, "alive": others})
+    masked = secagg.mask_upload(client, X[:2], {"round": 9, "alive": [0, 1, 2]})
+    assert masked["masked"].dtype == np.uint64
