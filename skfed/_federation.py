@@ -70,7 +70,8 @@ __all__ = [
 ]
 
 _SEED_MAX = np.iinfo(np.int32).max
-# What a client keeps of its key exchange: never readable by a step.
+# What a client keeps of its key exchange (skfed._secure_aggregation's
+# namespace): never readable by a step.
 _SECRET_NAMESPACE = "secure_aggregation"
 
 
@@ -214,7 +215,7 @@ class ClientData:
         and refuses to send one unmasked), ``raw_rows`` ("refuse": no
         per-row output leaves it) and ``private`` (differential privacy:
         no exact statistic of its rows leaves it either). See
-        :func:`client_config`.
+        ``client_config``.
     """
 
     def __init__(
@@ -469,7 +470,7 @@ class Federation:
             copy).
         client_config : dict, default=None
             Every client's own settings (``ClientData.config``; see
-            :func:`client_config`).
+            ``client_config``).
         """
         base = int(check_random_state(random_state).randint(_SEED_MAX))
         if sp.issparse(X):

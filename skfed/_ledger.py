@@ -294,7 +294,7 @@ class CommunicationLog:
         self.collections = []
 
     def record_collection(self, name, kind, floats, bytes):
-        """Add a collection of what clients keep (see :attr:`collections`):
+        """Add a collection of what clients keep (see ``collections``):
         ``floats`` and ``bytes`` per client id."""
         clients = tuple(floats)
         self.__dict__.setdefault("collections", []).append(
