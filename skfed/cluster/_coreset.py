@@ -273,6 +273,10 @@ class DistributedKMeans(
     labels_ : ndarray of shape (n_samples,)
         Label of each training sample, computed by the client holding it
         against ``cluster_centers_``. Not set with ``compute_labels=False``.
+        Under ``raw_rows="refuse"`` or differential privacy the clients keep
+        their labels: rows held in this process are labelled here with
+        :meth:`predict`, and for rows held elsewhere (dask, Flower) it is
+        not set (label them where they are with :meth:`predict`).
 
     inertia_ : float
         Exact (weighted) sum of squared distances of the training samples to

@@ -353,12 +353,18 @@ class FederatedKernelKMeans(
         The algorithm used (``algorithm``, or what ``"auto"`` chose).
     labels_ : ndarray of shape (n_samples,)
         Cluster of each training sample (kept by its client; assembled here).
+        Under ``raw_rows="refuse"`` or differential privacy the clients keep
+        their labels and embedding: rows held in this process are labelled
+        and embedded here with the fitted model (:meth:`predict` and the
+        replayed embedding), and for rows held elsewhere (dask, Flower)
+        neither ``labels_`` nor ``embedding_`` is set.
     cluster_centers_ : ndarray of shape (n_clusters, `n_components_`)
         Centers in the spectral space of ``embedding_``.
     embedding_ : ndarray of shape (n_samples, `n_components_`)
         H = U Λ^½ of the training samples: each client's rows stay on that
         client and are assembled here for the user, never communicated
-        (except as coreset rows).
+        (except as coreset rows). See ``labels_`` for ``raw_rows="refuse"``
+        and differential privacy.
     eigenvalues_ : ndarray of shape (`n_components_`,)
         Estimated top eigenvalues of the kernel matrix: μ_i + (1 − η_T) λ
         (DSPGD), those of the features' covariance C (one-shot: estimates
