@@ -263,3 +263,21 @@ def test_dask_workers_keep_per_row_outputs_and_keys():
             for namespace, key in [SECRETS[0], ("testing", "labels")]:
                 with pytest.raises(PermissionError, match="refused"):
                     fed.transport.local_values(namespace, key, fed.client_ids)
+
+
+def test_a_node_configured_to_refuse_raw_rows_keeps_its_labels(grid):
+    # The node's own raw-rows="refuse" holds whatever the fit asks: a server
+    # that would collect labels gets the node's refusal.
+    _, data = _data()
+    nodes = grid(data)
+    for node in data:
+        nodes.node_config(node, **{"raw-rows": "refuse"})
+    with pytest.raises(RuntimeError, match="raw_rows='refuse': refused"):
+        fit_on_grid(skfed.KFed(n_clusters=3, random_state=0), nodes, n_nodes=3)
+    km = fit_on_grid(
+        skfed.KFed(n_clusters=3, random_state=0, raw_rows="refuse"), nodes, n_nodes=3
+    )
+    assert not hasattr(km, "labels_")
+    nodes.node_config(1, **{"raw-rows": "sometimes"})
+    with pytest.raises(ValueError, match="'raw-rows' is 'allow' or 'refuse'"):
+        fit_on_grid(skfed.KFed(n_clusters=3, random_state=0), nodes, n_nodes=3)
