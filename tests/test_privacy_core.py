@@ -167,7 +167,7 @@ def _plain_sum(client, state, message):
     return state, client.X.sum(axis=0)
 
 
-@client_step("test_privacy.noised_sum")
+@client_step("test_privacy.noised_sum", sum_only=True)
 def _noised_sum(client, state, message, *, std):
     return state, gaussian_noise(client.X.sum(axis=0), std)
 
@@ -207,7 +207,7 @@ def test_noised_rounds_are_registered_and_marked_in_the_ledger():
     assert acc.spent()[0] == pytest.approx(1.0, rel=0.01)
 
 
-@client_step("test_privacy.fails_on_client_2")
+@client_step("test_privacy.fails_on_client_2", sum_only=True)
 def _fails_on_client_2(client, state, message):
     if client.client_id == 2:
         raise ValueError("this client fails")

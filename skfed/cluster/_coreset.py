@@ -40,7 +40,7 @@ from .._blocks import row_blocks
 from .._federation import FederatedMixin
 from .._fixes import check_sample_weight as _check_sample_weight
 from .._ledger import NO_UPLOAD, PER_CLIENT, RAW_ROWS, SUM_ONLY, Disclosure
-from .._protocol import client_step
+from .._protocol import PER_ROW, client_step, collectable
 from .._refusal import n_distinct_rows
 from .._remote import distinct_values, is_remote
 from .._rows import canonical_row_order, row_hashes, rows_equal
@@ -53,7 +53,10 @@ from ._batched_kmeans import (
     KMeansProblem,
     kmeans_restarts,
 )
-from ._centers import KMeansCentersMixin
+from ._centers import KMeansCentersMixin, labels_where_held
+
+# The clients' labels from the final centers: one value per row.
+collectable("coreset", "labels", PER_ROW)
 
 __all__ = [
     "CoresetKMeansResult",
@@ -271,6 +274,10 @@ class DistributedKMeans(
     labels_ : ndarray of shape (n_samples,)
         Label of each training sample, computed by the client holding it
         against ``cluster_centers_``. Not set with ``compute_labels=False``.
+        Under ``raw_rows="refuse"`` or differential privacy the clients keep
+        their labels: rows held in this process are labelled here with
+        :meth:`predict`, and for rows held elsewhere (dask, Flower) it is
+        not set (label them where they are with :meth:`predict`).
 
     inertia_ : float
         Exact (weighted) sum of squared distances of the training samples to
@@ -529,7 +536,7 @@ class DistributedKMeans(
                 ),
                 random_state=rng,
             )
-            if self.compute_labels:
+            if self.compute_labels and fed.per_row_allowed:
                 self.labels_ = fed.assemble(
                     "coreset", "labels", n_samples, dtype=np.int32
                 )
@@ -540,6 +547,12 @@ class DistributedKMeans(
             self.client_ids_ = as_id_array(fed.client_ids)
             self.failed_clients_ = dict(fed.failed_clients)
         self.cluster_centers_ = result.cluster_centers.astype(fed.dtype, copy=False)
+        if self.compute_labels and not fed.per_row_allowed:
+            # The labels stayed on the clients: rows held here are labelled
+            # here, with the model.
+            labels = labels_where_held(self, X)
+            if labels is not None:
+                self.labels_ = labels
         self.inertia_ = result.inertia
         self.coreset_inertia_ = result.coreset_inertia
         self.n_iter_ = result.n_iter
@@ -800,14 +813,20 @@ def federated_coreset_kmeans(
             )
         if shift <= tol_abs:
             break
-    # The total cost is a sum (of exact floats, fsum'd: order-free).
+    # The total cost is a sum (of exact floats, fsum'd: order-free). Each
+    # client sends its cost over the coreset's mean cost per row, a scale
+    # the server already holds: about its row count, whatever the data's
+    # units, so that a masked sum fits the fixed point (a sum of squares of
+    # unscaled data did not) and keeps its precision relative to the cost.
+    scale = float(coreset_inertia) / max(fed.n_samples, 1)
+    scale = scale if np.isfinite(scale) and scale > 0 else 1.0
     inertia = fed.run_round(
         "coreset labels",
-        partial(_label_step, exact_inertia=exact_inertia, **common),
+        partial(_label_step, exact_inertia=exact_inertia, cost_scale=scale, **common),
         centers,
         disclosure=SUM_ONLY if exact_inertia else NO_UPLOAD,
     )
-    inertia = inertia if exact_inertia else coreset_inertia
+    inertia = inertia * scale if exact_inertia else coreset_inertia
     return CoresetKMeansResult(
         cluster_centers=centers,
         inertia=inertia,
@@ -953,7 +972,7 @@ def _coreset_step(client, state, message, *, rows, weighted):
     return {}, upload
 
 
-@client_step("coreset.cluster_sums")
+@client_step("coreset.cluster_sums", sum_only=True)
 def _cluster_sums_step(client, state, message, *, rows, weighted, min_rows=None):
     """Client: per-cluster weighted sums and weights (distributed Lloyd).
 
@@ -983,12 +1002,14 @@ def _cluster_sums_step(client, state, message, *, rows, weighted, min_rows=None)
     return state, (sums - totals[:, None] * centers, totals)
 
 
-@client_step("coreset.labels")
-def _label_step(client, state, message, *, rows, weighted, exact_inertia):
+@client_step("coreset.labels", sum_only=True)
+def _label_step(
+    client, state, message, *, rows, weighted, exact_inertia, cost_scale=1.0
+):
     """Client: label own rows against the server's centers (step 4 of §5).
 
-    Upload: the client's weighted cost against the centers (1 float) when
-    ``exact_inertia``, else nothing.
+    Upload: the client's weighted cost against the centers divided by
+    ``cost_scale`` (1 float) when ``exact_inertia``, else nothing.
     """
     X = _rows(client, rows)
     # Label with the centers in the rows' precision, as the estimator stores
@@ -999,7 +1020,7 @@ def _label_step(client, state, message, *, rows, weighted, exact_inertia):
     if not exact_inertia:
         return state, None
     w = _client_weights(client, weighted, X.shape[0])
-    return state, float(w @ d2)
+    return state, float(w @ d2) / cost_scale
 
 
 # --------------------------------------------------------------------------

@@ -270,8 +270,12 @@ def run_one_shot(
     return OneShotResult(
         gamma=gamma,
         eigenvalues=eigenvalues,
-        labels=fed.assemble("coreset", "labels", fed.n_samples),
-        embedding=fed.assemble("kernel_kmeans", "H", fed.n_samples),
+        labels=None
+        if not fed.per_row_allowed
+        else fed.assemble("coreset", "labels", fed.n_samples),
+        embedding=None
+        if not fed.per_row_allowed
+        else fed.assemble("kernel_kmeans", "H", fed.n_samples),
         coreset=coreset,
         seed=seed,
         basis=basis,
@@ -323,7 +327,7 @@ def one_shot_embedding(X, omega, offset, basis, shift):
 # Client steps
 
 
-@client_step("kernel_kmeans.one_shot_statistics")
+@client_step("kernel_kmeans.one_shot_statistics", sum_only=True)
 def _statistics_step(client, state, message, *, n_features, noise=None, min_rows=None):
     """Client step: the upper triangle of Z[m]ᵀZ[m] (row by row) followed by
     Z[m]ᵀ1, D(D+1)/2 + D floats in one vector, so that the server's sum over
@@ -364,7 +368,7 @@ def _statistics_step(client, state, message, *, n_features, noise=None, min_rows
     )
 
 
-@client_step("kernel_kmeans.one_shot_sketch")
+@client_step("kernel_kmeans.one_shot_sketch", sum_only=True)
 def _sketch_step(client, state, message, *, n_features, min_rows=None):
     """Client step: Y[m] = Z[m]ᵀ(Z[m] Ω) (D x l, row by row) followed by
     Z[m]ᵀ1, D l + D floats in one vector, so that the server's sum over

@@ -185,7 +185,7 @@ def _noised_sums(fed, name, centers, shift, radius, std):
 # Client step
 
 
-@client_step("kernel_kmeans.private_sums")
+@client_step("kernel_kmeans.private_sums", sum_only=True)
 def _private_sums_step(client, state, message, *, radius, std):
     """Client: noised per-center sums of its rows G = H + z̄ᵀV and counts.
 

@@ -39,7 +39,7 @@ from .._fixes import check_sample_weight as _check_sample_weight
 from .._remote import is_remote
 from .._validation import StrictInterval
 from ..privacy import DifferentialPrivacy, check_privacy, feature_bounds
-from ._centers import KMeansCentersMixin
+from ._centers import KMeansCentersMixin, labels_where_held
 from ._kfed_protocol import (
     KFedLocalOptions,
     KFedPrivateOptions,
@@ -633,9 +633,9 @@ class KFed(
         self.failed_clients_ = result.failed_clients
         self.raw_upload_clients_ = result.raw_upload_clients
         self.n_clients_ = len(result.client_ids)
-        self._set_labels(result)
-        self.inertia_ = result.inertia
-        self.n_iter_ = result.n_iter
+        labels = self._kept_labels(result, fed, X, gather_labels)
+        self._set_labels(labels, result.induced_labels)
+        self._set_inertia(result, fed, X)
         self.n_refine_iter_ = result.n_refine_iter
         self.communication_ = fed.log
         self._record_privacy(fed)
@@ -650,18 +650,45 @@ class KFed(
                 ConvergenceWarning,
                 stacklevel=3,
             )
-        return result.labels
+        if labels is None and gather_labels and not fed.per_row_allowed:
+            # fit_predict on rows held elsewhere: labelled where they are.
+            return labels_where_held(self, X, returned=True)
+        return labels
+
+    def _kept_labels(self, result, fed, X, gather_labels=None):
+        """The gathered labels, or under ``raw_rows="refuse"`` or privacy
+        (where they stay on the clients) those of the rows held here (None
+        for rows held elsewhere)."""
+        if result.labels is not None or fed.per_row_allowed:
+            return result.labels
+        if not self._gathers_labels(gather_labels):
+            return None
+        return labels_where_held(self, X)
+
+    def _set_inertia(self, result, fed, X):
+        """``inertia_`` and ``n_iter_``; under privacy each client's exact
+        cost stays on it: the cost of the rows held here, else NaN."""
+        self.inertia_ = result.inertia
+        self.n_iter_ = result.n_iter
+        if fed.accountant is not None:
+            self.n_iter_ = self.private_iter
+            if not is_remote(X):
+                self.inertia_ = -float(self.score(X))
 
     def _gathers_labels(self, gather_labels=None):
         return self.compute_labels if gather_labels is None else gather_labels
 
-    def _set_labels(self, result):
-        """``labels_`` and ``induced_labels_`` from gathered labels; with
+    def _set_labels(self, labels, induced=None):
+        """``labels_`` and ``induced_labels_`` from gathered labels (the
+        induced ones only where they were gathered); with
         ``compute_labels=False`` none from this fit, and none left from an
         earlier one."""
-        if self.compute_labels:
-            self.labels_ = result.labels
-            self.induced_labels_ = result.induced_labels
+        if self.compute_labels and labels is not None:
+            self.labels_ = labels
+            if induced is not None:
+                self.induced_labels_ = induced
+            else:
+                self.__dict__.pop("induced_labels_", None)
         else:
             self.__dict__.pop("labels_", None)
             self.__dict__.pop("induced_labels_", None)
@@ -769,9 +796,8 @@ class KFed(
             c for c in result.raw_upload_clients if c not in self.raw_upload_clients_
         ]
         self.n_clients_ = len(self.local_centers_)
-        self._set_labels(result)
-        self.inertia_ = result.inertia
-        self.n_iter_ = result.n_iter
+        self._set_labels(self._kept_labels(result, fed, X), result.induced_labels)
+        self._set_inertia(result, fed, X)
         self.n_refine_iter_ = 0
         self.communication_ = fed.log
         self._record_privacy(fed)

@@ -33,7 +33,7 @@ from sklearn.utils.extmath import randomized_svd, row_norms
 
 from .._federation import ClientStepError, ClientValueError
 from .._ledger import NO_UPLOAD, PER_CLIENT, SUM_ONLY, Disclosure
-from .._protocol import client_step
+from .._protocol import PER_ROW, PUBLIC, client_step, collectable
 from .._refusal import MIN_ROWS
 from .._rows import row_hashes, rows_equal
 from .._shift import shift_point, shifted_rows
@@ -56,6 +56,13 @@ from ._coreset import (
 from ._kfed_moves import improve_by_moves
 from ._kfed_private import dp_lloyd_step
 from ._lloyd import lloyd, lloyd_rows, weighted_cost
+
+# What the server may collect of a client's k-FED state after the fit:
+# whether its upload was its rows (the server saw it), its labels (one per
+# row) and its exact cost and local iterations (statistics of its rows).
+collectable("kfed", "raw", PUBLIC)
+collectable("kfed", ("labels", "induced_labels"), PER_ROW)
+collectable("kfed", ("inertia", "n_iter"), PER_CLIENT)
 
 __all__ = [
     "KFedLocalOptions",
@@ -393,16 +400,23 @@ def _finish(fed, ids, centers, center_labels, cluster_centers, weights, n_sample
     fed.run_round(
         "cluster map", _induce_labels_step, messages=messages, disclosure=NO_UPLOAD
     )
-    kept = fed.local_results("kfed", ("raw", "inertia", "n_iter"))
-    # Per-sample labels and inertia shares stay on the clients in a
-    # deployment; the simulation gathers them for the fitted attributes.
-    gathered = {}
-    for key in ("labels", "induced_labels"):
-        gathered[key] = (
-            None
-            if n_samples is None
-            else fed.assemble("kfed", key, n_samples, dtype=np.int32)
-        )
+    # Under differential privacy a client's exact cost and iterations stay
+    # on it (un-noised statistics of its rows), and under privacy or
+    # raw_rows="refuse" its labels do (one value per row): the estimator
+    # then labels rows it holds in memory itself.
+    private = fed.accountant is not None
+    keys = ("raw",) if private else ("raw", "inertia", "n_iter")
+    gathered = fed.local_results("kfed", keys)
+    # Unknown to the server under privacy: the estimator sets them.
+    kept = {c: v + (np.nan, 0) if private else v for c, v in gathered.items()}
+    if not fed.per_row_allowed:
+        n_samples = None
+    labels = {
+        key: None
+        if n_samples is None
+        else fed.assemble("kfed", key, n_samples, dtype=np.int32)
+        for key in ("labels", "induced_labels")
+    }
     return KFedResult(
         cluster_centers=cluster_centers,
         cluster_weights=weights,
@@ -411,8 +425,8 @@ def _finish(fed, ids, centers, center_labels, cluster_centers, weights, n_sample
         local_center_labels=center_labels,
         raw_upload_clients=[c for c, (is_raw, _, _) in kept.items() if is_raw],
         failed_clients=dict(fed.failed_clients),
-        labels=gathered["labels"],
-        induced_labels=gathered["induced_labels"],
+        labels=labels["labels"],
+        induced_labels=labels["induced_labels"],
         inertia=float(sum(inertia for _, inertia, _ in kept.values())),
         n_iter=int(max(n_iter for _, _, n_iter in kept.values())),
     )

@@ -184,7 +184,7 @@ def feature_projection(X, seed, n_random_features, gamma, kernel, components, of
 # Client step
 
 
-@client_step("kernel_pca.feature_statistics")
+@client_step("kernel_pca.feature_statistics", sum_only=True)
 def _statistics_step(client, state, message, *, n_features, noise=None, min_rows=None):
     """Client: the upper triangle of Z[m]ᵀZ[m] (row by row), then Z[m]ᵀ1:
     D(D+1)/2 + D floats.

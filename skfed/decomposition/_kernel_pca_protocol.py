@@ -756,7 +756,7 @@ def _residual_step(client, state, message, *, spec, budget):
     return state, _score_summary(resid, budget)
 
 
-@client_step("kernel_pca.project")
+@client_step("kernel_pca.project", sum_only=True)
 def _project_step(client, state, message, *, spec, upload, local_rank, sketch_width):
     """disLR, worker part 1: the column sums of Π[m] = Rᵀ K_{Y, X[m]}, for
     centering (r floats up).
