@@ -27,7 +27,15 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 from sklearn.utils._param_validation import Interval, StrOptions
 
-__all__ = ["DifferentialPrivacy", "PrivacyBudgetError", "PrivacyLeakWarning"]
+from ._budget import BudgetEntry, PrivacyBudget
+
+__all__ = [
+    "BudgetEntry",
+    "DifferentialPrivacy",
+    "PrivacyBudget",
+    "PrivacyBudgetError",
+    "PrivacyLeakWarning",
+]
 
 
 class PrivacyLeakWarning(UserWarning):
