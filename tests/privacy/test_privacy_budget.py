@@ -108,7 +108,7 @@ def test_grid_search_is_charged_every_fit_and_stops_at_the_cap():
     with PrivacyBudget(epsilon=5) as budget:
         with pytest.raises(PrivacyBudgetError, match="past its cap"):
             GridSearchCV(_kfed(), grid, cv=3, error_score="raise").fit(X)
-    # Folds of 0.5 (1.5), then 1.0 (3.0): 4.5; the next 1.0 would pass 5.
+    # Folds of 0.5 (1.5), then of 1.0 (3.0): 4.5; the first at 2.0 would pass 5.
     assert budget.spent()[0] == pytest.approx(4.5)
 
 
