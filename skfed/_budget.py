@@ -177,7 +177,7 @@ class PrivacyBudget:
         epsilon, delta : float
             The release's guarantee.
         label : str, default=""
-            Names the release in :attr:`entries` and in errors.
+            Names the release in ``entries`` and in errors.
 
         Returns
         -------
