@@ -138,6 +138,7 @@ def test_charges_from_many_threads_add_up():
     assert budget.spent()[0] == 400.0
 
 
+@pytest.mark.slow  # starts loky's worker processes
 def test_a_fit_in_a_worker_process_refuses_instead_of_running_uncharged():
     X = _data(400)
     grid = {"privacy__epsilon": [0.5, 1.0]}
