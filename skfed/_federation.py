@@ -40,6 +40,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import validate_data
 
 from . import _secure_aggregation as secagg
+from ._budget import carry_open_budgets, charge_fit, settle_fit
 from ._ledger import (
     DOWNLOAD,
     NO_UPLOAD,
@@ -1362,6 +1363,8 @@ class FederatedMixin:
                 estimator=type(self).__name__,
                 n_samples=fed.n_samples,
             )
+            # Open PrivacyBudgets are charged before the first round.
+            fed.budget_charges = charge_fit(self, privacy)
         return fed
 
     def _record_privacy(self, fed):
@@ -1369,3 +1372,9 @@ class FederatedMixin:
         releases spent, from the accountant; None without ``privacy``."""
         accountant = fed.accountant
         self.privacy_spent_ = None if accountant is None else accountant.spent()
+        settle_fit(getattr(fed, "budget_charges", ()), self.privacy_spent_)
+
+    def __getstate__(self):
+        # Unpickled in another process, a private fit refuses instead of
+        # spending outside the PrivacyBudgets open here (skfed._budget).
+        return carry_open_budgets(self, super().__getstate__())

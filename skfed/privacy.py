@@ -46,7 +46,15 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 from sklearn.utils._param_validation import Interval, StrOptions
 
-__all__ = ["DifferentialPrivacy", "PrivacyBudgetError", "PrivacyLeakWarning"]
+from ._budget import BudgetEntry, PrivacyBudget
+
+__all__ = [
+    "BudgetEntry",
+    "DifferentialPrivacy",
+    "PrivacyBudget",
+    "PrivacyBudgetError",
+    "PrivacyLeakWarning",
+]
 
 
 # The PLD accountant's discretisation of the privacy loss.
