@@ -281,7 +281,7 @@ def kernel_kmeans_sums_release(epsilon=1.0, delta=1e-5, n_random=20, n_component
     centers = np.vstack([-0.5 * axis, 0.5 * axis])
 
     def run(H, noise_scale):
-        step = partial(_private_sums_step, radius=radius, key=0)
+        step = partial(_private_sums_step, radius=radius)
         _, upload = step(
             _client(np.zeros((H.shape[0], 1))),
             {"H": H},
