@@ -304,7 +304,8 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         hinge over the supports visited, per step and problem ("active-set"
         only; empty otherwise). P − D bounds the suboptimality of the model.
     n_iter_ : int
-        Largest number of ascent iterations over the problems.
+        Largest number of ascent iterations over the problems; 1 with
+        ``method_="random_features"`` (one closed-form solve).
     n_clients_ : int
         Number of clients.
     failed_clients_ : dict
@@ -322,7 +323,7 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
     method_ : {"critical_samples", "random_features"}
         The method the fit used. With ``"random_features"`` the
         attributes of the sparse model (``kernel_centers_`` to
-        ``primal_objective_``, ``n_iter_``) are not set, and these are:
+        ``primal_objective_``) are not set, and these are:
     n_random_features_ : int
         D, the random features of the map (``method_="random_features"``).
     feature_coef_ : ndarray of shape (n_problems, `n_random_features_`)
@@ -683,6 +684,7 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         self.feature_coef_ = result.coef.T.copy()
         self.intercept_ = result.intercept
         self.alpha_ = result.alpha
+        self.n_iter_ = 1
         self._feature_seed = result.seed
         self.communication_ = fed.log
         self._record_privacy(fed)
