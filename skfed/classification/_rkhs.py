@@ -164,7 +164,10 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         + n_classes floats whatever its size, and each client and the server
         hold D x D matrices. "auto" takes N / 4 (N the training samples)
         within [1000, 2000]: on digits 500 features lost about 2 points of
-        accuracy to 1,000, and 2,000 gained under one more. The upload is
+        accuracy to 1,000, and 2,000 gained under one more. Under
+        ``privacy`` "auto" is 200: the noise grows with D, the signal does
+        not (breast_cancer at ε = 8 over 10 clients: 0.94 with 200
+        features, the majority class with 1,000). The upload is
         below the raw data (n_m · (d + 1) floats) only for clients of more
         than about D(D+1)/2 / (d + 1) rows: about 2,500 rows of 784 pixels,
         or about 100,000 rows of 20 features, at D = 2,000.
@@ -655,7 +658,9 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         fed = self._federation(X, y_code, partitions, random_state=rng)
         widths = _widths_the_data_resolve(widths, fed.n_samples)
         D = self.n_random_features
-        if D == "auto":
+        if D == "auto" and self.privacy is not None:
+            D = _AUTO_PRIVATE_FEATURES
+        elif D == "auto":
             D = int(np.clip(fed.n_samples // 4, *_AUTO_FEATURES))
         if D > _MAX_FEATURES:
             raise ValueError(
@@ -789,6 +794,10 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
 
 # n_random_features="auto": N / 4 within these bounds (see the docstring).
 _AUTO_FEATURES = (1000, 2000)
+# Under differential privacy the noise grows with D while the signal does
+# not: on breast_cancer at epsilon = 8 (10 clients), 200 features kept 0.94
+# of accuracy where 1,000 fell to the majority class.
+_AUTO_PRIVATE_FEATURES = 200
 # Largest D accepted: 8 D² bytes per D x D matrix (2 GiB at 16,384).
 _MAX_FEATURES = 16384
 

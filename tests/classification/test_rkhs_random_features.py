@@ -293,6 +293,15 @@ def test_private_fit_spends_its_budget_and_noises_the_one_round():
     assert clf.alpha_ > plain.alpha_  # floored at the noise's scale
 
 
+def test_private_auto_features_are_few():
+    X, y = _blobs(300)
+    dp = DifferentialPrivacy(epsilon=8.0, delta=1e-5)
+    clf = FederatedRKHSClassifier(privacy=dp, widths=[1.0, 2.0], random_state=0)
+    clf.fit(X, y, partitions=3)
+    assert clf.n_random_features_ == 200
+    assert clf.score(X, y) > 0.9
+
+
 def test_private_fit_needs_explicit_widths():
     X, y = _blobs(100)
     clf = FederatedRKHSClassifier(privacy=DifferentialPrivacy(epsilon=1.0))
