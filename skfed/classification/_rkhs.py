@@ -322,7 +322,10 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         down per client in the "critical samples" round; per refinement
         round, the model down to every client (n_kernels · (d + 1) +
         n_problems · (n_kernels + 1) floats) and d + 1 per violating sample
-        up.
+        up. With ``method_="random_features"``: the "data scale" round as
+        above (int ``widths``), then "random feature statistics", 1 +
+        n_widths floats down (seed, widths) and D(D+1)/2 + D · n_classes +
+        n_classes up per client, sum-only.
     method_ : {"critical_samples", "random_features"}
         The method the fit used. With ``"random_features"`` the
         attributes of the sparse model (``kernel_centers_`` to
