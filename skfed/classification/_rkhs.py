@@ -167,7 +167,12 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         accuracy to 1,000, and 2,000 gained under one more. Under
         ``privacy`` "auto" is 200: the noise grows with D, the signal does
         not (breast_cancer at ε = 8 over 10 clients: 0.94 with 200
-        features, the majority class with 1,000). The upload is
+        features, the majority class with 1,000). Under
+        ``raw_rows="refuse"`` every client needs at least D distinct rows
+        (the Gram matrix of fewer rows than features determines them), so
+        "auto" is capped at the smallest client's rows less one share of
+        the widths; a client still short of rows refuses (see the user
+        guide for what this costs on small clients). The upload is
         below the raw data (n_m · (d + 1) floats) only for clients of more
         than about D(D+1)/2 / (d + 1) rows: about 2,500 rows of 784 pixels,
         or about 100,000 rows of 20 features, at D = 2,000.
@@ -665,6 +670,16 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
             D = _AUTO_PRIVATE_FEATURES
         elif D == "auto":
             D = int(np.clip(fed.n_samples // 4, *_AUTO_FEATURES))
+            if self.raw_rows == "refuse":
+                # A refusing client needs at least D distinct rows behind its
+                # Gram statistics (a Gram of fewer rows determines them); one
+                # share below the smallest client's rows leaves room for a
+                # few repeated rows, which the server cannot count.
+                share = 2 * (
+                    widths if isinstance(widths, numbers.Integral) else len(widths)
+                )
+                smallest = int(np.min(fed.client_sizes))
+                D = min(D, max(share, (smallest // share - 1) * share))
         if D > _MAX_FEATURES:
             raise ValueError(
                 f"n_random_features={D} would make every client and the "

@@ -26,12 +26,19 @@ C = V diag(s) Vᵀ and B' = VᵀB,
 (the 1 is the intercept's degree of freedom). No row of X and no label
 leaves a client; the round is ``sum_only``, so secure aggregation masks it.
 
+Under ``raw_rows="refuse"`` a client leaves out the rows of a class it
+holds fewer than two distinct rows of (that class's feature sum would be
+the row's features, which the server, knowing the map, solves for the row)
+and refuses to upload when fewer distinct rows than D remain (a Gram
+matrix of fewer rows than features spans only their features, which
+determine them; see :func:`~skfed.kernel._random_features.feature_min_rows`).
+
 Under differential privacy each client clips its feature rows to their
-norm bound (a no-op but for rounding) and adds Gaussian noise to the
-triangle and to [Z[m]ᵀE[m], class counts] before uploading (two
-releases, sensitivities from D alone, as the random-feature kernel PCA);
-the server floors λ at the noise's spectral scale. The rest is
-post-processing.
+norm bound (a no-op but for rounding), adds Gaussian noise to the
+triangle and to [Z[m]ᵀE[m], class counts] (two releases, replace-one
+sensitivities from D alone, as the random-feature kernel PCA's) and
+appends its row count n_m, which is public; the server floors λ at the
+noise's spectral scale. The rest is post-processing.
 """
 
 import math
@@ -45,6 +52,7 @@ from scipy.optimize import minimize_scalar
 
 from .._ledger import SUM_ONLY, Disclosure
 from .._protocol import client_step
+from .._refusal import MIN_ROWS, n_distinct_rows, require_distinct_rows
 from ..kernel._private_features import (
     clip_rows,
     count_sum_sensitivity,
@@ -54,6 +62,7 @@ from ..kernel._private_features import (
     paired_fourier_map,
     symmetric_from_upper,
 )
+from ..kernel._random_features import feature_min_rows
 from ..privacy import gaussian_noise
 from ._rkhs_protocol import _data_scale, _server_widths
 
@@ -65,6 +74,12 @@ _SEED_MAX = np.iinfo(np.int32).max
 # sums: masking's rounding cannot flip it between grid points).
 _GCV_RANGE = (1e-9, 1e1)
 _GCV_GRID = 61
+# What a refusing client's error advises.
+_REMEDY = (
+    "Use n_random_features at most the distinct rows of the smallest client "
+    "(the default does so under raw_rows='refuse'), leave the client out, "
+    "or fit with privacy=DifferentialPrivacy(...)."
+)
 
 
 class FeatureRidgeResult(NamedTuple):
@@ -134,8 +149,9 @@ def run_feature_ridge(fed, *, n_classes, widths, n_random_features, random_state
 
     Rounds: ``"data scale"`` (only for an int ``widths``, as the critical
     samples'), then ``"random feature statistics"``: down the seed and the
-    widths, up D(D+1)/2 + D·n_classes + n_classes floats per client,
-    sum-only (noised under privacy).
+    widths, up D(D+1)/2 + D·n_classes + n_classes floats per client
+    (one more, the public row count, under privacy), sum-only (noised under
+    privacy).
 
     Parameters
     ----------
@@ -163,8 +179,19 @@ def run_feature_ridge(fed, *, n_classes, widths, n_random_features, random_state
     step = partial(_statistics_step, n_random_features=D, n_classes=n_classes)
     floor = 0.0
     if fed.accountant is None:
+        refuse = {}
+        if fed.raw_rows == "refuse":
+            refuse = {"min_rows": feature_min_rows(D)}
         total = fed.run_round(
-            "random feature statistics", step, message, disclosure=SUM_ONLY
+            "random feature statistics",
+            partial(step, **refuse),
+            message,
+            disclosure=Disclosure(
+                SUM_ONLY,
+                rows=partial(
+                    statistics_raw_rows, n_random_features=D, n_classes=n_classes
+                ),
+            ),
         )
     else:
         accountant = fed.accountant
@@ -181,13 +208,19 @@ def run_feature_ridge(fed, *, n_classes, widths, n_random_features, random_state
             message,
             disclosure=Disclosure(SUM_ONLY, noised=2),
         )
+        # N is public (replace-one adjacency): the clients' exact sizes.
+        total, n_public = total[:-1], float(total[-1])
         # The mirrored noise of the summed triangle is a symmetric Gaussian
         # matrix of entry variance n_clients · std²: its spectral norm is
         # about 2 √(n_clients · D) std, which λ must exceed for C + λI to
         # stay positive definite.
         floor = 2.0 * math.sqrt(fed.n_clients * D) * gram_std
     coef, intercept, alpha, gcv = solve_from_statistics(
-        total, D, n_classes, alpha_floor=floor
+        total,
+        D,
+        n_classes,
+        alpha_floor=floor,
+        n_samples=None if fed.accountant is None else n_public,
     )
     return FeatureRidgeResult(
         coef=coef,
@@ -212,7 +245,18 @@ def unpack_statistics(total, n_random_features, n_classes):
     return gram, cross, counts
 
 
-def solve_from_statistics(total, n_random_features, n_classes, *, alpha_floor=0.0):
+def statistics_raw_rows(upload, n_random_features, n_classes):
+    """Rows of X a statistics upload gives away: one per class of which the
+    client holds a single row, whose class sum is that row's features
+    (the server, which knows the map, solves them for the row)."""
+    D = n_random_features
+    counts = upload[D * (D + 1) // 2 + D * n_classes :][:n_classes]
+    return int(np.sum(counts == 1))
+
+
+def solve_from_statistics(
+    total, n_random_features, n_classes, *, alpha_floor=0.0, n_samples=None
+):
     """Server: W, b and λ (by GCV) from the clients' summed statistics.
 
     Parameters
@@ -224,6 +268,9 @@ def solve_from_statistics(total, n_random_features, n_classes, *, alpha_floor=0.
     n_classes : int
     alpha_floor : float, default=0.0
         Smallest λ considered (the noise's scale under privacy).
+    n_samples : float, default=None
+        N when it is known exactly (the public sizes under privacy, where
+        the class counts are noised); the counts' sum otherwise.
 
     Returns
     -------
@@ -235,7 +282,7 @@ def solve_from_statistics(total, n_random_features, n_classes, *, alpha_floor=0.
     gram, cross, counts = unpack_statistics(total, n_random_features, n_classes)
     # Noised counts may be negative on tiny data; the means divide by N.
     counts = np.maximum(counts, 0.0)
-    n = max(float(counts.sum()), 2.0)
+    n = max(float(counts.sum() if n_samples is None else n_samples), 2.0)
     sums = cross.sum(axis=1)  # Zᵀ1: every row has one class
     # ±1 targets: T = 2E − 1, one column for two classes (class 1 positive).
     cross_t = 2.0 * cross - sums[:, None]
@@ -303,22 +350,39 @@ def feature_scores(X, seed, n_random_features, widths, coef, intercept):
 # Client step
 
 
-@client_step("rkhs.feature_statistics")
+@client_step("rkhs.feature_statistics", sum_only=True)
 def _statistics_step(
-    client, state, message, *, n_random_features, n_classes, noise=None
+    client, state, message, *, n_random_features, n_classes, noise=None, min_rows=None
 ):
     """Client: the upper triangle of Z[m]ᵀZ[m] (row by row), Z[m]ᵀE[m]
     (row by row, E the one-hot class indicators) and the class counts:
     D(D+1)/2 + D·n_classes + n_classes floats.
 
     Under differential privacy ``noise`` is ``(radius, gram_std,
-    sum_std)``: rows of Z[m] clipped to the norm bound, and Gaussian noise
-    added to the triangle and to [Z[m]ᵀE[m], counts] from the client's own
-    stream (two releases; one row moves the second by at most √(R² + 1)).
+    sum_std)``: rows of Z[m] clipped to the norm bound, Gaussian noise
+    added to the triangle and to [Z[m]ᵀE[m], counts] (two releases, drawn
+    from fresh entropy; one row replaced moves the second as a per-center
+    sum and count, see
+    :func:`~skfed.kernel._private_features.count_sum_sensitivity`), and the
+    public row count n_m appended without noise.
+
+    With ``min_rows`` (``raw_rows="refuse"``) the rows of a class the client
+    holds fewer than two distinct rows of are left out, and a client of
+    fewer than ``min_rows`` distinct rows left raises
+    :class:`~skfed._refusal.RawRowsRefused` and uploads nothing.
     """
     seed, widths = message
     X = client.X
     codes = np.asarray(client.y).astype(np.intp, copy=False)
+    if min_rows:
+        keep = np.ones(len(codes), dtype=bool)
+        for label in np.unique(codes):
+            members = codes == label
+            if n_distinct_rows(X[members]) < MIN_ROWS:
+                keep &= ~members
+        if not keep.all():
+            X, codes = X[keep], codes[keep]
+        require_distinct_rows(X, min_rows, "random-feature statistics", _REMEDY)
     omega, offset = multiwidth_map(seed, X.shape[1], n_random_features, widths)
     D = n_random_features
     gram = np.zeros((D, D))
@@ -338,7 +402,11 @@ def _statistics_step(
     if noise is None:
         return state, np.concatenate([upper, rest])
     _, gram_std, sum_std = noise
-    rng = client.random_state("rkhs.feature_noise")
+    # n_m is public (replace-one adjacency): it follows the sums unnoised.
     return state, np.concatenate(
-        [gaussian_noise(upper, gram_std, rng), gaussian_noise(rest, sum_std, rng)]
+        [
+            gaussian_noise(upper, gram_std),
+            gaussian_noise(rest, sum_std),
+            [float(X.shape[0])],
+        ]
     )

@@ -60,7 +60,8 @@ def _blobs(n=300, centers=3, seed=0):
 )
 def test_accuracy_close_to_svc_on_ten_clients(load, partition):
     # SVC at its defaults (gamma="scale", C=1) against the row-free path at
-    # its defaults (raw_rows="refuse" selects it), each 5-fold on scaled
+    # its defaults (raw_rows="refuse" would cap its features at the
+    # smallest client's rows, 45 here; see the test below), each 5-fold on scaled
     # data. Measured: breast_cancer 0.974 vs 0.977, digits 0.975 vs 0.981
     # (both partitions: the model is made of sums, so the split of rows
     # over clients moves it by rounding only). The target is one point; the
@@ -76,7 +77,7 @@ def test_accuracy_close_to_svc_on_ten_clients(load, partition):
             parts = iid(len(train), 10, random_state=0)
         else:
             parts = label_dirichlet(y[train], 10, alpha=0.3, random_state=0)
-        clf = FederatedRKHSClassifier(raw_rows="refuse", random_state=0)
+        clf = FederatedRKHSClassifier(method="random_features", random_state=0)
         clf.fit(X_train, y[train], partitions=parts)
         assert clf.method_ == "random_features"
         ours.append(clf.score(X_test, y[test]))
@@ -92,10 +93,10 @@ def test_ledger_uploads_by_formula_and_no_raw_rows(n_classes):
     X, y = _blobs(300, centers=n_classes)
     d, n_clients, n_widths = X.shape[1], 4, 5
     clf = FederatedRKHSClassifier(
-        raw_rows="refuse", n_random_features=100, random_state=0
+        raw_rows="refuse", n_random_features=60, random_state=0
     ).fit(X, y, partitions=np.arange(300) % n_clients)
     D = clf.n_random_features_
-    assert D == 100  # a multiple of 2 · 5 widths already
+    assert D == 60  # a multiple of 2 · 5 widths already, under 75 rows
     log = clf.communication_
     assert log.raw_rows == 0
     kinds = {r["name"]: r["disclosure"] for r in log.disclosure()}
@@ -113,6 +114,54 @@ def test_ledger_uploads_by_formula_and_no_raw_rows(n_classes):
     )
 
 
+def test_refusing_clients_need_as_many_distinct_rows_as_features():
+    # 4 clients of 75 rows: the default features are capped at 60 (a
+    # multiple of 2 · 5 widths, one below the rows), and the model is the
+    # one allowing rows.
+    X, y = _blobs(300, centers=3)
+    parts = np.arange(300) % 4
+    refused = FederatedRKHSClassifier(raw_rows="refuse", random_state=0)
+    refused.fit(X, y, partitions=parts)
+    assert refused.n_random_features_ == 60
+    assert refused.communication_.raw_rows == 0
+    allowed = FederatedRKHSClassifier(
+        method="random_features", n_random_features=60, random_state=0
+    ).fit(X, y, partitions=parts)
+    np.testing.assert_allclose(
+        refused.decision_function(X), allowed.decision_function(X), atol=1e-10
+    )
+    # More features than a client's rows: its Gram would determine them.
+    with pytest.raises(ValueError, match="distinct row"):
+        FederatedRKHSClassifier(
+            raw_rows="refuse", n_random_features=100, random_state=0
+        ).fit(X, y, partitions=parts)
+
+
+def test_a_refusing_client_leaves_out_a_class_it_holds_one_row_of():
+    X, y = _blobs(300, centers=3)
+    parts = np.arange(300) % 2
+    # Client 0 holds a single row of class 2: its class sum would be that
+    # row's features.
+    lone = np.flatnonzero((parts == 0) & (y == 2))
+    parts[lone[1:]] = 1
+    kw = {"n_random_features": 60, "random_state": 0}
+    refused = FederatedRKHSClassifier(raw_rows="refuse", **kw).fit(
+        X, y, partitions=parts
+    )
+    allowed = FederatedRKHSClassifier(method="random_features", **kw)
+    allowed.fit(X, y, partitions=parts)
+    assert allowed.communication_.raw_rows == 1  # counted by the ledger
+    assert refused.communication_.raw_rows == 0
+    keep = np.ones(300, dtype=bool)
+    keep[lone[0]] = False
+    # The refusing fit is the allowing fit without that row (same widths).
+    without = FederatedRKHSClassifier(
+        method="random_features", widths=refused.widths_, **kw
+    ).fit(X[keep], y[keep], partitions=parts[keep])
+    without._feature_seed = refused._feature_seed
+    np.testing.assert_allclose(refused.alpha_, without.alpha_, rtol=1e-6)
+
+
 def test_features_are_rounded_up_to_even_shares_of_the_widths():
     X, y = _blobs(120)
     clf = FederatedRKHSClassifier(
@@ -124,7 +173,7 @@ def test_features_are_rounded_up_to_even_shares_of_the_widths():
 
 def test_auto_features_grow_with_the_data_within_bounds():
     X, y = _blobs(300)
-    clf = FederatedRKHSClassifier(raw_rows="refuse", random_state=0).fit(
+    clf = FederatedRKHSClassifier(method="random_features", random_state=0).fit(
         X, y, partitions=3
     )
     assert clf.n_random_features_ == 1000
@@ -137,7 +186,7 @@ def test_secure_aggregation_gives_the_same_model():
     X, y = make_blobs(400, centers=3, n_features=5, cluster_std=3.0, random_state=0)
     X = StandardScaler().fit_transform(X)
     parts = np.arange(400) % 5
-    kw = {"raw_rows": "refuse", "n_random_features": 200, "random_state": 0}
+    kw = {"method": "random_features", "n_random_features": 200, "random_state": 0}
     plain = FederatedRKHSClassifier(**kw).fit(X, y, partitions=parts)
     masked = FederatedRKHSClassifier(secure_aggregation=True, **kw).fit(
         X, y, partitions=parts
@@ -161,7 +210,7 @@ def test_secure_aggregation_gives_the_same_model():
 def test_gcv_formula_matches_the_explicit_hat_matrix():
     X, y = _blobs(150, centers=3)
     clf = FederatedRKHSClassifier(
-        raw_rows="refuse", n_random_features=60, random_state=0
+        method="random_features", n_random_features=60, random_state=0
     ).fit(X, y, partitions=3)
     Z, T = _pooled_features(clf, X), _targets(clf, y)
     n = len(X)
@@ -188,7 +237,7 @@ def test_penalty_against_centralized_leave_one_out(load):
     # sums must be near-optimal for leave-one-out too.
     X, y = _scaled(load)
     clf = FederatedRKHSClassifier(
-        raw_rows="refuse", n_random_features=400, random_state=0
+        method="random_features", n_random_features=400, random_state=0
     ).fit(X, y, partitions=10)
     Z, T = _pooled_features(clf, X), _targets(clf, y)
     alphas = clf.alpha_ * np.geomspace(1e-2, 1e2, 41)
@@ -224,7 +273,7 @@ def test_solve_from_statistics_against_pooled_ridge_and_noisy_floor():
 
 def test_permuting_or_renaming_clients_and_splitting_differently():
     X, y = _blobs(300, centers=3)
-    kw = {"raw_rows": "refuse", "n_random_features": 200, "random_state": 0}
+    kw = {"method": "random_features", "n_random_features": 200, "random_state": 0}
     parts = np.arange(300) % 5
     base = FederatedRKHSClassifier(**kw).fit(X, y, partitions=parts)
     order = np.random.RandomState(1).permutation(300)
@@ -247,7 +296,7 @@ def test_permuting_or_renaming_clients_and_splitting_differently():
 def test_binary_decision_function_is_one_column_for_classes_1():
     X, y = _blobs(200, centers=2)
     labels = np.array(["no", "yes"])[y]
-    clf = FederatedRKHSClassifier(raw_rows="refuse", random_state=0).fit(
+    clf = FederatedRKHSClassifier(method="random_features", random_state=0).fit(
         X, labels, partitions=4
     )
     scores = clf.decision_function(X)
@@ -262,7 +311,7 @@ def test_binary_decision_function_is_one_column_for_classes_1():
 
 def test_float32_input_gives_float32_scores():
     X, y = _blobs(200)
-    clf = FederatedRKHSClassifier(raw_rows="refuse", random_state=0).fit(
+    clf = FederatedRKHSClassifier(method="random_features", random_state=0).fit(
         X.astype(np.float32), y, partitions=2
     )
     assert clf.decision_function(X.astype(np.float32)).dtype == np.float32
@@ -343,7 +392,7 @@ def test_bad_parameters_are_refused_with_a_reason(params, message):
 
 def test_one_class_and_bad_labels_are_refused():
     X, _ = _blobs(100)
-    clf = FederatedRKHSClassifier(raw_rows="refuse")
+    clf = FederatedRKHSClassifier(method="random_features")
     with pytest.raises(ValueError, match="only one class"):
         clf.fit(X, np.zeros(100), partitions=2)
     with pytest.raises(ValueError, match="Unknown label type"):
@@ -352,7 +401,7 @@ def test_one_class_and_bad_labels_are_refused():
 
 def test_predicting_on_other_feature_count_is_refused():
     X, y = _blobs(100)
-    clf = FederatedRKHSClassifier(raw_rows="refuse").fit(X, y, partitions=2)
+    clf = FederatedRKHSClassifier(method="random_features").fit(X, y, partitions=2)
     with pytest.raises(ValueError, match="features"):
         clf.predict(X[:, :3])
 
