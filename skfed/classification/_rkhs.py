@@ -166,8 +166,8 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         within [1000, 2000]: on digits 500 features lost about 2 points of
         accuracy to 1,000, and 2,000 gained under one more. Under
         ``privacy`` "auto" is 200: the noise grows with D, the signal does
-        not (breast_cancer at ε = 8 over 10 clients: 0.94 with 200
-        features, the majority class with 1,000). Under
+        not (breast_cancer at ε = 8 over 10 clients: 0.80 with 200
+        features, the majority class with 1,000; see the privacy page). Under
         ``raw_rows="refuse"`` every client needs at least D distinct rows
         (the Gram matrix of fewer rows than features determines them), so
         "auto" is capped at the smallest client's rows less one share of
@@ -813,8 +813,8 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
 # n_random_features="auto": N / 4 within these bounds (see the docstring).
 _AUTO_FEATURES = (1000, 2000)
 # Under differential privacy the noise grows with D while the signal does
-# not: on breast_cancer at epsilon = 8 (10 clients), 200 features kept 0.94
-# of accuracy where 1,000 fell to the majority class.
+# not: on breast_cancer at epsilon = 8 (10 clients), 200 features reached
+# 0.80 of accuracy where 1,000 fell to the majority class.
 _AUTO_PRIVATE_FEATURES = 200
 # Largest D accepted: 8 D² bytes per D x D matrix (2 GiB at 16,384).
 _MAX_FEATURES = 16384

@@ -324,8 +324,10 @@ def test_private_fit_spends_its_budget_and_noises_the_one_round():
     X, y = _scaled(load_breast_cancer)
     widths = np.sqrt(2 * X.shape[1]) * np.geomspace(0.2, 1, 5)
     dp = DifferentialPrivacy(epsilon=8.0, delta=1e-5)
+    # The noise is fresh on every fit: at these settings 10 fits scored 0.93
+    # to 0.95 on the training rows (0.90 to 0.95 with 200 features).
     clf = FederatedRKHSClassifier(
-        privacy=dp, widths=widths, n_random_features=200, random_state=0
+        privacy=dp, widths=widths, n_random_features=50, random_state=0
     ).fit(X, y, partitions=5)
     assert clf.method_ == "random_features"
     eps, delta = clf.privacy_spent_
@@ -337,7 +339,7 @@ def test_private_fit_spends_its_budget_and_noises_the_one_round():
     # 569 rows at epsilon 8: noisy, but far better than chance (0.63).
     assert clf.score(X, y) > 0.85
     plain = FederatedRKHSClassifier(
-        method="random_features", widths=widths, n_random_features=200, random_state=0
+        method="random_features", widths=widths, n_random_features=50, random_state=0
     ).fit(X, y, partitions=5)
     assert clf.alpha_ > plain.alpha_  # floored at the noise's scale
 
