@@ -184,7 +184,7 @@ def test_a_per_client_round_that_sends_rows_is_recorded_as_raw_rows():
     [
         ("DistributedKMeans", "coreset sampling", "Use KFed"),
         ("DistributedKernelPCA", "leverage sample", "random_features"),
-        ("FederatedRKHSClassifier", "critical samples", "no variant"),
+        ("FederatedRKHSClassifier", "critical samples", "method='random_features'"),
         ("FederatedKernelKMeans", "coreset sampling", "privacy="),
     ],
 )
@@ -194,11 +194,14 @@ def test_refusing_raw_rows_raises_before_the_first_round(
     def no_round(*args, **kwargs):
         raise AssertionError("a round ran")
 
+    # The classifier's default ("auto") takes its row-free method under
+    # raw_rows="refuse"; its critical samples, asked for, are refused.
+    params = {"method": "critical_samples"} if name == "FederatedRKHSClassifier" else {}
     monkeypatch.setattr(Federation, "run_round", no_round)
     with pytest.raises(ValueError, match=f"{round_name}.*raw_rows='refuse'"):
-        _fit(name, raw_rows="refuse")
+        _fit(name, raw_rows="refuse", **params)
     with pytest.raises(ValueError, match=alternative):
-        _fit(name, raw_rows="refuse")
+        _fit(name, raw_rows="refuse", **params)
 
 
 @pytest.mark.parametrize(

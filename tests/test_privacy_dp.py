@@ -309,7 +309,10 @@ def test_partial_fit_spends_a_budget_on_its_own_rows():
     "est, alternative",
     [
         (DistributedKMeans(2), r"KFed\(privacy=DifferentialPrivacy"),
-        (FederatedRKHSClassifier(), "random Fourier features"),
+        (
+            FederatedRKHSClassifier(method="critical_samples"),
+            "method='random_features'",
+        ),
     ],
 )
 def test_refusals_name_the_alternative_before_any_round(est, alternative, rounds_run):

@@ -6,7 +6,10 @@ the pooled critical samples (Peifer & Ribeiro's federated classifier, after
 Peifer, Chamon, Paternain & Ribeiro's sparse RKHS representations), and optional
 refinement rounds send the samples the global model violates. The
 protocol (:func:`run_rkhs` and its steps) lives in
-:mod:`skfed.classification._rkhs_protocol`; this module is the estimator.
+:mod:`skfed.classification._rkhs_protocol`; the row-free path
+(``method="random_features"``, least squares on shared random features of
+the same multi-width kernel from summed statistics) in
+:mod:`skfed.classification._rkhs_features`; this module is the estimator.
 """
 
 import numbers
@@ -32,6 +35,7 @@ from .._remote import (
 )
 from .._validation import StrictInterval, check_magnitude, clip_to_data
 from ..privacy import DifferentialPrivacy
+from ._rkhs_features import feature_scores, run_feature_ridge
 from ._rkhs_protocol import run_rkhs
 from ._sparse_dual import gaussian_atoms
 
@@ -88,6 +92,20 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
     With one client (``partitions=None``) the client sends every sample and
     the server's solve is the centralized learner.
 
+    Row-free path (``method="random_features"``, what ``"auto"`` takes
+    under ``raw_rows="refuse"`` or ``privacy``): no row of X and no label
+    leaves a client. The server sends a seed and the widths (step 1 as
+    above); every client builds the same map z(x) of ``n_random_features``
+    random Fourier features, an equal share for each width, whose inner
+    products estimate the mean of the widths' Gaussian kernels, and uploads
+    once the upper triangle of ZᵀZ, ZᵀE (E its rows' one-hot classes) and
+    its class counts, a ``sum_only`` round. The server solves regularised
+    least squares on ±1 one-vs-rest targets (as
+    :class:`~sklearn.linear_model.RidgeClassifier`) with an unpenalised
+    intercept, the penalty λ chosen by generalized cross-validation from the
+    same sums (no row pooled). The model is f(x) = Wᵀz(x) + b; it is not
+    sparse, and its decision values are least-squares scores.
+
     Parameters
     ----------
     sparsity : float in [0, 1), default=0.7
@@ -127,6 +145,37 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         accelerated projected gradient with step 1/L, adaptive restart and
         column generation over the atoms. "ascent": the paper's plain
         projected gradient ascent (far slower; kept for comparison).
+        Used by ``method="critical_samples"`` only.
+    method : {"auto", "critical_samples", "random_features"}, default="auto"
+        What the clients send. ``"critical_samples"``: the sparse model of
+        the paper, from rows of X with their labels (steps 1-4 above).
+        ``"random_features"``: the row-free path (see above), one sum of
+        random-feature statistics per client and no row or label; the
+        model is a dense linear model on the features. ``"auto"`` takes
+        ``"random_features"`` under ``raw_rows="refuse"`` or ``privacy``,
+        ``"critical_samples"`` otherwise. The parameters ``sparsity``,
+        ``epsilon``, ``C``, ``solver``, ``step_size``, ``refinement_*``,
+        ``max_iter`` and ``tol`` are the critical samples';
+        ``n_random_features`` is the random features'.
+    n_random_features : "auto" or int, default="auto"
+        D, the random features of ``method="random_features"`` (rounded up
+        to a multiple of twice the number of widths). It decides the
+        accuracy and the upload: each client sends D(D+1)/2 + D·n_classes
+        + n_classes floats whatever its size, and each client and the server
+        hold D x D matrices. "auto" takes N / 4 (N the training samples)
+        within [1000, 2000]: on digits 500 features lost about 2 points of
+        accuracy to 1,000, and 2,000 gained under one more. Under
+        ``privacy`` "auto" is 200: the noise grows with D, the signal does
+        not (breast_cancer at ε = 8 over 10 clients: 0.80 with 200
+        features, the majority class with 1,000; see the privacy page). Under
+        ``raw_rows="refuse"`` every client needs at least D distinct rows
+        (the Gram matrix of fewer rows than features determines them), so
+        "auto" is capped at the smallest client's rows less one share of
+        the widths; a client still short of rows refuses (see the user
+        guide for what this costs on small clients). The upload is
+        below the raw data (n_m · (d + 1) floats) only for clients of more
+        than about D(D+1)/2 / (d + 1) rows: about 2,500 rows of 784 pixels,
+        or about 100,000 rows of 20 features, at D = 2,000.
     step_size : "auto" or float, default="auto"
         η, the step of "fista" and "ascent"; "auto" is 1/L with
         L = σ_max(Φ)² / (1 − γ).
@@ -178,11 +227,12 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         Print one line per round.
 
     raw_rows : {"allow", "refuse"}, default="allow"
-        Whether rows of X (and y) may leave a client as they are. The
-        server solves on the clients' critical samples, rows of X with
-        their labels (round ``"critical samples"``), so "refuse" raises
-        ``ValueError`` before the first round. See the privacy page of the
-        documentation.
+        Whether rows of X (and y) may leave a client as they are.
+        ``method="critical_samples"`` solves on the clients' critical
+        samples, rows of X with their labels (round ``"critical
+        samples"``), so "refuse" raises ``ValueError`` before the first
+        round with it; ``method="auto"`` then takes the row-free
+        ``"random_features"``. See the privacy page of the documentation.
 
     secure_aggregation : bool, default=False
         Whether the clients mask the uploads of the rounds whose server
@@ -192,21 +242,26 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         exchange (4 floats up per client, 4 per client down to each), and
         rounds each summed number to a multiple of 2^-32 (the model is the
         unmasked one within that precision); a client that fails in a
-        masked round fails the fit. Masked here: only the data scale of an
+        masked round fails the fit. Masked here: the data scale of an
         int ``widths``, then in two rounds of sums (the global mean, then
-        the spread around it); the samples the server solves on are sent
-        as they are. With explicit widths it is ignored, with a warning.
+        the spread around it), and with ``method="random_features"`` the
+        random-feature statistics; the critical samples the server solves
+        on are sent as they are (with explicit widths and critical samples
+        it is ignored, with a warning).
 
     privacy : :class:`~skfed.privacy.DifferentialPrivacy` or None, \
             default=None
-        Differential privacy is refused: a ``DifferentialPrivacy`` raises
-        ``ValueError`` before the first round, naming the alternative. The
-        server solves on critical samples, rows of X with their labels, and
-        the model is a kernel expansion over them: no noise of bounded
-        sensitivity releases a row. A private classifier is a
-        differentially private linear model on random Fourier features.
-        Only None is accepted in a fit; the parameter exists so that one
-        search or pipeline can hold every estimator.
+        Sample-level (ε, δ)-differential privacy for the whole fit, with
+        ``method="random_features"`` (what "auto" takes): each client
+        clips its feature rows to their norm bound (1, from D alone, a
+        no-op but for rounding) and adds Gaussian noise to its upload, two
+        releases (the Gram triangle; the class sums and counts) whose
+        sensitivities come from D, not from the data; the penalty is
+        floored at the summed noise's spectral scale. Needs explicit
+        ``widths`` (an int derives them from an un-noised data scale).
+        ``method="critical_samples"`` refuses it: its server solves on rows
+        of X with their labels, which no noise of bounded sensitivity
+        releases.
 
     Attributes
     ----------
@@ -257,7 +312,8 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         hinge over the supports visited, per step and problem ("active-set"
         only; empty otherwise). P − D bounds the suboptimality of the model.
     n_iter_ : int
-        Largest number of ascent iterations over the problems.
+        Largest number of ascent iterations over the problems; 1 with
+        ``method_="random_features"`` (one closed-form solve).
     n_clients_ : int
         Number of clients.
     failed_clients_ : dict
@@ -271,9 +327,24 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         down per client in the "critical samples" round; per refinement
         round, the model down to every client (n_kernels · (d + 1) +
         n_problems · (n_kernels + 1) floats) and d + 1 per violating sample
-        up.
-    privacy_spent_ : None
-        Always None: the estimator fits without differential privacy.
+        up. With ``method_="random_features"``: the "data scale" round as
+        above (int ``widths``), then "random feature statistics", 1 +
+        n_widths floats down (seed, widths) and D(D+1)/2 + D · n_classes +
+        n_classes up per client, sum-only.
+    method_ : {"critical_samples", "random_features"}
+        The method the fit used. With ``"random_features"`` the
+        attributes of the sparse model (``kernel_centers_`` to
+        ``primal_objective_``) are not set, and these are:
+    n_random_features_ : int
+        D, the random features of the map (``method_="random_features"``).
+    feature_coef_ : ndarray of shape (n_problems, `n_random_features_`)
+        W, per one-vs-rest problem (``method_="random_features"``).
+    alpha_ : float
+        The penalty λ generalized cross-validation chose
+        (``method_="random_features"``).
+    privacy_spent_ : tuple (epsilon, delta) or None
+        The (ε, δ) the fit's noised releases spent, from the accountant;
+        None without ``privacy``.
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (`n_features_in_`,)
 
@@ -304,9 +375,16 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
     ``n_kernels_`` kernel evaluations per sample.
 
     ``predict_proba`` is not provided: the decision values are margins of a
-    sparse hinge-loss model, not calibrated probabilities. Wrap the
-    estimator in :class:`sklearn.calibration.CalibratedClassifierCV` for
-    probabilities.
+    sparse hinge-loss model, or least-squares scores with the random
+    features, not calibrated probabilities; calibrating them would take
+    held-out scores and labels, which the row-free path does not send.
+    Wrap the estimator in :class:`sklearn.calibration.CalibratedClassifierCV`
+    for probabilities (it fits on pooled data).
+
+    Cost of the random features: a client of n_m rows takes O(n_m D²) for
+    its statistics, the server one D x D eigendecomposition (O(D³)), both
+    independent of the other clients; prediction costs D (d + n_problems)
+    per sample.
 
     A client whose data hold a single label of a one-vs-rest problem cannot
     place a boundary: with the bias the problem is trivial (b = ±1, no
@@ -325,25 +403,54 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
     (True, True)
     """
 
-    _raw_row_rounds = ("critical samples", "violating samples")
-    _privacy_refusal = (
-        "the server solves on the clients' critical samples, rows of X with "
-        "their labels, and the model is a kernel expansion over them; no "
-        "noise of bounded sensitivity releases a row. For a private "
-        "classifier, train a differentially private linear model on random "
-        "Fourier features (e.g. DP-SGD, or diffprivlib's LogisticRegression "
-        "on pooled data); for private clustering use "
-        "KFed(privacy=DifferentialPrivacy(...))."
-    )
+    _CRITICAL_RAW_ROUNDS = ("critical samples", "violating samples")
     _raw_rows_alternative = (
-        "The server solves on the clients' critical samples (rows of X with "
-        "their labels) and its model is a kernel expansion over them; no "
-        "variant without them exists yet."
+        "With method='critical_samples' the server solves on the clients' "
+        "critical samples (rows of X with their labels). Use "
+        "method='random_features' (or the default 'auto', which takes it "
+        "under raw_rows='refuse'): one sum of random-feature statistics per "
+        "client, no row and no label."
     )
 
+    def _method(self):
+        """``method``, or the one "auto" takes: the random features under
+        ``raw_rows="refuse"`` or differential privacy, the critical samples
+        otherwise."""
+        if self.method != "auto":
+            return self.method
+        if self.raw_rows == "refuse" or self.privacy is not None:
+            return "random_features"
+        return "critical_samples"
+
+    @property
+    def _raw_row_rounds(self):
+        if self._method() == "random_features":
+            return ()
+        return self._CRITICAL_RAW_ROUNDS
+
+    @property
+    def _privacy_refusal(self):
+        if self._method() == "random_features":
+            return ""
+        return (
+            "with method='critical_samples' the server solves on the "
+            "clients' critical samples, rows of X with their labels, and "
+            "the model is a kernel expansion over them; no noise of bounded "
+            "sensitivity releases a row. Use method='random_features' (or the "
+            "default 'auto', which takes it under privacy): noised sums of "
+            "random-feature statistics, with explicit widths."
+        )
+
+    def _privacy_releases(self):
+        # The statistics round: the Gram triangle, then [class sums, counts].
+        return 2
+
     def _has_sum_only_rounds(self):
-        # Only the data scale behind an int ``widths``; then samples.
-        return isinstance(self.widths, numbers.Integral)
+        # The random features' statistics; otherwise only the data scale
+        # behind an int ``widths``, then samples.
+        return self._method() == "random_features" or isinstance(
+            self.widths, numbers.Integral
+        )
 
     _parameter_constraints: dict = {
         "sparsity": [StrictInterval(numbers.Real, 0, 1, closed="left")],
@@ -354,6 +461,11 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         "epsilon": [StrictInterval(numbers.Real, 0, 1, closed="left")],
         "C": [StrictInterval(numbers.Real, 0, None, closed="right")],
         "solver": [StrOptions({"active-set", "fista", "ascent"})],
+        "method": [StrOptions({"auto", "critical_samples", "random_features"})],
+        "n_random_features": [
+            StrOptions({"auto"}),
+            StrictInterval(numbers.Integral, 2, None, closed="left"),
+        ],
         "step_size": [
             StrOptions({"auto"}),
             StrictInterval(numbers.Real, 0, None, closed="neither"),
@@ -379,6 +491,8 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         epsilon=0.3,
         C=1.0,
         solver="active-set",
+        method="auto",
+        n_random_features="auto",
         step_size="auto",
         refinement_rounds=3,
         refinement_margin=0.5,
@@ -397,6 +511,8 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         self.epsilon = epsilon
         self.C = C
         self.solver = solver
+        self.method = method
+        self.n_random_features = n_random_features
         self.step_size = step_size
         self.refinement_rounds = refinement_rounds
         self.refinement_margin = refinement_margin
@@ -454,6 +570,8 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         widths = self.widths
         if not isinstance(widths, numbers.Integral):
             widths = _check_widths(widths, None if is_remote(X) else X)
+        if self._method() == "random_features":
+            return self._fit_random_features(X, y_code, partitions, widths)
         rng = check_random_state(self.random_state)
         fed = self._federation(X, y_code, partitions, random_state=rng)
         widths = _widths_the_data_resolve(widths, fed.n_samples)
@@ -479,6 +597,7 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
                 random_state=rng,
             )
         model = result.model
+        self.method_ = "critical_samples"
         self.n_clients_ = len(result.client_ids)
         self.failed_clients_ = result.failed_clients
         self.n_refinement_rounds_ = result.n_refinement_rounds
@@ -531,6 +650,69 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
             )
         return self
 
+    def _fit_random_features(self, X, y_code, partitions, widths):
+        """The row-free path (see ``method``)."""
+        if self.privacy is not None and isinstance(widths, numbers.Integral):
+            raise ValueError(
+                "FederatedRKHSClassifier under differential privacy needs "
+                "explicit widths: an int derives them from the clients' data "
+                "scale, which is not noised. Pass widths as a list of kernel "
+                "widths known from the domain or from public data (for "
+                "standardized data of d features, e.g. "
+                "sqrt(2 * d) * numpy.geomspace(0.2, 1, 5))."
+            )
+        n_classes = len(self.classes_)
+        rng = check_random_state(self.random_state)
+        fed = self._federation(X, y_code, partitions, random_state=rng)
+        widths = _widths_the_data_resolve(widths, fed.n_samples)
+        D = self.n_random_features
+        if D == "auto" and self.privacy is not None:
+            D = _AUTO_PRIVATE_FEATURES
+        elif D == "auto":
+            D = int(np.clip(fed.n_samples // 4, *_AUTO_FEATURES))
+            if self.raw_rows == "refuse":
+                # A refusing client needs at least D distinct rows behind its
+                # Gram statistics (a Gram of fewer rows determines them); one
+                # share below the smallest client's rows leaves room for a
+                # few repeated rows, which the server cannot count.
+                share = 2 * (
+                    widths if isinstance(widths, numbers.Integral) else len(widths)
+                )
+                smallest = int(np.min(fed.client_sizes))
+                D = min(D, max(share, (smallest // share - 1) * share))
+        if D > _MAX_FEATURES:
+            raise ValueError(
+                f"n_random_features={D} would make every client and the "
+                f"server hold {8 * D * D / 2**30:.1f} GiB D x D matrices and "
+                f"upload {D * (D + 1) // 2:,} floats per client; use at most "
+                f"{_MAX_FEATURES} (a few thousand suffice; see the user guide)."
+            )
+        with fed:
+            result = fed.run_protocol(
+                partial(
+                    run_feature_ridge,
+                    fed,
+                    n_classes=n_classes,
+                    widths=widths,
+                    n_random_features=D,
+                    random_state=rng,
+                ),
+                random_state=rng,
+            )
+        self.method_ = "random_features"
+        self.n_clients_ = len(result.client_ids)
+        self.failed_clients_ = result.failed_clients
+        self.widths_ = result.widths
+        self.n_random_features_ = result.n_features
+        self.feature_coef_ = result.coef.T.copy()
+        self.intercept_ = result.intercept
+        self.alpha_ = result.alpha
+        self.n_iter_ = 1
+        self._feature_seed = result.seed
+        self.communication_ = fed.log
+        self._record_privacy(fed)
+        return self
+
     def decision_function(self, X):
         """Margins f(x) of the samples.
 
@@ -548,6 +730,16 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         check_is_fitted(self)
         X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
         check_magnitude(X)
+        if self.method_ == "random_features":
+            scores = feature_scores(
+                X,
+                self._feature_seed,
+                self.n_random_features_,
+                self.widths_,
+                self.feature_coef_.T,
+                self.intercept_,
+            ).astype(X.dtype, copy=False)
+            return scores[:, 0] if scores.shape[1] == 1 else scores
         scores = np.empty((X.shape[0], len(self.intercept_)), dtype=X.dtype)
         coef = self.kernel_coef_.T.astype(X.dtype)
         # Rows in batches keep the (batch × n_kernels) block small.
@@ -616,6 +808,16 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = False
         return tags
+
+
+# n_random_features="auto": N / 4 within these bounds (see the docstring).
+_AUTO_FEATURES = (1000, 2000)
+# Under differential privacy the noise grows with D while the signal does
+# not: on breast_cancer at epsilon = 8 (10 clients), 200 features reached
+# 0.80 of accuracy where 1,000 fell to the majority class.
+_AUTO_PRIVATE_FEATURES = 200
+# Largest D accepted: 8 D² bytes per D x D matrix (2 GiB at 16,384).
+_MAX_FEATURES = 16384
 
 
 def _widths_the_data_resolve(widths, n_samples):
