@@ -2,6 +2,8 @@
 own module, test_kernel_kmeans_one_shot.py). Tests of DSPGD's own behaviour
 pass ``algorithm="dspgd"``: the default runs the one-shot."""
 
+import warnings
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -754,6 +756,29 @@ def test_coreset_sizes_beyond_the_data_are_clipped():
         km = FederatedKernelKMeans(3, coreset_size=10**7, random_state=0)
         km.fit(X, partitions=3)
     assert ari(y, km.labels_) == 1.0
+
+
+def test_the_default_coreset_fits_small_data_without_a_warning():
+    # coreset_size="auto" is every row below 1000, silently; 1000 above,
+    # the same model as an explicit 1000.
+    X, y = make_blobs(120, centers=3, n_features=4, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        small = FederatedKernelKMeans(3, random_state=0).fit(X, partitions=3)
+    explicit = FederatedKernelKMeans(3, coreset_size=120, random_state=0)
+    explicit.fit(X, partitions=3)
+    np.testing.assert_array_equal(small.labels_, explicit.labels_)
+    np.testing.assert_allclose(
+        small.cluster_centers_, explicit.cluster_centers_, rtol=1e-12, atol=1e-12
+    )
+    X, _ = make_blobs(1500, centers=3, n_features=4, random_state=0)
+    auto = FederatedKernelKMeans(3, random_state=0).fit(X, partitions=3)
+    thousand = FederatedKernelKMeans(3, coreset_size=1000, random_state=0)
+    thousand.fit(X, partitions=3)
+    np.testing.assert_array_equal(auto.labels_, thousand.labels_)
+    np.testing.assert_allclose(
+        auto.cluster_centers_, thousand.cluster_centers_, rtol=1e-12, atol=1e-12
+    )
 
 
 def test_dspgd_stopped_by_max_iter_warns():
