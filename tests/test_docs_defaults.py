@@ -1,9 +1,9 @@
 """The pages quote the estimators' defaults as the code has them.
 
-Wherever a page, the gallery or the README says that ``name=value`` is a
-default ("``center=True`` (the default)", "the default ``n_init=10``"),
-some estimator that has the parameter ``name`` must have ``value`` as its
-default, read from ``get_params()``.
+Wherever a page (the release notes included), the gallery or the README
+says that ``name=value`` is a default ("``center=True`` (the default)",
+"the default ``n_init=10``"), some estimator that has the parameter
+``name`` must have ``value`` as its default, read from ``get_params()``.
 """
 
 import ast
@@ -29,12 +29,7 @@ def _pages():
     pages = [ROOT / "README.md", *sorted((ROOT / "doc").rglob("*.rst"))]
     pages += sorted((ROOT / "doc" / "examples").glob("*.py"))
     return [
-        p
-        for p in pages
-        if not {"_build", "generated", "auto_examples"} & set(p.parts)
-        # The changelog says what each release changed, defaults of the past
-        # included.
-        and p.name != "changelog.rst"
+        p for p in pages if not {"_build", "generated", "auto_examples"} & set(p.parts)
     ]
 
 
