@@ -361,7 +361,7 @@ class DistributedKMeans(
     >>> import numpy as np
     >>> from skfed import DistributedKMeans
     >>> X = np.array([[1, 2], [1, 4], [1, 0], [10, 2], [10, 4], [10, 0]])
-    >>> km = DistributedKMeans(n_clusters=2, coreset_size=20, random_state=0)
+    >>> km = DistributedKMeans(n_clusters=2, random_state=0)
     >>> km = km.fit(X, partitions=[0, 0, 1, 1, 2, 2])
     >>> sorted(km.cluster_centers_[:, 0].round(3).tolist())
     [1.0, 10.0]
