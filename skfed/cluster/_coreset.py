@@ -136,7 +136,7 @@ class DistributedKMeans(
         Restarts of the server's weighted k-means (each from its own weighted
         k-means++ seeding); the run with the lowest weighted coreset cost
         wins. At most one restart per coreset point is run (a larger value
-        is clipped, with a warning).
+        is clipped, with a warning unless it is the default).
 
     max_iter : int, default=300
         Largest number of weighted Lloyd iterations of one server restart.
@@ -487,7 +487,11 @@ class DistributedKMeans(
                 "coreset_size", self.coreset_size, n_samples, "samples"
             )
         n_init = clip_to_data(
-            "n_init", self.n_init, coreset_size + n_samples, "points of the coreset"
+            "n_init",
+            self.n_init,
+            coreset_size + n_samples,
+            "points of the coreset",
+            estimator=self,
         )
         weighted = sample_weight is not None
         if weighted:

@@ -724,7 +724,11 @@ class FederatedKernelKMeans(
                 "coreset_size", self.coreset_size, n_samples, "samples"
             )
         n_init = clip_to_data(
-            "n_init", self.n_init, coreset_size + n_samples, "points of the coreset"
+            "n_init",
+            self.n_init,
+            coreset_size + n_samples,
+            "points of the coreset",
+            estimator=self,
         )
         return coreset_size, n_init
 
