@@ -265,3 +265,14 @@ def _small_mixture(k):
     rng = np.random.default_rng(0)
     y = np.repeat(np.arange(k), 20)
     return rng.normal(size=(y.size, 3)) + 10 * y[:, None], y
+
+
+def test_the_quick_start_quotes_the_readme_demo_table():
+    # The quick start's percentages are the README's table (which the slow
+    # test above checks against a fresh run).
+    quickstart = (README.parent / "doc" / "quickstart.rst").read_text()
+    flat = re.sub(r"\s+", " ", quickstart)
+    rows = _printed_tables(_readme_demo_output())
+    for name in ("KFed", "DistributedKMeans"):
+        ratio = float(rows[name][-1].rstrip("x"))
+        assert f" {100 * ratio:.2f}%" in flat, name
