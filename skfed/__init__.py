@@ -11,6 +11,7 @@ from ._ledger import CommunicationLog
 from .classification import FederatedRKHSClassifier
 from .cluster import DistributedKMeans, FederatedKernelKMeans, KFed
 from .decomposition import DistributedKernelPCA
+from .preprocessing import FederatedStandardScaler
 
 __version__ = "0.1.0.dev0"
 
@@ -22,6 +23,7 @@ __all__ = [
     "DistributedKernelPCA",
     "FederatedKernelKMeans",
     "FederatedRKHSClassifier",
+    "FederatedStandardScaler",
     "KFed",
     "WorkerLostError",
     "partition",

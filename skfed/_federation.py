@@ -830,19 +830,21 @@ class Federation:
                 f"Round {name!r} is declared to upload nothing, but clients "
                 "uploaded something: declare what it reveals."
             )
-        rows = None
-        if disclosure is not None and disclosure.rows is not None:
+        rows, recorded = None, kind
+        # Counted from what each client sent: a masked upload shows nothing
+        # of its client, an unmasked sum-only one all of it.
+        if disclosure is not None and disclosure.rows is not None and not masked:
             answered = [c for c in ids if c in up]
             rows = {c: int(disclosure.rows(u)) for c, u in zip(answered, uploads)}
-            if kind == PER_CLIENT and any(rows.values()):
-                kind = RAW_ROWS  # a statistic that degenerated into rows
+            if kind in (PER_CLIENT, SUM_ONLY) and any(rows.values()):
+                recorded = RAW_ROWS  # a statistic that degenerated into rows
         self.log.record(
             name,
             UPLOAD,
             {c: f for c, (f, _) in up.items()},
             bytes={c: b for c, (_, b) in up.items()},
             round=rnd,
-            disclosure=kind or "",
+            disclosure=recorded or "",
             raw_rows=rows,
             noised=noised,
         )
@@ -1033,8 +1035,9 @@ class FederatedMixin:
         if getattr(self, "raw_rows", "allow") == "refuse" and self._raw_row_rounds:
             rounds = ", ".join(repr(r) for r in self._raw_row_rounds)
             raise ValueError(
-                f"{type(self).__name__} sends rows of X as they are in round(s) "
-                f"{rounds}, which raw_rows='refuse' forbids. "
+                f"{type(self).__name__} sends rows of X, or uploads that "
+                f"determine them, in round(s) {rounds}, which "
+                "raw_rows='refuse' forbids. "
                 f"{self._raw_rows_alternative}"
             )
         if getattr(self, "secure_aggregation", False) and not (

@@ -205,7 +205,7 @@ def _encode_fixed(values, n_clients):
             "secure_aggregation encodes uploads in fixed point with "
             f"{FRACTION_BITS} fractional bits: {value} exceeds what "
             f"{n_clients} clients can add without overflow "
-            f"({limit / _SCALE:.3g}). Scale the data (e.g. StandardScaler) or "
+            f"({limit / _SCALE:.3g}). Scale the data (e.g. FederatedStandardScaler) or "
             "fit without secure aggregation."
         )
     return scaled.astype(np.int64).view(np.uint64)

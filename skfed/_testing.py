@@ -247,6 +247,7 @@ HOSTILE_MINIMUM = {
     "FederatedKernelKMeans": ({"n_clusters": 3}, "cluster"),
     "DistributedKernelPCA": ({"n_components": 2}, "transform"),
     "FederatedRKHSClassifier": ({}, "classify"),
+    "FederatedStandardScaler": ({}, "transform"),
 }
 
 INTEGRATION_CASES = {
@@ -267,6 +268,11 @@ INTEGRATION_CASES = {
         "transform",
     ),
     "FederatedRKHSClassifier": ({"random_state": 0}, {}, "classify"),
+    "FederatedStandardScaler": (
+        {"random_state": 0},
+        {"with_std": [True, False]},
+        "transform",
+    ),
 }
 
 

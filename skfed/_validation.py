@@ -117,8 +117,8 @@ def check_magnitude(X):
     raise ValueError(
         f"X has {problem}: squared distances between such {X.dtype} values "
         f"overflow or underflow (the usable range is about {lower:.0e} to "
-        f"{upper:.0e}). Rescale the features first, e.g. with "
-        "sklearn.preprocessing.StandardScaler or MaxAbsScaler"
+        f"{upper:.0e}). Rescale the features first by a factor known without "
+        "pooling the rows (e.g. change their unit)"
         + (", or pass float64 data." if X.dtype == np.float32 else ".")
     )
 

@@ -19,6 +19,7 @@ MINIMUM_PARAMS = {
     "DistributedKernelPCA": {"n_components": 2},
     "FederatedKernelKMeans": {"n_clusters": 2},
     "FederatedRKHSClassifier": {},
+    "FederatedStandardScaler": {},
     "KFed": {},
 }
 

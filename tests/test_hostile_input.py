@@ -80,6 +80,7 @@ def _output(est, X):
         "FederatedKernelKMeans": "cluster",
         "DistributedKernelPCA": "transform",
         "FederatedRKHSClassifier": "classify",
+        "FederatedStandardScaler": "transform",
     }[type(est).__name__]
     if kind == "cluster":
         return est.predict(X)
@@ -184,7 +185,7 @@ def test_extreme_magnitudes_get_an_error_that_names_the_fix(name, how):
         X[7, 1] = 1e300
     else:
         X = (X * 1e30).astype(np.float32)
-    with pytest.raises(ValueError, match="overflow or underflow.*Scaler"):
+    with pytest.raises(ValueError, match="overflow or underflow.*Rescale the features"):
         _fit(name, X, y, ids)
 
 
@@ -464,15 +465,18 @@ def _model_arrays(est):
         "kernel_centers_",
         "kernel_coef_",
         "intercept_",
+        "mean_",
+        "scale_",
     )
     arrays = [np.asarray(getattr(est, n)) for n in names if hasattr(est, n)]
     return arrays
 
 
-# The rounds after the first that each estimator runs on _blobs (k-FED has
-# two; the coreset's third and the classifier's are its labels and its
-# violating samples).
-LATE_ROUNDS = [(n, r) for n in CAN_DROP for r in ((1,) if n == "KFed" else (1, 2))]
+# The rounds after the first that each estimator runs on _blobs (k-FED and
+# the scaler have two; the coreset's third and the classifier's are its
+# labels and its violating samples).
+_TWO_ROUNDS = ("KFed", "FederatedStandardScaler")
+LATE_ROUNDS = [(n, r) for n in CAN_DROP for r in ((1,) if n in _TWO_ROUNDS else (1, 2))]
 
 
 @pytest.mark.parametrize("name, round_index", LATE_ROUNDS)

@@ -110,12 +110,17 @@ def test_the_rkhs_ledger_counts_the_samples_sent_and_the_support_forwarded():
     "algorithm, sum_round",
     [("one_shot", "random feature statistics"), ("dspgd", "lanczos")],
 )
-def test_kernel_kmeans_sends_no_raw_rows(algorithm, sum_round):
-    log = _fit("FederatedKernelKMeans", algorithm=algorithm).communication_
-    assert log.raw_rows == 0
+def test_kernel_kmeans_counts_the_embedded_rows_it_samples(algorithm, sum_round):
+    # The coreset's rows are rows of the spectral embedding (s = 9 columns
+    # here, X has 4): the server that made the embedding solves them for
+    # rows of X, so the ledger counts them as raw rows.
+    est = _fit("FederatedKernelKMeans", algorithm=algorithm)
+    log = est.communication_
+    (sampling,) = [d for d in log.disclosure() if d["name"] == "coreset sampling"]
+    assert est.embedding_.shape[1] >= 4
+    assert sampling["disclosure"] == RAW_ROWS
+    assert log.raw_rows == sum(sampling["raw_rows"].values()) > 0
     kinds = {d["name"]: d["disclosure"] for d in log.disclosure()}
-    # Embedded rows (one per sample, not rows of X): per client.
-    assert kinds["coreset sampling"] == PER_CLIENT
     assert kinds[sum_round] == SUM_ONLY
 
 
@@ -178,8 +183,9 @@ def test_a_per_client_round_that_sends_rows_is_recorded_as_raw_rows():
     "name, round_name, alternative",
     [
         ("DistributedKMeans", "coreset sampling", "Use KFed"),
-        ("DistributedKernelPCA", "leverage sample", "FederatedKernelKMeans"),
+        ("DistributedKernelPCA", "leverage sample", "random_features"),
         ("FederatedRKHSClassifier", "critical samples", "no variant"),
+        ("FederatedKernelKMeans", "coreset sampling", "privacy="),
     ],
 )
 def test_refusing_raw_rows_raises_before_the_first_round(
@@ -195,13 +201,26 @@ def test_refusing_raw_rows_raises_before_the_first_round(
         _fit(name, raw_rows="refuse")
 
 
-@pytest.mark.parametrize("name", ["KFed", "FederatedKernelKMeans"])
-def test_refusing_raw_rows_fits_without_them(name):
-    allowed = _fit(name)
-    refused = _fit(name, raw_rows="refuse")
+@pytest.mark.parametrize(
+    "name, params, attr",
+    [
+        ("KFed", {}, "cluster_centers_"),
+        (
+            "DistributedKernelPCA",
+            {"solver": "random_features", "gamma": 0.1, "n_random_features": 60},
+            "eigenvalues_",
+        ),
+    ],
+)
+def test_refusing_raw_rows_fits_without_them(name, params, attr):
+    # No local cluster of these clients has fewer than two distinct rows,
+    # and every client holds more distinct rows than features: refusing
+    # changes nothing that is sent.
+    allowed = _fit(name, **params)
+    refused = _fit(name, raw_rows="refuse", **params)
     assert refused.communication_.raw_rows == 0
     np.testing.assert_allclose(
-        refused.cluster_centers_, allowed.cluster_centers_, rtol=1e-12, atol=1e-12
+        getattr(refused, attr), getattr(allowed, attr), rtol=1e-12, atol=1e-12
     )
 
 
@@ -442,7 +461,10 @@ def test_masked_kernel_kmeans_solvers_give_the_plain_clustering(params):
     kinds = {d["name"]: d["disclosure"] for d in masked.communication_.disclosure()}
     solver = "random features" if "eigen_solver" in params else "lanczos project"
     assert kinds[solver] == SUM_ONLY
-    assert masked.communication_.raw_rows == 0
+    # Rows leave only as the coreset's embedded rows, which masking cannot
+    # hide (the server reads each one).
+    with_rows = {d["name"] for d in masked.communication_.disclosure() if d["raw_rows"]}
+    assert with_rows == {"coreset sampling"}
 
 
 def test_the_masked_rkhs_classifier_has_the_plain_widths_and_predictions():

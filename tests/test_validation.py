@@ -131,7 +131,9 @@ def test_check_magnitude_names_the_range_and_the_fix(dtype):
     huge = np.finfo(dtype).max / 10
     tiny = np.finfo(dtype).tiny * 10
     for bad in (X / 12 * huge, X * tiny, sp.csr_matrix(X * tiny)):
-        with pytest.raises(ValueError, match="overflow or underflow.*StandardScaler"):
+        with pytest.raises(
+            ValueError, match="overflow or underflow.*Rescale the features"
+        ):
             check_magnitude(bad.astype(dtype))
     one_outlier = X.copy()
     one_outlier[0, 0] = huge

@@ -708,9 +708,13 @@ def federated_coreset_kmeans(
     # The drawn rows are rows of X, or per-sample rows of another protocol's
     # output (kernel k-means' spectral embedding: not X, but one row per
     # sample, so a statistic of one client seen alone).
+    # Embedded rows of at least d columns determine their rows of X for a
+    # server that made the embedding (it solves z(x)ᵀV = h for x): counted.
     sampled = Disclosure(
         RAW_ROWS if rows is None else PER_CLIENT,
-        rows=_coreset_rows if rows is None else None,
+        rows=_coreset_rows
+        if rows is None
+        else partial(_embedded_rows, n_features=fed.n_features),
     )
 
     # The allocation t_m ∝ cost_m needs each client's cost.
@@ -1064,6 +1068,14 @@ def _coreset_is_exact(costs, coresets):
 def _coreset_rows(upload):
     """Rows of X in a coreset upload (local centers, sample, weights)."""
     return int(upload[1].shape[0])
+
+
+def _embedded_rows(upload, n_features):
+    """Rows of X determined by a coreset upload of embedded rows: the drawn
+    rows, when they have at least as many columns as X (see
+    :func:`federated_coreset_kmeans`)."""
+    drawn = upload[1]
+    return int(drawn.shape[0]) if drawn.shape[1] >= n_features else 0
 
 
 def merge_coresets(coresets):

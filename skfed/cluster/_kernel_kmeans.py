@@ -298,11 +298,14 @@ class FederatedKernelKMeans(
         one line per DSPGD iteration (``algorithm="dspgd"``).
 
     raw_rows : {"allow", "refuse"}, default="allow"
-        Whether rows of X may leave a client as they are. No round of this
-        estimator sends rows of X (the coreset's rows are rows of the
-        spectral embedding, one per sample, counted as ``"per_client"``),
-        so "refuse" changes nothing. See the privacy page of the
-        documentation.
+        Whether rows of X may leave a client, as they are or as uploads
+        that determine them. Without ``privacy``, the coreset step uploads
+        rows of the spectral embedding, from which the server (which drew
+        the map and computed the components) solves for the rows of X, so
+        "refuse" raises ``ValueError`` before the first round, and the
+        ledger counts such rows as raw rows when the embedding has at least
+        as many columns as X. With ``privacy`` no embedded row is sent and
+        "refuse" fits. See the privacy page of the documentation.
 
     secure_aggregation : bool, default=False
         Whether the clients mask the uploads of the rounds whose server
@@ -456,6 +459,24 @@ class FederatedKernelKMeans(
     # 1,000 clients: 56 s of a 61 s two-worker fit copying 2.8 billion
     # floats, against 18 s for the whole fit in this process.
     _clients_in_processes = False
+
+    # Without privacy the clustering step samples rows of the spectral
+    # embedding h(x) = (z(x) − z̄)ᵀV; the server drew the map and computed V,
+    # so it solves h for x (to 3e-7 on 4-feature blobs, s = 9). The private
+    # path clusters by noised Lloyd sums and sends no embedded row.
+    _raw_rows_alternative = (
+        "Its clustering step samples rows of the spectral embedding, from "
+        "which the server, which made the embedding, solves for the rows of "
+        "X. Fit with privacy=DifferentialPrivacy(...) (noised sums, no "
+        "embedded row), or use KFed, whose local centers come from at least "
+        "two distinct rows each under raw_rows='refuse'."
+    )
+
+    @property
+    def _raw_row_rounds(self):
+        if getattr(self, "privacy", None) is not None:
+            return ()
+        return ("coreset sampling",)
 
     _parameter_constraints: dict = {
         "n_clusters": [StrictInterval(numbers.Integral, 1, None, closed="left")],

@@ -54,8 +54,9 @@ import numpy as np
 from scipy.linalg import LinAlgError, cholesky, eigh, solve_triangular, svd
 from sklearn.exceptions import ConvergenceWarning
 
-from .._ledger import NO_UPLOAD, SUM_ONLY
+from .._ledger import NO_UPLOAD, SUM_ONLY, Disclosure
 from .._protocol import client_step
+from .._refusal import MIN_ROWS, require_distinct_rows
 from ..kernel import federated_gamma
 from ..kernel._private_features import (
     feature_blocks,
@@ -65,7 +66,13 @@ from ..kernel._private_features import (
     private_statistics,
     symmetric_from_upper,
 )
-from ..kernel._random_features import count_and_sum_step
+from ..kernel._random_features import (
+    FEATURE_REMEDY,
+    count_and_sum_raw_rows,
+    count_and_sum_step,
+    feature_min_rows,
+    feature_statistics_raw_rows,
+)
 from ..privacy import gaussian_noise
 from ._coreset import federated_coreset_kmeans
 from ._kernel_kmeans_private import private_kmeans
@@ -172,17 +179,26 @@ def run_one_shot(
     else:
         gamma = float(gamma)
 
+    # Under raw_rows="refuse" each client checks, before it uploads, that
+    # its statistics come from enough distinct rows (see feature_min_rows).
+    refusing = fed.raw_rows == "refuse"
+    refuse = {"min_rows": MIN_ROWS} if refusing else {}
+    gram_refuse = {}
+    if refusing:
+        gram_refuse = {"min_rows": feature_min_rows(n_random_features)}
     center = None
     if sketch_size is not None:
         n_total, x_total = fed.run_round(
-            "kernel centre", count_and_sum_step, disclosure=SUM_ONLY
+            "kernel centre",
+            partial(count_and_sum_step, **refuse),
+            disclosure=Disclosure(SUM_ONLY, rows=count_and_sum_raw_rows),
         )
         center = np.asarray(x_total, dtype=np.float64) / n_total
         # Linear in each client's rows like the triangle, and read only as
         # a sum by the server step: sum-only as well (and may be masked).
         total = fed.run_round(
             "random feature statistics",
-            partial(_sketch_step, n_features=n_random_features),
+            partial(_sketch_step, n_features=n_random_features, **gram_refuse),
             (seed, gamma, sketch_size, center),
             disclosure=SUM_ONLY,
         )
@@ -199,9 +215,15 @@ def run_one_shot(
             # masked).
             total = fed.run_round(
                 "random feature statistics",
-                partial(_statistics_step, n_features=n_random_features),
+                partial(_statistics_step, n_features=n_random_features, **gram_refuse),
                 (seed, gamma),
-                disclosure=SUM_ONLY,
+                disclosure=Disclosure(
+                    SUM_ONLY,
+                    rows=partial(
+                        feature_statistics_raw_rows,
+                        n_random_features=n_random_features,
+                    ),
+                ),
             )
             n_samples = fed.n_samples
         else:
@@ -302,7 +324,7 @@ def one_shot_embedding(X, omega, offset, basis, shift):
 
 
 @client_step("kernel_kmeans.one_shot_statistics")
-def _statistics_step(client, state, message, *, n_features, noise=None):
+def _statistics_step(client, state, message, *, n_features, noise=None, min_rows=None):
     """Client step: the upper triangle of Z[m]ᵀZ[m] (row by row) followed by
     Z[m]ᵀ1, D(D+1)/2 + D floats in one vector, so that the server's sum over
     clients is a plain vector sum.
@@ -316,9 +338,14 @@ def _statistics_step(client, state, message, *, n_features, noise=None):
     sums, and the client adds Gaussian noise of ``gram_std`` to the
     triangle and of ``sum_std`` to [Z[m]ᵀ1, n_m] (two releases), drawn
     from its own stream: D(D+1)/2 + D + 1 floats.
+
+    With ``min_rows`` (``raw_rows="refuse"``) a client of fewer distinct
+    rows raises :class:`~skfed._refusal.RawRowsRefused` and uploads nothing.
     """
     seed, gamma = message
     X = client.X
+    if min_rows:
+        require_distinct_rows(X, min_rows, "random-feature statistics", FEATURE_REMEDY)
     omega, offset = feature_map(seed, X.shape[1], n_features, gamma)
     radius = None if noise is None else noise[0]
     upper, sums = feature_gram_statistics(X, omega, offset, radius=radius, chunk=_CHUNK)
@@ -335,7 +362,7 @@ def _statistics_step(client, state, message, *, n_features, noise=None):
 
 
 @client_step("kernel_kmeans.one_shot_sketch")
-def _sketch_step(client, state, message, *, n_features):
+def _sketch_step(client, state, message, *, n_features, min_rows=None):
     """Client step: Y[m] = Z[m]ᵀ(Z[m] Ω) (D x l, row by row) followed by
     Z[m]ᵀ1, D l + D floats in one vector, so that the server's sum over
     clients is a plain vector sum.
@@ -344,9 +371,12 @@ def _sketch_step(client, state, message, *, n_features):
     around which the features are taken (:func:`centred_map`); Ω comes
     from the seed (:func:`sketch_matrix`). Z[m] is held a block of rows at
     a time and not kept: the embedding round recomputes it from the seed.
+    ``min_rows`` as in :func:`_statistics_step`.
     """
     seed, gamma, sketch_size, center = message
     X = client.X
+    if min_rows:
+        require_distinct_rows(X, min_rows, "random-feature sketch", FEATURE_REMEDY)
     omega, offset = centred_map(seed, X.shape[1], n_features, gamma, center)
     test = sketch_matrix(seed, n_features, sketch_size)
     sketch = np.zeros((n_features, sketch_size))

@@ -167,7 +167,8 @@ class KFed(
         its local centers *are* its (distinct) samples, so it uploads raw
         rows. With True such clients take part (listed in
         ``raw_upload_clients_``); with False the fit raises a ``ValueError``
-        naming them.
+        naming them, and every other client merges each local cluster of
+        fewer than two distinct rows into the nearest one before uploading.
 
     client_dropout : float in [0, 1), default=0.0
         Simulated partial participation: each client independently skips the
@@ -203,11 +204,15 @@ class KFed(
 
     raw_rows : {"allow", "refuse"}, default="allow"
         Whether rows of X may leave a client as they are. k-FED uploads
-        local centers, never rows, except from a client holding at most
-        k(z) distinct samples, whose centers would be those rows: with
-        "refuse" such a client uploads nothing and the fit raises
-        ``ValueError`` (as ``allow_raw_upload=False``). See the privacy
-        page of the documentation.
+        local centers; the center of a local cluster of fewer than two
+        distinct rows (an outlier alone, or copies of one row) is a row,
+        and a client holding at most k(z) distinct samples has only such
+        centers. With "refuse" (as ``allow_raw_upload=False``) each client
+        merges such a cluster into the cluster of the nearest center before
+        it uploads (so it may send fewer than k(z) centers), and a client
+        of at most k(z) distinct samples uploads nothing and the fit raises
+        ``ValueError``. With "allow" these centers are counted as raw rows
+        in ``communication_``. See the privacy page of the documentation.
 
     secure_aggregation : bool, default=False
         Whether the clients mask the uploads of the rounds whose server
@@ -291,7 +296,8 @@ class KFed(
     local_centers_ : dict
         Client id -> ndarray of shape (k(z), n_features), the local centers
         Θ(z) the client uploaded (fewer rows if it had fewer distinct
-        samples).
+        samples, or, when rows may not leave, merged local clusters of
+        fewer than two distinct rows).
 
     local_center_labels_ : dict
         Client id -> ndarray of shape (k(z),), the global cluster of each

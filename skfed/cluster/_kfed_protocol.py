@@ -34,6 +34,7 @@ from sklearn.utils.extmath import randomized_svd, row_norms
 from .._federation import ClientStepError, ClientValueError
 from .._ledger import NO_UPLOAD, PER_CLIENT, Disclosure
 from .._protocol import client_step
+from .._refusal import MIN_ROWS
 from .._rows import row_hashes, rows_equal
 from .._shift import shift_point, shifted_rows
 from .._threads import thread_pools
@@ -426,7 +427,7 @@ def _local_round(fed, name, options, private=None):
         for cid, exc in errors.items():  # the first in canonical order
             if not isinstance(exc, _SimulatedDropout):
                 raise _client_step_error(cid, name, exc) from exc
-    centers = [u["centers"] if "centers" in u else u["rows"] for u in uploads]
+    centers = [_uploaded_centers(u) for u in uploads]
     if options.center_weighting == "size" or private is not None:
         weights = [np.asarray(u["sizes"], dtype=np.float64) for u in uploads]
     else:
@@ -436,8 +437,85 @@ def _local_round(fed, name, options, private=None):
 
 
 def _raw_rows_uploaded(upload):
-    """Rows of X in a local-centers upload (a client's distinct rows)."""
+    """Rows of X in a local-centers upload (a client's distinct rows, or
+    the centers of its clusters of fewer than ``MIN_ROWS`` distinct rows)."""
     return int(upload["rows"].shape[0]) if "rows" in upload else 0
+
+
+def _uploaded_centers(upload):
+    """A client's local centers in its labels' order: the centers, then the
+    centers that are rows."""
+    parts = [upload[key] for key in ("centers", "rows") if key in upload]
+    return parts[0] if len(parts) == 1 else np.vstack(parts)
+
+
+def _few_row_clusters(rows, weights, hashes, centers, offsets, labels, mean, *, merge):
+    """Local clusters of fewer than ``MIN_ROWS`` distinct rows, whose
+    centers are rows of the client (``hashes``: the rows' hashes, sorted).
+
+    With ``merge`` (rows may not leave the client) each such cluster joins
+    the cluster whose center is nearest to its own, whose center becomes
+    the weighted mean of the union, until none is left (a client of at
+    least ``MIN_ROWS`` distinct rows always gets there); empty clusters are
+    dropped. Without, the few-row clusters are moved last, so that the
+    upload can send their centers as rows.
+
+    Returns
+    -------
+    centers, offsets, labels
+        As given, merged or reordered (``rows`` are the client's rows
+        shifted by ``mean``, ``offsets = centers - mean``).
+    n_few : int
+        The centers, last in order, that are rows (0 after a merge).
+    """
+    k = centers.shape[0]
+
+    def distinct_per_cluster(labels):
+        # The rows come sorted by hash (see _local_step): a stable sort by
+        # label keeps them so within each cluster, where a new distinct row
+        # is a change of hash.
+        order = np.argsort(labels, kind="stable")
+        label, hash_ = labels[order], hashes[order]
+        new = np.ones(len(order), dtype=bool)
+        new[1:] = (label[1:] != label[:-1]) | (hash_[1:] != hash_[:-1])
+        return np.bincount(label[new], minlength=k)
+
+    counts = distinct_per_cluster(labels)
+    few = (counts < MIN_ROWS) & (counts > 0)
+    if merge:
+        if not few.any() and counts.all():
+            return centers, offsets, labels, 0
+        offsets = offsets.copy()
+        labels = labels.copy()
+        alive = counts > 0
+        while True:
+            few = alive & (counts < MIN_ROWS)
+            if not few.any() or alive.sum() < 2:
+                break
+            # Smallest first, so that an outlier joins a real cluster rather
+            # than another outlier when it can.
+            c = int(np.flatnonzero(few)[np.argmin(counts[few])])
+            others = np.flatnonzero(alive & (np.arange(k) != c))
+            gap = ((offsets[others] - offsets[c]) ** 2).sum(axis=1)
+            target = int(others[np.argmin(gap)])
+            labels[labels == c] = target
+            member = labels == target
+            w = weights[member]
+            offsets[target] = np.asarray(w @ rows[member]).ravel() / w.sum()
+            alive[c] = False
+            counts = distinct_per_cluster(labels)
+        kept = np.flatnonzero(alive)
+        renumber = np.full(k, -1, dtype=np.intp)
+        renumber[kept] = np.arange(len(kept))
+        offsets = offsets[kept].astype(centers.dtype, copy=False)
+        return offsets + mean, offsets, renumber[labels], 0
+    n_few = int(few.sum())
+    if not n_few:
+        return centers, offsets, labels, 0
+    order = np.r_[np.flatnonzero(~few), np.flatnonzero(few)]
+    position = np.empty(k, dtype=np.intp)
+    position[order] = np.arange(k)
+    return centers[order], offsets[order], position[labels], n_few
 
 
 def _client_step_error(client_id, round_name, exc):
@@ -550,7 +628,7 @@ def _local_step(
         centers = X_kept[first]
         centers = centers.toarray() if sp.issparse(centers) else centers.copy()
         offsets = centers - mean
-        n_iter = 0
+        n_iter, n_few = 0, 0
     else:
         rows = shifted_rows(X_kept, mean)
         # Only scikit-learn's KMeans (large or sparse clients) runs OpenMP;
@@ -588,6 +666,20 @@ def _local_step(
                     rows, w_kept, (offsets, kept_labels, n_iter), plain
                 )
         centers = offsets + mean
+        # A local cluster of fewer than MIN_ROWS distinct rows has a row
+        # for its center (an outlier's singleton, or copies of one row):
+        # merged away before upload when rows may not leave, otherwise
+        # uploaded under "rows", where the ledger counts it.
+        centers, offsets, kept_labels, n_few = _few_row_clusters(
+            rows,
+            w_kept,
+            h_kept,
+            centers,
+            offsets,
+            kept_labels,
+            mean,
+            merge=not allow_raw_upload,
+        )
     if X_kept is X:
         sorted_labels = kept_labels
     else:
@@ -607,8 +699,14 @@ def _local_step(
         "n_iter": n_iter,
     }
     # A client's own rows travel under their own name, so that the ledger
-    # counts them as raw rows (they are not a statistic of the client).
-    upload = {"rows" if distinct is not None else "centers": centers}
+    # counts them as raw rows (they are not a statistic of the client); the
+    # centers of few-row clusters are the last n_few and travel as rows.
+    if distinct is not None:
+        upload = {"rows": centers}
+    elif n_few:
+        upload = {"centers": centers[:-n_few], "rows": centers[-n_few:]}
+    else:
+        upload = {"centers": centers}
     if send_sizes:
         upload["sizes"] = np.bincount(
             sorted_labels, weights=weights, minlength=len(centers)

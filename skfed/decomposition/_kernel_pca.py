@@ -161,7 +161,13 @@ class DistributedKernelPCA(
         representatives are rows of X that the server forwards to every
         client (rounds ``"uniform sample"``, ``"leverage sample"``,
         ``"adaptive sample"``), so "refuse" raises ``ValueError`` before
-        the first round. See the privacy page of the documentation.
+        the first round. With ``solver="random_features"`` and an explicit
+        ``gamma`` no row leaves, and "refuse" makes every client check,
+        before it uploads, that its statistics come from at least
+        ``max(2, n_random_features)`` distinct rows (fewer would let the
+        server solve the client's feature Gram matrix for its rows); a
+        client with fewer raises ``ValueError``. See the privacy page of
+        the documentation.
 
     secure_aggregation : bool, default=False
         Whether the clients mask the uploads of the rounds whose server
@@ -392,7 +398,7 @@ class DistributedKernelPCA(
         "κ(y, ·) over representatives y, rows of X that the server forwards "
         "to every client. solver='random_features' with an explicit gamma "
         "sends no rows of X (one sum of random-feature statistics per "
-        "client), as FederatedKernelKMeans' spectral embedding does."
+        "client, each of at least n_random_features distinct rows)."
     )
 
     def _has_sum_only_rounds(self):

@@ -26,8 +26,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._ledger import SUM_ONLY
+from .._ledger import SUM_ONLY, Disclosure
 from .._protocol import client_step
+from .._refusal import require_distinct_rows
 from ..cluster._kernel_kmeans_one_shot import (
     feature_covariance_basis,
     one_shot_embedding,
@@ -36,6 +37,11 @@ from ..kernel._private_features import (
     feature_gram_statistics,
     paired_fourier_map,
     private_statistics,
+)
+from ..kernel._random_features import (
+    FEATURE_REMEDY,
+    feature_min_rows,
+    feature_statistics_raw_rows,
 )
 from ..privacy import gaussian_noise
 from ._kernel_pca_protocol import _server_gamma
@@ -123,11 +129,19 @@ def run_feature_pca(
     gamma = float(gamma)
     message = (seed, gamma, kernel)
     if fed.accountant is None:
+        refuse = {}
+        if fed.raw_rows == "refuse":
+            refuse = {"min_rows": feature_min_rows(n_random_features)}
         total = fed.run_round(
             "random feature statistics",
-            partial(_statistics_step, n_features=n_random_features),
+            partial(_statistics_step, n_features=n_random_features, **refuse),
             message,
-            disclosure=SUM_ONLY,
+            disclosure=Disclosure(
+                SUM_ONLY,
+                rows=partial(
+                    feature_statistics_raw_rows, n_random_features=n_random_features
+                ),
+            ),
         )
         n_samples = fed.n_samples
     else:
@@ -171,7 +185,7 @@ def feature_projection(X, seed, n_random_features, gamma, kernel, components, of
 
 
 @client_step("kernel_pca.feature_statistics")
-def _statistics_step(client, state, message, *, n_features, noise=None):
+def _statistics_step(client, state, message, *, n_features, noise=None, min_rows=None):
     """Client: the upper triangle of Z[m]ᵀZ[m] (row by row), then Z[m]ᵀ1:
     D(D+1)/2 + D floats.
 
@@ -179,9 +193,14 @@ def _statistics_step(client, state, message, *, n_features, noise=None):
     sum_std)``: rows of Z[m] clipped to the norm bound, the row count
     appended to the sums, and Gaussian noise added to the triangle and to
     [Z[m]ᵀ1, n_m] from the client's own stream (two releases).
+
+    With ``min_rows`` (``raw_rows="refuse"``) a client of fewer distinct
+    rows raises :class:`~skfed._refusal.RawRowsRefused` and uploads nothing.
     """
     seed, gamma, kernel = message
     X = client.X
+    if min_rows:
+        require_distinct_rows(X, min_rows, "random-feature statistics", FEATURE_REMEDY)
     omega, offset = paired_fourier_map(seed, X.shape[1], n_features, gamma, kernel)
     radius = None if noise is None else noise[0]
     upper, sums = feature_gram_statistics(X, omega, offset, radius=radius)

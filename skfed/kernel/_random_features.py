@@ -2,14 +2,16 @@
 average-distance kernel width."""
 
 import math
+from functools import partial
 
 import numpy as np
 import scipy.sparse as sp
 from sklearn.utils import check_random_state
 
 from .._blocks import row_blocks
-from .._ledger import PER_CLIENT, SUM_ONLY
+from .._ledger import PER_CLIENT, SUM_ONLY, Disclosure
 from .._protocol import client_step
+from .._refusal import MIN_ROWS, MIN_SPREAD_ROWS, require_distinct_rows
 
 
 def sample_fourier_weights(
@@ -236,8 +238,20 @@ class ZeroSpreadError(ValueError):
     """Every sample is the same point: no distance to scale a kernel by."""
 
 
+# What a client refusing raw rows says instead of a width statistic.
+_WIDTH_REMEDY = (
+    "Set the kernel width explicitly (gamma, or widths as floats), leave the "
+    "client out, or fit with privacy=DifferentialPrivacy(...)."
+)
+
+
+def _refuse_few_rows(X, min_rows, statistic):
+    if min_rows:
+        require_distinct_rows(X, min_rows, statistic, _WIDTH_REMEDY)
+
+
 @client_step("kernel.moments")
-def moments_step(client, state, message):
+def moments_step(client, state, message, *, min_rows=None):
     """Client step: (n_m, x̄_m, S_m), its rows' count, mean and sum of
     squares S_m = Σ ‖x − x̄_m‖² around that mean.
 
@@ -250,22 +264,31 @@ def moments_step(client, state, message):
     mean left rounding residue of about 1e-16 of the offset, which an
     "identical" threshold then had to guess at: rows of unit spread at an
     offset of 2e10 were refused).
+
+    With ``min_rows`` (``raw_rows="refuse"``) a client of fewer distinct
+    rows raises :class:`~skfed._refusal.RawRowsRefused` and uploads
+    nothing: one row's moments are (1, x, 0).
     """
+    _refuse_few_rows(client.X, min_rows, "count, mean and spread")
     return state, _moments(client.X)
 
 
 @client_step("kernel.count_and_sum")
-def count_and_sum_step(client, state, message):
-    """Client step: (n_m, Σ x), for a sum-only round (the global mean)."""
+def count_and_sum_step(client, state, message, *, min_rows=None):
+    """Client step: (n_m, Σ x), for a sum-only round (the global mean);
+    ``min_rows`` as in :func:`moments_step`."""
+    _refuse_few_rows(client.X, min_rows, "count and sum")
     n, mean, _ = _moments(client.X)
     return state, (n, n * mean)
 
 
 @client_step("kernel.spread")
-def spread_step(client, state, mean):
+def spread_step(client, state, mean, *, min_rows=None):
     """Client step: Σ ‖x − x̄‖² of its rows around the global mean x̄ (the
     message), for a sum-only round: S_m + n_m ‖x̄_m − x̄‖², with S_m taken
-    around the client's own mean (see :func:`moments_step`)."""
+    around the client's own mean (see :func:`moments_step`); ``min_rows``
+    as there."""
+    _refuse_few_rows(client.X, min_rows, "spread")
     n, own_mean, ss = _moments(client.X)
     return state, ss + n * float(np.sum((own_mean - mean) ** 2))
 
@@ -293,6 +316,53 @@ def _moments(X):
         ss = float(np.einsum("ij,ij->", residual, residual))
     # first + fix is exact for identical rows: fix = row − first exactly.
     return float(n), first + fix, ss
+
+
+def moments_raw_rows(upload):
+    """Rows of X a moments upload gives away: one when the spread is zero
+    (the mean is the row of every one of the client's rows), both of a
+    two-row client in one dimension (mean and spread solve for them)."""
+    n, mean, ss = upload
+    if n >= 1 and ss == 0:
+        return 1
+    return 2 if n == 2 and np.size(mean) == 1 else 0
+
+
+def count_and_sum_raw_rows(upload):
+    """Rows of X a (count, sum) upload is: the sum of a one-row client."""
+    return 1 if upload[0] == 1 else 0
+
+
+# What a client refusing raw rows says instead of its feature statistics.
+FEATURE_REMEDY = (
+    "Use n_random_features at most the distinct rows of the smallest "
+    "client, leave the client out, or fit with "
+    "privacy=DifferentialPrivacy(...)."
+)
+
+
+def feature_min_rows(n_random_features):
+    """Distinct rows a client needs behind its random-feature Gram
+    statistics under ``raw_rows="refuse"``: at least D. The range of
+    Z[m]ᵀZ[m] is the span of the client's feature rows z(x); with fewer
+    distinct rows than features the span is a proper subspace, and the
+    server, which knows the map, finds the x whose z(x) lie in it (10 rows
+    of 4 features recovered to 1e-5 from D = 104 by a local search from
+    random starts). From D rows on the span is the whole space."""
+    return max(MIN_ROWS, int(n_random_features))
+
+
+def feature_statistics_raw_rows(upload, n_random_features):
+    """Rows of X a random-feature statistics upload (the triangle of
+    Z[m]ᵀZ[m], then Z[m]ᵀ1) gives away: one when the client holds one row,
+    whose features z(x) are then the sums and the server, which knows the
+    map, solves them for x. Read from the upload: Σ z_j² equals (Σ z_j)² in
+    every feature j for one row only."""
+    D = n_random_features
+    j = np.arange(D)
+    diagonal = upload[j * D - j * (j - 1) // 2]
+    sums = upload[D * (D + 1) // 2 : D * (D + 1) // 2 + D]
+    return int(np.allclose(diagonal, sums**2, rtol=1e-9, atol=1e-12 / max(D, 1)))
 
 
 def _ordered_moments(uploads):
@@ -378,12 +448,33 @@ def federated_gamma(fed, name):
     ``sum_only`` rounds instead, ``name + " (mean)"`` (N and Σ x, so x̄) and
     ``name + " (spread)"`` (Σ ‖x − x̄‖², x̄ sent to every client), whose
     masked sums give the same γ within the fixed-point precision.
+
+    Under ``raw_rows="refuse"`` every client first checks that its upload
+    comes from at least ``MIN_SPREAD_ROWS`` (the mean and spread) or
+    ``MIN_ROWS`` (the count and sum) distinct rows, masked or not (see
+    :mod:`skfed._refusal`). The ledger counts the moments of copies of one
+    row (zero spread: the mean is the row) as one raw row.
     """
+    refuse = fed.raw_rows == "refuse"
+    spread_rows = {"min_rows": MIN_SPREAD_ROWS} if refuse else {}
     if not fed.secure_aggregation:
         return gamma_from_moments(
-            fed.run_round(name, moments_step, disclosure=PER_CLIENT)
+            fed.run_round(
+                name,
+                partial(moments_step, **spread_rows),
+                disclosure=Disclosure(PER_CLIENT, rows=moments_raw_rows),
+            )
         )
-    n, total = fed.run_round(f"{name} (mean)", count_and_sum_step, disclosure=SUM_ONLY)
+    n, total = fed.run_round(
+        f"{name} (mean)",
+        partial(count_and_sum_step, **({"min_rows": MIN_ROWS} if refuse else {})),
+        disclosure=Disclosure(SUM_ONLY, rows=count_and_sum_raw_rows),
+    )
     mean = total / n
-    ss = fed.run_round(f"{name} (spread)", spread_step, mean, disclosure=SUM_ONLY)
+    ss = fed.run_round(
+        f"{name} (spread)",
+        partial(spread_step, **spread_rows),
+        mean,
+        disclosure=SUM_ONLY,
+    )
     return _gamma(n, ss, floor=fed.n_clients * 2.0**-32)
