@@ -42,7 +42,7 @@ from ._federation import WorkerLostError
 from ._protocol import resolve_step
 from ._remote import aligned, make_client
 from ._threads import round_uses_process_threads, thread_pools
-from ._transport import kept_after, picked, run_step
+from ._transport import collected, kept_after, run_step
 from ._validation import _canonical_order
 
 __all__ = ["DaskTransport", "WorkerLostError", "dask_client", "wait_timeout"]
@@ -311,21 +311,24 @@ def _blas_on_one_thread(wanted):
     return pools.limit(limits=1, user_api="blas")
 
 
-def _read(token, client_id, namespace, key):
-    return picked(_STORE[token, client_id][namespace], key)
+def _read(client, token, namespace, key):
+    """What the client sends back of its kept state (checked on the worker
+    against what it may send, ``skfed._transport.collected``)."""
+    storage = _STORE.get((token, client.client_id), {})
+    return collected(client, storage, namespace, key)
 
 
-def _values(token, client_id, namespace, key, dtype, start, stop):
+def _values(client, token, namespace, key, dtype, start, stop):
     """Rows ``start:stop`` of a client's per-sample values in the output's
     dtype (cast here, so that int32 labels travel as int32)."""
-    values = np.asarray(_read(token, client_id, namespace, key))[start:stop]
+    values = np.asarray(_read(client, token, namespace, key))[start:stop]
     return values if dtype is None else values.astype(dtype, copy=False)
 
 
 def _placed(client, token, namespace, key, dtype, start, stop):
     """(sample positions, values) of rows ``start:stop`` of one client,
     for reassembly."""
-    values = _values(token, client.client_id, namespace, key, dtype, start, stop)
+    values = _values(client, token, namespace, key, dtype, start, stop)
     return np.asarray(client.sample_indices)[start:stop], values
 
 
@@ -607,7 +610,8 @@ class DaskTransport:
     def local_values(self, namespace, key, client_ids):
         """Client id -> what the client keeps (fetched from its worker)."""
         futures = [
-            self._at_home(c, _read, self._token, c, namespace, key) for c in client_ids
+            self._at_home(c, _read, self._data[c], self._token, namespace, key)
+            for c in client_ids
         ]
         owners = [(self._home[c], [c]) for c in client_ids]
         what = f"collecting {namespace!r} from the clients"
@@ -632,7 +636,15 @@ class DaskTransport:
             if self._spans is not None:
                 futures = [
                     self._at_home(
-                        c, _values, self._token, c, namespace, key, dtype, a, b
+                        c,
+                        _values,
+                        self._data[c],
+                        self._token,
+                        namespace,
+                        key,
+                        dtype,
+                        a,
+                        b,
                     )
                     for c, a, b in batch
                 ]

@@ -27,6 +27,7 @@ the clients or on their names.
 """
 
 import hashlib
+import numbers
 import sys
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -52,7 +53,7 @@ from ._ledger import (
     count_payload,
 )
 from ._processes import ProcessTransport, resident_workers
-from ._protocol import as_step_call, client_step, stream_key
+from ._protocol import as_step_call, check_collectable, client_step, stream_key
 from ._reduce import content_sorted
 from ._remote import RemoteArray, is_dask_collection, is_remote
 from ._rows import rounded_row_hashes
@@ -70,6 +71,9 @@ __all__ = [
 ]
 
 _SEED_MAX = np.iinfo(np.int32).max
+# What a client keeps of its key exchange (skfed._secure_aggregation's
+# namespace): never readable by a step.
+_SECRET_NAMESPACE = "secure_aggregation"
 
 
 class ClientStepError(RuntimeError):
@@ -206,10 +210,27 @@ class ClientData:
         of the simulation, used to reassemble per-sample local outputs).
     entropy : tuple of int
         Seed material for the client's random streams.
+    config : dict, default=None
+        The client's own privacy settings, fixed when it is made (never by
+        a round): ``secure_aggregation`` (it masks every sum-only upload
+        and refuses to send one unmasked), ``raw_rows`` ("refuse": no
+        per-row output leaves it) and ``private`` (differential privacy:
+        no exact statistic of its rows leaves it either). See
+        ``client_config``.
     """
 
-    def __init__(self, client_id, X, y, sample_indices, entropy, sample_weight=None):
+    def __init__(
+        self,
+        client_id,
+        X,
+        y,
+        sample_indices,
+        entropy,
+        sample_weight=None,
+        config=None,
+    ):
         self._storage = None
+        self.config = dict(config or {})
         self.client_id = client_id
         self.X = X
         self.y = y
@@ -264,7 +285,16 @@ class ClientData:
         ------
         KeyError
             If no step of that protocol has run on this client.
+        PermissionError
+            For the secure-aggregation keys, which only the client's
+            masking reads: a step a server names (with a ``rows=`` option,
+            say) could otherwise upload them.
         """
+        if namespace == _SECRET_NAMESPACE:
+            raise PermissionError(
+                "A client's secure-aggregation keys are read by its masking "
+                "only, never by a step."
+            )
         storage = getattr(self, "_storage", None) or {}
         if namespace not in storage:
             raise KeyError(
@@ -273,6 +303,13 @@ class ClientData:
             )
         value = storage[namespace]
         return value if key is None else value[key]
+
+    def masking_keys(self):
+        """What this client's secure-aggregation key exchange kept (None
+        before it ran): for its own masking only
+        (``skfed._secure_aggregation.mask_upload``)."""
+        storage = getattr(self, "_storage", None) or {}
+        return storage.get(_SECRET_NAMESPACE)
 
     def with_storage(self, storage):
         """This client as a step sees it: the same data, plus read access to
@@ -409,6 +446,7 @@ class Federation:
         log=None,
         on_client_error="raise",
         in_processes=True,
+        client_config=None,
     ):
         """Cut ``X`` (and ``y``, ``sample_weight``) into clients, once.
 
@@ -431,6 +469,9 @@ class Federation:
             process, for a protocol whose uploads are large beside the
             clients' work (a worker process sends each upload back as a
             copy).
+        client_config : dict, default=None
+            Every client's own settings (``ClientData.config``; see
+            ``client_config``).
         """
         base = int(check_random_state(random_state).randint(_SEED_MAX))
         if sp.issparse(X):
@@ -468,6 +509,7 @@ class Federation:
                     idx,
                     (base, fp & 0xFFFFFFFF, fp >> 32),
                     sample_weight=weights,
+                    config=client_config,
                 )
             )
         backend, _ = get_active_backend()
@@ -762,6 +804,14 @@ class Federation:
                 f"Round {name!r} would upload statistics of the clients' rows "
                 "without noise, which differential privacy forbids."
             )
+        if kind == SUM_ONLY and not empty and not call.sum_only:
+            # A client that masks must know, without the server's word, that
+            # this step's upload is only ever summed.
+            raise RuntimeError(
+                f"Round {name!r} is declared sum-only, but its step "
+                f"{call.name!r} is not registered as such: register it with "
+                "client_step(..., sum_only=True)."
+            )
         masked = self.secure_aggregation and kind == SUM_ONLY and not empty
         if masked:
             alive = self._secure_aggregation_keys()
@@ -937,8 +987,42 @@ class Federation:
             round_name=name,
         ) from exc
 
+    @property
+    def per_row_allowed(self):
+        """Whether the server may collect per-row outputs (labels, an
+        embedding) from the clients: not under ``raw_rows="refuse"``, nor
+        under differential privacy. The clients refuse such a collection
+        on their own settings too."""
+        return self.raw_rows != "refuse" and self.accountant is None
+
+    def _collect(self, namespace, key):
+        """Check a collection on the server before asking the clients (who
+        check it again against their own settings); its kind."""
+        config = {"raw_rows": self.raw_rows, "private": self.accountant is not None}
+        try:
+            return check_collectable(namespace, key, config)
+        except PermissionError as exc:
+            raise ValueError(str(exc)) from None
+
+    def _record_collection(self, namespace, key, kind, values):
+        name = _collect_name(namespace, key)
+        counts = {c: count_payload(v) for c, v in values.items()}
+        self.log.record_collection(
+            name,
+            kind,
+            {c: f for c, (f, _) in counts.items()},
+            {c: b for c, (_, b) in counts.items()},
+        )
+        self._record_wire(name, None)
+
     def local_results(self, namespace, key=None):
-        """Gather something each client keeps (never sent to the server).
+        """Gather something each client keeps, for fitted attributes.
+
+        Only entries a protocol declared collectable
+        (``skfed._protocol.collectable``) can be gathered, and only as the
+        fit's settings and each client's own allow (never a client's keys;
+        no exact per-client statistic under differential privacy). Each
+        collection is recorded in the ledger's ``collections``.
 
         Parameters
         ----------
@@ -955,22 +1039,54 @@ class Federation:
             Client id -> value (a tuple for a tuple of keys), for the
             clients still taking part.
         """
+        kind = self._collect(namespace, key)
         values = self.transport.local_values(namespace, key, self.client_ids)
-        self._record_wire(_collect_name(namespace, key), None)
+        self._record_collection(namespace, key, kind, values)
         return values
 
     def assemble(self, namespace, key, n_samples, *, fill=-1, dtype=None):
         """Reassemble a per-sample local output in training-sample order.
 
-        For attributes such as ``labels_``: each client's values stay on the
-        client in a deployment; the simulation stitches them together for
-        the user. Samples of failed clients get ``fill``.
+        For attributes such as ``labels_``: one value per row, collected
+        from every client (a declared per-row collection, recorded in the
+        ledger's ``collections``). Refused under ``raw_rows="refuse"`` and
+        differential privacy (see :attr:`per_row_allowed`), here and by
+        each client. Samples of failed clients get ``fill``.
+
+        Raises
+        ------
+        ValueError
+            When the collection is refused.
         """
+        kind = self._collect(namespace, key)
         values = self.transport.assemble(
             namespace, key, self.client_ids, n_samples, fill=fill, dtype=dtype
         )
+        # Each client sent its rows' values: counted per client.
+        rows = {c: int(self._sizes[c]) for c in self.client_ids}
+        width = int(np.prod(values.shape[1:])) if values is not None else 1
+        itemsize = values.dtype.itemsize if values is not None else 8
+        self.log.record_collection(
+            _collect_name(namespace, key),
+            kind,
+            {c: n * width for c, n in rows.items()},
+            {c: n * width * itemsize for c, n in rows.items()},
+        )
         self._record_wire(_collect_name(namespace, key), None)
         return values
+
+
+def client_config(estimator):
+    """The settings every client of a fit of ``estimator`` holds as its own
+    (``ClientData.config``): ``secure_aggregation`` (mask every sum-only
+    upload, and refuse to send one unmasked), ``raw_rows`` and ``private``
+    (what may be collected from it; see ``skfed._protocol.check_collectable``).
+    """
+    return {
+        "secure_aggregation": bool(getattr(estimator, "secure_aggregation", False)),
+        "raw_rows": str(getattr(estimator, "raw_rows", "allow")),
+        "private": getattr(estimator, "privacy", None) is not None,
+    }
 
 
 def _collect_name(namespace, key):
@@ -1007,6 +1123,15 @@ class FederatedMixin:
     # before the first round, naming them) and what to use instead.
     _raw_row_rounds = ()
     _raw_rows_alternative = ""
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        # A finite epsilon draws the noise from fresh entropy on the
+        # clients: every fit gives another model, whatever random_state is.
+        epsilon = getattr(getattr(self, "privacy", None), "epsilon", None)
+        if isinstance(epsilon, numbers.Real) and epsilon < float("inf"):
+            tags.non_deterministic = True
+        return tags
 
     def _has_sum_only_rounds(self):
         """Whether a fit with these parameters has a round that
@@ -1165,10 +1290,16 @@ class FederatedMixin:
             fed.log.add_raw_data(fed.n_samples, 8 * fed.n_samples)
         return self._privacy_settings(fed)
 
+    def _client_config(self):
+        """Each client's own settings, made part of the client when it is
+        made (``ClientData.config``), so that no round can turn them off."""
+        return client_config(self)
+
     def _open_federation(
         self, X, y, partitions, *, random_state, sample_weight, min_samples, log
     ):
         """The network over remote (dask, Flower) or in-memory data."""
+        config = self._client_config()
         if is_remote(X):
             if sample_weight is not None:
                 raise ValueError(
@@ -1181,7 +1312,7 @@ class FederatedMixin:
                 y,
                 partitions,
                 random_state=random_state,
-                input_checks=self._client_input_checks(),
+                input_checks={**self._client_input_checks(), "client": config},
                 min_samples=min_samples,
                 verbose=getattr(self, "verbose", 0),
                 log=log,
@@ -1204,6 +1335,7 @@ class FederatedMixin:
             log=log,
             on_client_error=getattr(self, "on_client_error", "raise"),
             in_processes=self._clients_in_processes,
+            client_config=config,
         )
 
     def _privacy_settings(self, fed):
@@ -1211,10 +1343,24 @@ class FederatedMixin:
         the network (off and "allow" for an estimator without them)."""
         fed.secure_aggregation = bool(getattr(self, "secure_aggregation", False))
         fed.raw_rows = getattr(self, "raw_rows", "allow")
+        if fed.secure_aggregation and len(fed.client_ids) == 1:
+            # The sum of one upload is the upload: the masks cancel on it.
+            warnings.warn(
+                f"secure_aggregation=True has no effect on {type(self).__name__} "
+                "with one client: the sum of one client's uploads is its "
+                "upload, which the server then sees. Fit over several "
+                "clients, or add privacy=DifferentialPrivacy(...) to protect "
+                "that client's rows.",
+                UserWarning,
+                stacklevel=4,
+            )
         privacy = getattr(self, "privacy", None)
         if privacy is not None:
             fed.accountant = Accountant(
-                privacy, self._privacy_releases(), estimator=type(self).__name__
+                privacy,
+                self._privacy_releases(),
+                estimator=type(self).__name__,
+                n_samples=fed.n_samples,
             )
         return fed
 

@@ -261,6 +261,13 @@ class CommunicationLog:
         continued this ledger); 0 when unknown.
     raw_data_bytes : int
         The same data in bytes (X at its dtype's size, 8 bytes per label).
+    collections : list of RoundRecord
+        What the server collected of the clients' kept state after the
+        protocol's rounds, for fitted attributes (round -1, upload): its
+        ``disclosure`` is ``"per_row"`` (one value per row: labels, an
+        embedding), ``"per_client"`` (an exact statistic per client) or
+        ``"public"`` (what the protocol's messages already told the
+        server). Not counted in the protocol's totals.
 
     Examples
     --------
@@ -276,6 +283,7 @@ class CommunicationLog:
     # Class defaults: ledgers pickled before the raw data was recorded.
     raw_data_floats = 0
     raw_data_bytes = 0
+    collections = ()
 
     def __init__(self):
         self.records = []
@@ -283,6 +291,23 @@ class CommunicationLog:
         self._n_rounds = 0
         self.raw_data_floats = 0
         self.raw_data_bytes = 0
+        self.collections = []
+
+    def record_collection(self, name, kind, floats, bytes):
+        """Add a collection of what clients keep (see ``collections``):
+        ``floats`` and ``bytes`` per client id."""
+        clients = tuple(floats)
+        self.__dict__.setdefault("collections", []).append(
+            RoundRecord(
+                -1,
+                str(name),
+                UPLOAD,
+                clients,
+                tuple(int(floats[c]) for c in clients),
+                tuple(int(bytes[c]) for c in clients),
+                disclosure=kind,
+            )
+        )
 
     def add_raw_data(self, floats, bytes):
         """Count data the clients hold: ``floats`` (and ``bytes``) that

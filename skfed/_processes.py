@@ -51,8 +51,8 @@ from ._transport import (
     StepFailure,
     _run_steps,
     assembled,
+    collected,
     kept_after,
-    picked,
     server_thread_map,
     worker_count,
 )
@@ -179,8 +179,8 @@ def _sendable(answer):
 
 def _read(token, client_ids, namespace, key):
     """What the clients keep under ``namespace`` (and ``key``)."""
-    _, storage = _fit(token)
-    return [picked(storage[c][namespace], key) for c in client_ids]
+    clients, storage = _fit(token)
+    return [collected(clients[c], storage[c], namespace, key) for c in client_ids]
 
 
 def _client(token, client_id):

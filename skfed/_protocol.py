@@ -39,10 +39,13 @@ import inspect
 from typing import NamedTuple
 
 __all__ = [
+    "PER_ROW",
     "Raised",
     "StepCall",
     "as_step_call",
+    "check_collectable",
     "client_step",
+    "collectable",
     "resolve_step",
     "resume",
     "run_alone",
@@ -53,8 +56,26 @@ __all__ = [
 
 _REGISTRY = {}
 
+#: What a client may send back of the state it keeps (namespace -> key ->
+#: kind); everything else, its keys and mask material first, stays on it.
+_COLLECTABLE = {}
+#: A per-sample output (labels, an embedding): one value per row.
+PER_ROW = "per_row"
+#: A statistic of one client's rows, seen alone by the server.
+PER_CLIENT = "per_client"
+#: What the server already knows from the protocol (which of its rows a
+#: client sent, whether its upload was rows).
+PUBLIC = "public"
 
-def client_step(name, *, python_bound=False, in_processes=True, large_products=False):
+
+def client_step(
+    name,
+    *,
+    python_bound=False,
+    in_processes=True,
+    large_products=False,
+    sum_only=False,
+):
     """Register a module-level client step under ``name``.
 
     Parameters
@@ -87,6 +108,11 @@ def client_step(name, *, python_bound=False, in_processes=True, large_products=F
         on average run with the process's BLAS threads; every other round
         with one, whose small products would otherwise wait for cores that
         other processes hold (see ``skfed._threads``).
+    sum_only : bool, default=False
+        The step's upload is only ever used summed over clients (it runs in
+        ``"sum_only"`` rounds). A client whose own configuration says it
+        masks (``secure_aggregation``) then refuses to send its upload
+        unmasked, whatever the server asks.
 
     Returns
     -------
@@ -112,6 +138,7 @@ def client_step(name, *, python_bound=False, in_processes=True, large_products=F
         func.python_bound = python_bound
         func.in_processes = in_processes
         func.large_products = large_products
+        func.sum_only = sum_only
         return func
 
     return register
@@ -165,11 +192,18 @@ class StepCall(NamedTuple):
         """The client-state key the step owns."""
         return self.name.partition(".")[0]
 
+    @property
+    def sum_only(self):
+        """Whether the step is registered as uploading only summed values."""
+        return resolve_step(self.name, self.module).sum_only
+
     def start(self, client, state, message):
         """Call the step: its ``(new_state, upload)``, or the generator of a
         step that hands over shared work (see the module)."""
         step = resolve_step(self.name, self.module)
         options = self.options
+        if _MASK_OPTION not in options and step.sum_only and _masks(client):
+            return _refuse_plain(step(client, state, message, **options), self.name)
         if _MASK_OPTION in options:
             # A sum-only round under secure aggregation: the client masks
             # what the step uploads before it leaves (see
@@ -198,6 +232,121 @@ def _masked(started, client, spec):
     else:
         new_state, upload = started
     return new_state, mask_upload(client, upload, spec)
+
+
+def _masks(client):
+    """Whether the client's own configuration says it masks its sum-only
+    uploads (set when the client was made, never by a round)."""
+    config = getattr(client, "config", None) or {}
+    return bool(config.get("secure_aggregation", False))
+
+
+def _refuse_plain(started, name):
+    """The called step's result, unless it would upload something: a
+    masking client sends a sum-only upload masked or not at all."""
+    if inspect.isgenerator(started):
+        new_state, upload = yield from started
+    else:
+        new_state, upload = started
+    if upload is not None:
+        raise PermissionError(
+            f"This client masks its sum-only uploads (secure aggregation is "
+            f"its own setting), and step {name!r} was asked for one unmasked: "
+            "refused. Fit with secure_aggregation=True."
+        )
+    return new_state, upload
+
+
+def collectable(namespace, keys, kind):
+    """Declare entries of a protocol's client state that the server may
+    collect after the fit (``Federation.local_results`` and ``assemble``).
+
+    A client answers a collection only for declared entries: its keys, its
+    mask material and anything else it keeps stay on it.
+
+    Parameters
+    ----------
+    namespace : str
+        The protocol's client-state key.
+    keys : str, tuple of str or None
+        The entries (None: the whole state).
+    kind : {"per_row", "per_client", "public"}
+        ``"per_row"``: one value per row (labels, an embedding), refused
+        under ``raw_rows="refuse"`` and under differential privacy;
+        ``"per_client"``: an exact statistic of the client's rows, refused
+        under differential privacy; ``"public"``: what the server already
+        knows from the protocol's messages.
+    """
+    if kind not in (PER_ROW, PER_CLIENT, PUBLIC):
+        raise ValueError(
+            f"A collectable kind is per_row, per_client or public, got {kind!r}."
+        )
+    keys = keys if isinstance(keys, tuple) else (keys,)
+    table = _COLLECTABLE.setdefault(namespace, {})
+    for key in keys:
+        table[key] = kind
+
+
+def collection_kind(namespace, key):
+    """The kind of a collection of ``key`` (str, tuple or None) under
+    ``namespace``: the most revealing of its entries'; None if an entry is
+    not declared."""
+    keys = key if isinstance(key, tuple) else (key,)
+    table = _COLLECTABLE.get(namespace, {})
+    kinds = [table.get(k) for k in keys]
+    if None in kinds:
+        return None
+    for kind in (PER_ROW, PER_CLIENT, PUBLIC):
+        if kind in kinds:
+            return kind
+    return PUBLIC
+
+
+def check_collectable(namespace, key, config):
+    """Refuse a collection that the client's configuration does not allow.
+
+    Parameters
+    ----------
+    namespace : str
+    key : str, tuple of str or None
+    config : dict
+        The client's own settings: ``raw_rows`` ("allow" or "refuse") and
+        ``private`` (whether the fit is differentially private).
+
+    Returns
+    -------
+    kind : str
+        See :func:`collectable`.
+
+    Raises
+    ------
+    PermissionError
+        For an entry no protocol declared (a client's keys, say), a
+        per-row output under ``raw_rows="refuse"`` or privacy, or an exact
+        per-client statistic under privacy.
+    """
+    config = config or {}
+    kind = collection_kind(namespace, key)
+    if kind is None:
+        raise PermissionError(
+            f"The client sends only what its protocol declares; "
+            f"{namespace!r} {key!r} is not declared collectable: refused."
+        )
+    private = bool(config.get("private", False))
+    if kind == PER_ROW and (private or config.get("raw_rows") == "refuse"):
+        setting = "privacy" if private else "raw_rows='refuse'"
+        raise PermissionError(
+            f"{namespace!r} {key!r} is one value per row, which stays on the "
+            f"client under {setting}: refused. Label the rows where they "
+            "are, with the fitted model's predict."
+        )
+    if kind == PER_CLIENT and private:
+        raise PermissionError(
+            f"{namespace!r} {key!r} is an exact statistic of the client's "
+            "rows, which differential privacy does not let leave un-noised: "
+            "refused."
+        )
+    return kind
 
 
 class Raised(NamedTuple):

@@ -149,7 +149,9 @@ def make_client(cid, X, y, indices, base, spec):
         The fit's seed for every client's streams (with the client's own
         fingerprint, as in ``Federation.from_arrays``).
     spec : dict
-        See ``validate_client_rows`` in this module.
+        See ``validate_client_rows`` in this module; its ``"client"`` entry
+        (when present) is the client's own configuration
+        (``ClientData.config``).
 
     Raises
     ------
@@ -165,7 +167,9 @@ def make_client(cid, X, y, indices, base, spec):
     if y is not None:
         y = aligned(np.asarray(y))
     fp = _fingerprint(X)
-    return ClientData(cid, X, y, np.asarray(indices), (base, fp & 0xFFFFFFFF, fp >> 32))
+    entropy = (base, fp & 0xFFFFFFFF, fp >> 32)
+    config = spec.get("client") if spec else None
+    return ClientData(cid, X, y, np.asarray(indices), entropy, config=config)
 
 
 def _dask_rows(estimator, X):

@@ -196,17 +196,14 @@ def _encode_fixed(values, n_clients):
     # Each client's share of the range, so that no partial sum can wrap.
     limit = 2.0**63 / max(n_clients, 1)
     if not np.all(np.abs(scaled) < limit):
-        finite = np.isfinite(values)
-        if np.all(finite):
-            value = f"a client's value of magnitude {np.max(np.abs(values)):.3g}"
-        else:
-            value = f"a client's value {values[~finite][0]}"
+        # The message reaches the server: it names the public range only,
+        # never the private value that broke it (nor whether it was finite).
         raise ValueError(
             "secure_aggregation encodes uploads in fixed point with "
-            f"{FRACTION_BITS} fractional bits: {value} exceeds what "
-            f"{n_clients} clients can add without overflow "
-            f"({limit / _SCALE:.3g}). Scale the data (e.g. FederatedStandardScaler) or "
-            "fit without secure aggregation."
+            f"{FRACTION_BITS} fractional bits: a value of this client's upload "
+            f"is outside what {n_clients} clients can add without overflow "
+            f"(magnitudes below {limit / _SCALE:.3g}). Scale the data (e.g. "
+            "FederatedStandardScaler) or fit without secure aggregation."
         )
     return scaled.astype(np.int64).view(np.uint64)
 
@@ -308,10 +305,7 @@ def mask_upload(client, upload, spec):
     """
     if upload is None:
         return None
-    try:
-        keys = client.read(_NAMESPACE)
-    except KeyError:
-        keys = None
+    keys = client.masking_keys()
     if not keys or "index" not in keys:
         raise RuntimeError(
             "This client holds no secure-aggregation keys: the key exchange "
@@ -321,6 +315,14 @@ def mask_upload(client, upload, spec):
     layout = json.dumps(_flatten(upload, parts))
     values = np.concatenate(parts) if parts else np.zeros(0)
     alive = [int(i) for i in spec["alive"]]
+    alone = len(set(alive)) < 2 and len(keys["public_keys"]) > 1
+    if keys["index"] not in alive or alone:
+        # Left alone on the ring of a fit of several clients, its vector
+        # would carry no mask at all.
+        raise PermissionError(
+            "A masked round must name this client and at least one other "
+            "of the clients that exchanged keys: refused."
+        )
     position = alive.index(keys["index"])
     encoded = _encode_fixed(values, len(alive))
     cached = {int(j): key for j, key in zip(keys["peers"], keys["pair_keys"])}

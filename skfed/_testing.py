@@ -33,16 +33,21 @@ __all__ = [
 import builtins
 import os
 import threading
+import uuid
 from typing import NamedTuple
 
 import numpy as np
 from joblib.parallel import get_active_backend
 from sklearn import get_config
 
-from ._protocol import client_step
+from ._protocol import PER_ROW, PUBLIC, client_step, collectable
+
+# What tests may collect of the toy steps' state.
+collectable("testing", (None, "calls", "held"), PUBLIC)
+collectable("testing", "labels", PER_ROW)
 
 
-@client_step("testing.noisy_sum")
+@client_step("testing.noisy_sum", sum_only=True)
 def noisy_sum(client, state, message):
     """Upload the column sums of the client's rows plus seeded noise.
 
@@ -56,7 +61,7 @@ def noisy_sum(client, state, message):
     return state, client.X.sum(axis=0) + noise * message["scale"]
 
 
-@client_step("testing.fail_on")
+@client_step("testing.fail_on", sum_only=True)
 def fail_on(client, state, message, *, bad, exc="RuntimeError"):
     """Raise the built-in exception named ``exc`` on client ``bad``; others
     upload their size."""
@@ -382,7 +387,7 @@ def rkhs_paper_data(n, *, noise=0.05, n_clients=4, seed=0):
     return X + noise * rng.standard_normal(X.shape), y, partitions
 
 
-@client_step("testing.statistics")
+@client_step("testing.statistics", sum_only=True)
 def statistics(client, state, message):
     """Upload a column sum (array), a row count (int) and a sum of squares
     (float): a structure a sum-only round adds up."""
@@ -394,3 +399,74 @@ def statistics(client, state, message):
 def first_rows(client, state, message):
     """Upload the client's first ``message`` rows as they are."""
     return state, client.X[: int(message)]
+
+
+class InProcessGrid:
+    """A grid that hands each message to the real ClientApp in this
+    process (no Ray): for the server's checks and failure paths. Replies
+    of the nodes in ``silent`` after their ``open`` never come back; the
+    nodes in ``vanish`` also leave the grid's nodes then (a SuperNode that
+    died mid-fit); the nodes in ``flower_error`` get Flower's error reply
+    for an unavailable node instead."""
+
+    def __init__(self, app, data, silent=(), vanish=(), flower_error=()):
+        from flwr.app import Context, RecordDict
+
+        self.app = app
+        self.silent = set(silent) | set(vanish)
+        self.vanish = set(vanish)
+        self.flower_error = set(flower_error)
+        self.gone = set()
+        self.replies = {}
+        self.contexts = {
+            node: Context(
+                run_id=1,
+                node_id=node,
+                node_config={},
+                state=RecordDict(),
+                run_config={},
+            )
+            for node in data
+        }
+
+    def get_node_ids(self):
+        return [n for n in self.contexts if n not in self.gone]
+
+    def push_messages(self, messages):
+        from flwr.app import Error, Message
+        from flwr.common.constant import SUPERLINK_NODE_ID
+
+        from .flower._records import from_records
+
+        ids = []
+        for message in messages:
+            message_id = uuid.uuid4().hex
+            message.metadata.__dict__["_message_id"] = message_id
+            ids.append(message_id)
+            node = message.metadata.dst_node_id
+            step = from_records(message.content)["op"] == "step"
+            if step and node in self.flower_error:
+                # As the SuperLink makes it: from its own node id.
+                error = Error(code=5, reason="node unavailable")
+                reply = Message(error, reply_to=message)
+                reply.metadata.__dict__["_src_node_id"] = SUPERLINK_NODE_ID
+                self.replies[message_id] = reply
+                continue
+            if node in self.gone:
+                continue
+            reply = self.app(message, self.contexts[node])
+            if step and node in self.vanish:
+                self.gone.add(node)
+            if not (step and node in self.silent):
+                self.replies[message_id] = reply
+        return ids
+
+    def pull_messages(self, message_ids):
+        return [self.replies.pop(m) for m in message_ids if m in self.replies]
+
+    def send_and_receive(self, messages, *, timeout=None):
+        return self.pull_messages(self.push_messages(messages))
+
+    def node_config(self, node, **settings):
+        """Set entries of a node's config (``--node-config``)."""
+        self.contexts[node].node_config.update(settings)

@@ -43,7 +43,7 @@ from joblib.parallel import ThreadingBackend, get_active_backend
 from sklearn import config_context, get_config
 from sklearn.utils.parallel import Parallel, delayed
 
-from ._protocol import resolve_step, resume, run_together
+from ._protocol import check_collectable, resolve_step, resume, run_together
 from ._threads import blas_limits, round_uses_process_threads, thread_pools
 
 __all__ = ["JoblibTransport", "StepFailure", "worker_count"]
@@ -240,6 +240,15 @@ def picked(state, key):
     if isinstance(key, tuple):
         return tuple(state[k] for k in key)
     return state[key]
+
+
+def collected(client, storage, namespace, key):
+    """What a client sends back of its kept state when the server collects
+    ``key`` of ``namespace``: checked against the entries protocols declare
+    and the client's own configuration (``client.config``), on the client,
+    in every transport (``skfed._protocol.check_collectable``)."""
+    check_collectable(namespace, key, getattr(client, "config", None))
+    return picked(storage[namespace], key)
 
 
 def _run_steps(calls):
@@ -595,7 +604,10 @@ class JoblibTransport:
     def local_values(self, namespace, key, client_ids):
         """Client id -> what the client keeps under ``namespace`` (and
         ``key`` within it, when given)."""
-        return {c: picked(self._storage[c][namespace], key) for c in client_ids}
+        return {
+            c: collected(self._clients[c], self._storage[c], namespace, key)
+            for c in client_ids
+        }
 
     def assemble(self, namespace, key, client_ids, n_samples, *, fill, dtype):
         """A per-sample value kept by the clients, in training-sample order;

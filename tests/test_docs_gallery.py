@@ -46,16 +46,14 @@ def test_the_tradeoff_sweeps_the_default_solvers_knob(tradeoff):
 def test_the_tradeoff_text_reads_its_figure(tradeoff):
     raw, pooled = tradeoff["X"].size, tradeoff["pooled"]
     kfed, coreset, kernel = tradeoff["results"].values()
-    # "The coreset comes within a few hundredths of NMI of the pooled
-    # k-means while communicating under the raw data"
+    # "k-FED is the cheapest, and from k' = 3 on it clusters within a few
+    # hundredths of NMI of the pooled k-means"
+    assert max(f for f, _ in kfed) < min(f for f, _ in coreset + kernel)
+    assert min(q for _, q in kfed) > pooled - 0.03
+    # "the coreset comes as close while communicating under the raw data"
     under = [q for f, q in coreset if f < raw]
     assert under and max(under) > pooled - 0.03
-    # "k-FED is the cheapest, and its NMI rises with k' but stays below the
-    # pooled k-means"
-    assert max(f for f, _ in kfed) < min(f for f, _ in coreset + kernel)
-    nmis = [q for _, q in kfed]
-    assert nmis == sorted(nmis) and max(nmis) < pooled
     # "at its default D, matches the pooled k-means, at the price of more
     # floats than the raw data"
     assert kernel[-1][1] > pooled - 0.01
-    assert all(f > raw for f, _ in kernel)
+    assert kernel[-1][0] > raw

@@ -4,7 +4,6 @@ test_flower_deployment.py)."""
 
 import os
 import sys
-import uuid
 from functools import partial
 
 import joblib
@@ -15,21 +14,23 @@ from threadpoolctl import threadpool_limits
 
 import skfed
 from skfed._federation import ClientValueError, Federation
-from skfed._protocol import client_step
-from skfed._testing import INTEGRATION_CASES, fail_on
+from skfed._protocol import PUBLIC, client_step, collectable
+from skfed._testing import INTEGRATION_CASES, InProcessGrid, fail_on
 
 pytest.importorskip("flwr")
 
-from flwr.app import Context, Message, RecordDict  # noqa: E402
-from flwr.common.constant import SUPERLINK_NODE_ID  # noqa: E402
+from flwr.app import Context, RecordDict  # noqa: E402
 
 from skfed.flower import NodeData, client_app, fit_on_grid, simulate  # noqa: E402
 from skfed.flower._client import _Node  # noqa: E402
-from skfed.flower._records import from_records  # noqa: E402
 
 N_NODES = 3
 NODE_ROWS = 150
 SPEC = {"accept_sparse": False, "dtype": ["float64", "float32"]}
+
+
+# The counting step's state may be collected (as a protocol declares it).
+collectable("flowertest", None, PUBLIC)
 
 
 @client_step("flowertest.count")
@@ -296,68 +297,6 @@ def test_simulate_fits_and_saves_the_model(tmp_path):
     _same_model(joblib.load(path), expected, X)
 
 
-class _InProcessGrid:
-    """A grid that hands each message to the real ClientApp in this
-    process (no Ray): for the server's checks and failure paths. Replies
-    of the nodes in ``silent`` after their ``open`` never come back; the
-    nodes in ``vanish`` also leave the grid's nodes then (a SuperNode that
-    died mid-fit); the nodes in ``flower_error`` get Flower's error reply
-    for an unavailable node instead."""
-
-    def __init__(self, app, data, silent=(), vanish=(), flower_error=()):
-        self.app = app
-        self.silent = set(silent) | set(vanish)
-        self.vanish = set(vanish)
-        self.flower_error = set(flower_error)
-        self.gone = set()
-        self.replies = {}
-        self.contexts = {
-            node: Context(
-                run_id=1,
-                node_id=node,
-                node_config={},
-                state=RecordDict(),
-                run_config={},
-            )
-            for node in data
-        }
-
-    def get_node_ids(self):
-        return [n for n in self.contexts if n not in self.gone]
-
-    def push_messages(self, messages):
-        from flwr.app import Error
-
-        ids = []
-        for message in messages:
-            message_id = uuid.uuid4().hex
-            message.metadata.__dict__["_message_id"] = message_id
-            ids.append(message_id)
-            node = message.metadata.dst_node_id
-            step = from_records(message.content)["op"] == "step"
-            if step and node in self.flower_error:
-                # As the SuperLink makes it: from its own node id.
-                error = Error(code=5, reason="node unavailable")
-                reply = Message(error, reply_to=message)
-                reply.metadata.__dict__["_src_node_id"] = SUPERLINK_NODE_ID
-                self.replies[message_id] = reply
-                continue
-            if node in self.gone:
-                continue
-            reply = self.app(message, self.contexts[node])
-            if step and node in self.vanish:
-                self.gone.add(node)
-            if not (step and node in self.silent):
-                self.replies[message_id] = reply
-        return ids
-
-    def pull_messages(self, message_ids):
-        return [self.replies.pop(m) for m in message_ids if m in self.replies]
-
-    def send_and_receive(self, messages, *, timeout=None):
-        return self.pull_messages(self.push_messages(messages))
-
-
 @pytest.fixture
 def in_process(monkeypatch):
     """Build an in-process grid over ``data`` (node id -> X or (X, y))."""
@@ -370,7 +309,7 @@ def in_process(monkeypatch):
 
     def make(data, *, client_id=None, **failures):
         app = client_app(lambda context: data[context.node_id], client_id=client_id)
-        return _InProcessGrid(app, data, **failures)
+        return InProcessGrid(app, data, **failures)
 
     return make
 

@@ -118,9 +118,9 @@ def test_noise_std_is_the_accountants_multiplier_times_the_sensitivity(monkeypat
     noise = _kfed_private.gaussian_noise
     statistics = _kfed_private.release_statistics
 
-    def recording(value, std, random_state):
+    def recording(value, std):
         stds.append(std)
-        return noise(value, std, random_state)
+        return noise(value, std)
 
     def released_rows(rows, centers, count_scale):
         largest_row.append(np.linalg.norm(rows, axis=1).max())
@@ -129,12 +129,12 @@ def test_noise_std_is_the_accountants_multiplier_times_the_sensitivity(monkeypat
     monkeypatch.setattr(_kfed_private, "gaussian_noise", recording)
     monkeypatch.setattr(_kfed_private, "release_statistics", released_rows)
     km = KFed(4, privacy=dp, private_iter=3, random_state=0).fit(X, partitions=3)
-    # The sensitivity from the box alone: rows of norm at most R, counts
-    # scaled by c = R d^(-1/6); one row moves (sum, c·count) by sqrt(R² + c²).
+    # The replace-one sensitivity from the box alone: rows of norm at most
+    # R, counts scaled by c = R; one row replaced moves (sum, c·count) by at
+    # most max(2R, sqrt(2(R² + c²))) = 2R.
     radius = np.linalg.norm((upper - lower) / 2)
-    count_scale = radius * 3 ** (-1 / 6)
     z = Accountant(dp, 3, estimator="KFed").noise_multiplier
-    expected = z * math.sqrt(radius**2 + count_scale**2)
+    expected = z * 2 * radius
     assert z > 0
     # Sums and counts of 3 iterations on 3 clients, all at that scale.
     assert len(stds) == 2 * 3 * 3
@@ -165,15 +165,14 @@ def test_one_row_moves_a_release_by_at_most_its_sensitivity(X, row, which):
         return np.concatenate([sums.ravel(), counts])
 
     before = release(X)
-    removed = release(np.delete(X, which, axis=0))
     changed = X.copy()
     changed[which] = row
-    assert np.linalg.norm(before - removed) <= sensitivity * (1 + 1e-9)
-    # Replacing is removing then adding: twice the add/remove sensitivity.
-    assert np.linalg.norm(before - release(changed)) <= 2 * sensitivity * (1 + 1e-9)
-    assert sensitivity == pytest.approx(
-        math.hypot(box_radius(lower, upper), count_scale)
-    )
+    # Replace-one (the clients' sizes are public): one row replaced by any
+    # other moves the release by at most the sensitivity, 2R at c = R.
+    assert np.linalg.norm(before - release(changed)) <= sensitivity * (1 + 1e-9)
+    radius = box_radius(lower, upper)
+    assert count_scale == pytest.approx(radius)
+    assert sensitivity == pytest.approx(2 * radius)
 
 
 def test_ledger_and_accountant_record_the_noised_round():
@@ -191,20 +190,27 @@ def test_ledger_and_accountant_record_the_noised_round():
     assert delta == 1e-5
 
 
-def test_same_seed_same_noisy_model_whatever_n_jobs():
+def test_same_seed_reproduces_the_clipped_fit_but_never_the_noise():
     X, _ = _blobs(3000, n_features=3)
-    fits = [
-        KFed(4, privacy=_dp(epsilon=0.5), random_state=7, n_jobs=n_jobs).fit(
+    # epsilon = inf runs the same clipped DP Lloyd without noise: the seed
+    # and nothing else decides it, whatever n_jobs.
+    free = [
+        KFed(4, privacy=_dp(epsilon=math.inf), random_state=7, n_jobs=n_jobs).fit(
             X, partitions=6
         )
         for n_jobs in (1, 2)
     ]
     np.testing.assert_allclose(
-        fits[0].cluster_centers_, fits[1].cluster_centers_, rtol=1e-10
+        free[0].cluster_centers_, free[1].cluster_centers_, rtol=1e-10
     )
-    np.testing.assert_array_equal(fits[0].labels_, fits[1].labels_)
-    other = KFed(4, privacy=_dp(epsilon=0.5), random_state=8).fit(X, partitions=6)
-    assert not np.allclose(other.cluster_centers_, fits[0].cluster_centers_)
+    np.testing.assert_array_equal(free[0].labels_, free[1].labels_)
+    # With noise, the same seed gives another model at every fit: the noise
+    # comes from fresh entropy on each client, not from random_state.
+    noisy = [
+        KFed(4, privacy=_dp(epsilon=0.5), random_state=7).fit(X, partitions=6)
+        for _ in range(2)
+    ]
+    assert not np.allclose(noisy[0].cluster_centers_, noisy[1].cluster_centers_)
 
 
 class _ThroughCodec(JoblibTransport):
@@ -226,14 +232,20 @@ def _round_trip(value):
 
 def test_private_fit_runs_through_the_codec(monkeypatch):
     X, _ = _blobs(600, n_features=3)
-    expected = KFed(4, privacy=_dp(), random_state=0).fit(X, partitions=3)
+    # The private path without noise (epsilon = inf) is reproducible, so the
+    # codec must give the same model; with noise, the same rounds and spend.
+    free = _dp(epsilon=math.inf)
+    expected = KFed(4, privacy=free, random_state=0).fit(X, partitions=3)
+    noisy = KFed(4, privacy=_dp(), random_state=0).fit(X, partitions=3)
     monkeypatch.setattr(_federation, "JoblibTransport", _ThroughCodec)
-    got = KFed(4, privacy=_dp(), random_state=0).fit(X, partitions=3)
+    got = KFed(4, privacy=free, random_state=0).fit(X, partitions=3)
     np.testing.assert_array_equal(got.labels_, expected.labels_)
     np.testing.assert_allclose(
         got.cluster_centers_, expected.cluster_centers_, rtol=1e-12
     )
-    assert got.privacy_spent_ == expected.privacy_spent_
+    got_noisy = KFed(4, privacy=_dp(), random_state=0).fit(X, partitions=3)
+    assert got_noisy.privacy_spent_ == noisy.privacy_spent_
+    assert got_noisy.communication_.disclosure() == noisy.communication_.disclosure()
 
 
 def test_infinite_epsilon_is_the_clipped_non_private_fit():

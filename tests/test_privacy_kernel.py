@@ -27,6 +27,7 @@ from skfed.kernel._private_features import (
     count_sum_sensitivity,
     feature_gram_statistics,
     feature_norm_bound,
+    feature_sum_sensitivity,
     gram_sensitivity,
     paired_fourier_map,
     private_statistics,
@@ -160,24 +161,28 @@ def test_uncoverable_noise_multiplier_is_refused_before_any_round(make, monkeypa
     arrays(np.float64, 3, elements=st.floats(-1e6, 1e6)),
     st.floats(1e-3, 10.0),
     st.integers(1, 41),
+    st.integers(0, 6),
 )
 def test_one_row_moves_the_feature_statistics_by_at_most_the_sensitivity(
-    X, row, gamma, D
+    X, row, gamma, D, which
 ):
-    # Sample-level DP: one row added (or removed) moves the triangle of
-    # Σ z zᵀ and [Σ z, n] by at most their stated sensitivities, whatever
-    # the row and the data, near the origin or far from it.
+    # Replace-one DP (the sizes are public): one row replaced by any other
+    # moves the triangle of Σ z zᵀ and Σ z by at most their stated
+    # sensitivities, whatever the rows, near the origin or far from it.
     omega, offset = paired_fourier_map(3, 3, D, gamma)
     R = feature_norm_bound(D)
     upper, sums = feature_gram_statistics(X, omega, offset, radius=R)
-    more = np.vstack([X, row])
-    upper2, sums2 = feature_gram_statistics(more, omega, offset, radius=R)
+    changed = X.copy()
+    changed[which] = row
+    upper2, sums2 = feature_gram_statistics(changed, omega, offset, radius=R)
     moved = np.linalg.norm(upper2 - upper)
+    m2 = min(R**2, 2.0 / D * (1 + 1e-6))
+    assert gram_sensitivity(R, D) == pytest.approx(R * math.sqrt(R**2 + m2))
     assert moved <= gram_sensitivity(R, D) * (1 + 1e-9)
-    counted = np.linalg.norm(np.append(sums2 - sums, 1.0))
-    assert counted <= count_sum_sensitivity(R) * (1 + 1e-9)
+    assert feature_sum_sensitivity(R) == 2 * R
+    assert np.linalg.norm(sums2 - sums) <= feature_sum_sensitivity(R) * (1 + 1e-9)
     # The bound is tight for even D: the pair map's norm is 1 exactly.
-    Z = random_fourier_features(more, omega, offset)
+    Z = random_fourier_features(np.vstack([X, row]), omega, offset)
     assert np.all(np.linalg.norm(Z, axis=1) <= R)
     if D % 2 == 0:
         np.testing.assert_allclose(np.linalg.norm(Z, axis=1), 1.0, rtol=1e-6)
@@ -190,15 +195,22 @@ def test_one_row_moves_the_feature_statistics_by_at_most_the_sensitivity(
     st.integers(0, 8),
 )
 def test_one_row_moves_the_lloyd_sums_by_at_most_the_sensitivity(H, shift, which):
-    # Whatever the embedding rows (clipped to R on the client), removing
-    # one row moves [per-cluster sums, counts] by at most √(R² + 1).
+    # Whatever the embedding rows (clipped to R on the client), replacing
+    # one row moves [per-cluster sums, counts] by at most
+    # max(2R, √(2(R² + 1))).
     R = feature_norm_bound(30)
+    assert count_sum_sensitivity(R) == pytest.approx(
+        max(2 * R, math.sqrt(2 * (R**2 + 1)))
+    )
     centers = np.random.RandomState(0).normal(size=(3, 4))
     client = ClientData("a", np.zeros((9, 1)), None, np.arange(9), (0,))
-    step = partial(_private_sums_step, radius=R, std=0.0, key=0)
+    step = partial(_private_sums_step, radius=R, std=0.0)
     _, full = step(client, {"H": H}, (centers, shift))
-    _, fewer = step(client, {"H": np.delete(H, which, axis=0)}, (centers, shift))
-    assert np.linalg.norm(full - fewer) <= count_sum_sensitivity(R) * (1 + 1e-9)
+    for other in (-H[which], centers[0] - shift, H[(which + 1) % 9]):
+        changed = H.copy()
+        changed[which] = other
+        _, moved = step(client, {"H": changed}, (centers, shift))
+        assert np.linalg.norm(full - moved) <= count_sum_sensitivity(R) * (1 + 1e-9)
 
 
 def _one_client_federation(X, accountant):
@@ -224,11 +236,12 @@ def test_statistics_noise_is_the_multiplier_times_the_sensitivity():
     gram_noise = total[:n_upper] - upper
     # 20,100 draws: their spread is within 3% of the prescribed one.
     assert gram_noise.std() == pytest.approx(z * gram_sensitivity(R, D), rel=0.03)
-    sum_noise = np.append(total[n_upper:] - sums, n - X.shape[0])
-    # 201 draws (the count may have been clamped at 1: not here, n = 300).
+    sum_noise = total[n_upper:] - sums
+    # 200 draws; the count is public and exact.
     assert np.sqrt(np.mean(sum_noise**2)) == pytest.approx(
-        z * count_sum_sensitivity(R), rel=0.2
+        z * feature_sum_sensitivity(R), rel=0.2
     )
+    assert n == X.shape[0]
     assert accountant.events == [("random feature statistics", z, 2)]
 
 
@@ -236,9 +249,9 @@ def test_lloyd_rounds_noise_at_the_multiplier_times_the_sensitivity(monkeypatch)
     seen = []
     original = _kernel_kmeans_private._noised_sums
 
-    def recording(fed, name, centers, shift, radius, std, key):
+    def recording(fed, name, centers, shift, radius, std):
         seen.append((name, radius, std, fed.accountant.noise_multiplier))
-        return original(fed, name, centers, shift, radius, std, key)
+        return original(fed, name, centers, shift, radius, std)
 
     monkeypatch.setattr(_kernel_kmeans_private, "_noised_sums", recording)
     km = _kmeans(refine_iter=2, privacy=DifferentialPrivacy(epsilon=5.0))
@@ -247,7 +260,8 @@ def test_lloyd_rounds_noise_at_the_multiplier_times_the_sensitivity(monkeypatch)
     R = feature_norm_bound(60)
     for _, radius, std, z in seen:
         assert radius == R
-        assert std == pytest.approx(z * math.sqrt(R**2 + 1), rel=1e-12)
+        expected = z * max(2 * R, math.sqrt(2 * (R**2 + 1)))
+        assert std == pytest.approx(expected, rel=1e-12)
 
 
 def test_ledger_marks_every_upload_as_noised_and_accounts_for_it():
@@ -283,33 +297,61 @@ def test_ledger_marks_every_upload_as_noised_and_accounts_for_it():
 
 
 @pytest.mark.parametrize("make", [_kmeans, _kpca])
-def test_same_seed_same_noisy_model_whatever_n_jobs(make):
+def test_same_seed_reproduces_the_clipped_fit_but_never_the_noise(make):
     X, _ = _blobs(900)
-    dp = DifferentialPrivacy(epsilon=1.0)
-    one = make(privacy=dp, n_jobs=1).fit(X, partitions=4)
-    two = make(privacy=dp, n_jobs=2).fit(X, partitions=4)
+    # epsilon = inf: the private path without noise follows the seed alone,
+    # whatever n_jobs.
+    free = DifferentialPrivacy(epsilon=math.inf)
+    one = make(privacy=free, n_jobs=1).fit(X, partitions=4)
+    two = make(privacy=free, n_jobs=2).fit(X, partitions=4)
     np.testing.assert_allclose(one.transform(X), two.transform(X), atol=1e-10)
     np.testing.assert_allclose(one.eigenvalues_, two.eigenvalues_, rtol=1e-10)
     if hasattr(one, "labels_"):
         np.testing.assert_array_equal(one.labels_, two.labels_)
-    # Another seed draws other noise.
-    other = make(privacy=dp, random_state=1).fit(X, partitions=4)
-    assert not np.allclose(other.eigenvalues_, one.eigenvalues_)
+    # With noise, the same seed never draws the same noise twice.
+    dp = DifferentialPrivacy(epsilon=1.0)
+    first = make(privacy=dp).fit(X, partitions=4)
+    again = make(privacy=dp).fit(X, partitions=4)
+    assert not np.allclose(first.eigenvalues_, again.eigenvalues_)
+
+
+_NOISING_MODULES = (
+    "skfed.cluster._kernel_kmeans_one_shot",
+    "skfed.cluster._kernel_kmeans_private",
+    "skfed.decomposition._kernel_pca_features",
+)
 
 
 @pytest.mark.parametrize("make", [_kmeans, _kpca])
-def test_clients_add_the_same_noise_under_secure_aggregation(make):
-    # Local noise: each client noises its upload before masking, so the
-    # masked fit is the unmasked one (to the masks' fixed point), not one
-    # with less noise.
+def test_clients_add_the_same_noise_under_secure_aggregation(make, monkeypatch):
+    # Local noise: each client noises its upload before masking, at the
+    # same scale with masks as without, not with less noise.
+    import importlib
+
+    from skfed import privacy
+
+    stds = []
+
+    def recording(value, std):
+        stds.append((np.shape(value), std))
+        return privacy.gaussian_noise(value, std)
+
+    for name in _NOISING_MODULES:
+        monkeypatch.setattr(importlib.import_module(name), "gaussian_noise", recording)
     X, _ = _blobs(900)
     dp = DifferentialPrivacy(epsilon=2.0)
     plain = make(privacy=dp).fit(X, partitions=3)
+    unmasked, stds[:] = list(stds), []
     masked = make(privacy=dp, secure_aggregation=True).fit(X, partitions=3)
-    np.testing.assert_allclose(masked.eigenvalues_, plain.eigenvalues_, rtol=1e-6)
+    assert stds == unmasked and len(stds) >= 6
     assert masked.privacy_spent_ == plain.privacy_spent_
     rounds = [r for r in masked.communication_.disclosure() if r["noised"]]
     assert rounds and all(r["disclosure"] == "sum_only" for r in rounds)
+    # Without noise the masks change nothing (to their fixed point).
+    free = DifferentialPrivacy(epsilon=math.inf)
+    plain = make(privacy=free).fit(X, partitions=3)
+    masked = make(privacy=free, secure_aggregation=True).fit(X, partitions=3)
+    np.testing.assert_allclose(masked.eigenvalues_, plain.eigenvalues_, rtol=1e-6)
 
 
 def _same_up_to_column_signs(A, B):

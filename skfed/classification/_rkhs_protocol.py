@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .._ledger import RAW_ROWS, Disclosure, raw_rows_of
-from .._protocol import client_step
+from .._protocol import PER_CLIENT, PUBLIC, client_step, collectable
 from .._rows import canonical_row_order
 from ..kernel import ZeroSpreadError, federated_gamma
 from ._sparse_dual import (
@@ -27,6 +27,11 @@ from ._sparse_dual import (
     gaussian_atoms,
     solve_sparse_dual,
 )
+
+# Which of its rows a client sent (the server received them) and whether
+# its own solve converged.
+collectable("rkhs", ("sent", "new"), PUBLIC)
+collectable("rkhs", "local_converged", PER_CLIENT)
 
 __all__ = ["RKHSResult", "run_rkhs"]
 

@@ -22,6 +22,30 @@ from .._validation import check_magnitude
 __all__ = ["KMeansCentersMixin"]
 
 
+def labels_where_held(estimator, X, *, returned=False):
+    """The training rows' labels when the clients keep theirs (a fit under
+    ``raw_rows="refuse"`` or differential privacy collects no per-row
+    output): rows in this process are labelled here with the fitted model
+    (nothing crosses); rows elsewhere stay unlabelled (None for
+    ``labels_``).
+
+    With ``returned=True`` (for ``fit_predict``), a dask X gives a lazy
+    ``predict`` computed where its chunks are, and rows on Flower nodes
+    raise ``ValueError`` saying how to label them.
+    """
+    if not is_remote(X):
+        return estimator.predict(X)
+    if not returned:
+        return None
+    if is_dask_collection(X):
+        return estimator.predict(X)
+    raise ValueError(
+        "Under raw_rows='refuse' or differential privacy the training rows' "
+        "labels stay on the Flower nodes: fit, then label each node's rows "
+        "there with the fitted model's predict."
+    )
+
+
 class KMeansCentersMixin(TransformerMixin):
     """predict, transform, score, fit_predict and fit_transform from
     ``cluster_centers_`` (mix in before :class:`~sklearn.base.BaseEstimator`).
@@ -60,9 +84,14 @@ class KMeansCentersMixin(TransformerMixin):
             workers).
         """
         if getattr(self, "compute_labels", True):
-            return self.fit(
-                X, partitions=partitions, sample_weight=sample_weight
-            ).labels_
+            self.fit(X, partitions=partitions, sample_weight=sample_weight)
+            if hasattr(self, "labels_"):
+                return self.labels_
+            # Not gathered (raw_rows="refuse", privacy): labelled where the
+            # rows are.
+            if hasattr(X, "columns") and isinstance(partitions, str):
+                X = X.drop(columns=[partitions])
+            return labels_where_held(self, X, returned=True)
         if is_remote(X) and not is_dask_collection(X):
             # Refused before the fit: its rows cannot be predicted here.
             raise ValueError(

@@ -40,7 +40,8 @@ from .._blocks import row_blocks
 from .._federation import FederatedMixin
 from .._fixes import check_sample_weight as _check_sample_weight
 from .._ledger import NO_UPLOAD, PER_CLIENT, RAW_ROWS, SUM_ONLY, Disclosure
-from .._protocol import client_step
+from .._protocol import PER_ROW, client_step, collectable
+from .._refusal import n_distinct_rows
 from .._remote import distinct_values, is_remote
 from .._rows import canonical_row_order, row_hashes, rows_equal
 from .._shift import shift_point, shifted_rows
@@ -52,7 +53,10 @@ from ._batched_kmeans import (
     KMeansProblem,
     kmeans_restarts,
 )
-from ._centers import KMeansCentersMixin
+from ._centers import KMeansCentersMixin, labels_where_held
+
+# The clients' labels from the final centers: one value per row.
+collectable("coreset", "labels", PER_ROW)
 
 __all__ = [
     "CoresetKMeansResult",
@@ -263,6 +267,10 @@ class DistributedKMeans(
     labels_ : ndarray of shape (n_samples,)
         Label of each training sample, computed by the client holding it
         against ``cluster_centers_``. Not set with ``compute_labels=False``.
+        Under ``raw_rows="refuse"`` or differential privacy the clients keep
+        their labels: rows held in this process are labelled here with
+        :meth:`predict`, and for rows held elsewhere (dask, Flower) it is
+        not set (label them where they are with :meth:`predict`).
 
     inertia_ : float
         Exact (weighted) sum of squared distances of the training samples to
@@ -525,7 +533,7 @@ class DistributedKMeans(
                 ),
                 random_state=rng,
             )
-            if self.compute_labels:
+            if self.compute_labels and fed.per_row_allowed:
                 self.labels_ = fed.assemble(
                     "coreset", "labels", n_samples, dtype=np.int32
                 )
@@ -536,6 +544,12 @@ class DistributedKMeans(
             self.client_ids_ = as_id_array(fed.client_ids)
             self.failed_clients_ = dict(fed.failed_clients)
         self.cluster_centers_ = result.cluster_centers.astype(fed.dtype, copy=False)
+        if self.compute_labels and not fed.per_row_allowed:
+            # The labels stayed on the clients: rows held here are labelled
+            # here, with the model.
+            labels = labels_where_held(self, X)
+            if labels is not None:
+                self.labels_ = labels
         self.inertia_ = result.inertia
         self.coreset_inertia_ = result.coreset_inertia
         self.n_iter_ = result.n_iter
@@ -745,7 +759,9 @@ def federated_coreset_kmeans(
     costs = [cost for cost, kept in zip(costs, answered) if kept]
     points, coreset_weights = merge_coresets(coresets)
     weight_sums = np.array([math.fsum(c[2]) for c in coresets])
-    distinct, distinct_weights = _distinct_points(points, coreset_weights)
+    distinct, distinct_weights = _distinct_points(
+        points, coreset_weights, by_value=rows is not None
+    )
     centers, coreset_inertia, n_iter = weighted_kmeans(
         distinct,
         distinct_weights,
@@ -794,14 +810,20 @@ def federated_coreset_kmeans(
             )
         if shift <= tol_abs:
             break
-    # The total cost is a sum (of exact floats, fsum'd: order-free).
+    # The total cost is a sum (of exact floats, fsum'd: order-free). Each
+    # client sends its cost over the coreset's mean cost per row, a scale
+    # the server already holds: about its row count, whatever the data's
+    # units, so that a masked sum fits the fixed point (a sum of squares of
+    # unscaled data did not) and keeps its precision relative to the cost.
+    scale = float(coreset_inertia) / max(fed.n_samples, 1)
+    scale = scale if np.isfinite(scale) and scale > 0 else 1.0
     inertia = fed.run_round(
         "coreset labels",
-        partial(_label_step, exact_inertia=exact_inertia, **common),
+        partial(_label_step, exact_inertia=exact_inertia, cost_scale=scale, **common),
         centers,
         disclosure=SUM_ONLY if exact_inertia else NO_UPLOAD,
     )
-    inertia = inertia if exact_inertia else coreset_inertia
+    inertia = inertia * scale if exact_inertia else coreset_inertia
     return CoresetKMeansResult(
         cluster_centers=centers,
         inertia=inertia,
@@ -849,7 +871,10 @@ def _local_solution_step(
     # Work on the rows in an order fixed by their values alone, so that
     # neither the client's random choices nor the rounding of its sums (and
     # hence its upload, bit for bit) depend on how its samples are stored.
-    order = canonical_row_order(X, w)
+    # Rows another protocol computed from X (kernel k-means' embedding)
+    # carry the rounding of the sums they came from (2^-32 under secure
+    # aggregation), which moves their hashes: X's own rows order them.
+    order = canonical_row_order(X if rows is None else client.X, w)
     X, w = X[order], w[order]
     # Around the client's own mean: expanded squared distances on raw
     # coordinates cancel on data far from the origin.
@@ -944,8 +969,8 @@ def _coreset_step(client, state, message, *, rows, weighted):
     return {}, upload
 
 
-@client_step("coreset.cluster_sums")
-def _cluster_sums_step(client, state, message, *, rows, weighted):
+@client_step("coreset.cluster_sums", sum_only=True)
+def _cluster_sums_step(client, state, message, *, rows, weighted, min_rows=None):
     """Client: per-cluster weighted sums and weights (distributed Lloyd).
 
     Upload: Σ_p w_p (p − c_j) over the rows p closest to each center c_j,
@@ -953,6 +978,11 @@ def _cluster_sums_step(client, state, message, *, rows, weighted):
     their centers, not of the rows: they do not grow with the data's
     distance from the origin, which keeps them exact far from it and
     within the range of secure aggregation's fixed point (2^31 / M).
+
+    With ``min_rows`` (``raw_rows="refuse"``) a cluster this client holds
+    fewer distinct rows of is left out of its upload (zero sum and
+    weight): its sum and weight would give its rows away. The server's
+    update then moves that center with the other clients' rows only.
     """
     X = _rows(client, rows)
     centers = np.asarray(message, dtype=np.float64)
@@ -961,15 +991,22 @@ def _cluster_sums_step(client, state, message, *, rows, weighted):
     labels, _ = _assign(X, _sq_norms(X), centers, d2=None, tie=tie)
     w = _client_weights(client, weighted, X.shape[0])
     sums, totals = _cluster_sums(X, w, labels, centers.shape[0])
+    if min_rows:
+        for j in np.flatnonzero(totals > 0):
+            held = labels == j
+            if n_distinct_rows(X[held], w[held]) < min_rows:
+                sums[j], totals[j] = 0.0, 0.0
     return state, (sums - totals[:, None] * centers, totals)
 
 
-@client_step("coreset.labels")
-def _label_step(client, state, message, *, rows, weighted, exact_inertia):
+@client_step("coreset.labels", sum_only=True)
+def _label_step(
+    client, state, message, *, rows, weighted, exact_inertia, cost_scale=1.0
+):
     """Client: label own rows against the server's centers (step 4 of §5).
 
-    Upload: the client's weighted cost against the centers (1 float) when
-    ``exact_inertia``, else nothing.
+    Upload: the client's weighted cost against the centers divided by
+    ``cost_scale`` (1 float) when ``exact_inertia``, else nothing.
     """
     X = _rows(client, rows)
     # Label with the centers in the rows' precision, as the estimator stores
@@ -980,7 +1017,7 @@ def _label_step(client, state, message, *, rows, weighted, exact_inertia):
     if not exact_inertia:
         return state, None
     w = _client_weights(client, weighted, X.shape[0])
-    return state, float(w @ d2)
+    return state, float(w @ d2) / cost_scale
 
 
 # --------------------------------------------------------------------------
@@ -1115,7 +1152,7 @@ def merge_coresets(coresets):
     return points[rows], np.concatenate([weights[i] for i in order])
 
 
-def _distinct_points(points, weights):
+def _distinct_points(points, weights, *, by_value=False):
     """Equal points as one point with their total weight, in an order set
     by the points' values.
 
@@ -1125,7 +1162,11 @@ def _distinct_points(points, weights):
     asks of ``sample_weight``. The order is that of the points rounded to
     float32 (:func:`~skfed._rows.canonical_row_order`), so that points that
     differ by rounding only (centers summed in another order, dense or CSR
-    rows) keep their places.
+    rows) keep their places. With ``by_value`` (dense points computed from
+    sums, kernel k-means' embedding) it is the lexicographic order of the
+    values themselves: secure aggregation's rounding (2^-32) moves a value
+    across a float32 rounding boundary often enough to reorder hashes, and
+    the values' order only where two points' coordinates nearly tie.
     """
     hashes = row_hashes(points)
     _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
@@ -1134,7 +1175,10 @@ def _distinct_points(points, weights):
     if rows_equal(points[first[inverse]], points):
         points = points[first]
         weights = np.bincount(inverse, weights=weights, minlength=len(first))
-    order = canonical_row_order(points)
+    if by_value and not sp.issparse(points):
+        order = np.lexsort(points.T[::-1])
+    else:
+        order = canonical_row_order(points)
     return points[order], weights[order]
 
 

@@ -82,6 +82,16 @@ def one_shot_sketch(n_samples, n_features, n_clients, sketch_size):
     return max(_DEFAULT_FEATURES, sketch_size + sketch_size % 2, D - D % 2)
 
 
+# fit_predict and fit_transform on remote rows whose per-row outputs stay
+# where they are.
+_KEPT_ON_NODES = (
+    "Under raw_rows='refuse' or differential privacy the training rows' "
+    "labels and embedding stay on the clients that hold them: fit, then "
+    "label or embed each client's rows there with the fitted model's "
+    "predict or transform."
+)
+
+
 class FederatedKernelKMeans(
     KMeansCentersMixin,
     FederatedMixin,
@@ -289,7 +299,9 @@ class FederatedKernelKMeans(
         the same embedding (digits, a 10,000-row image set), with them 0.3%.
     random_state : int, RandomState instance or None, default=None
         Seeds the random features, the Lanczos start vectors, the coreset and
-        the partition when ``partitions`` is an int.
+        the partition when ``partitions`` is an int. Under ``privacy`` with a
+        finite epsilon the noise does not follow it (each client draws it
+        from fresh entropy), so a private fit is not reproducible.
     n_jobs : int, default=None
         Clients run in parallel through joblib; ``None`` lets an enclosing
         ``joblib.parallel_config`` decide (sequential by default).
@@ -331,18 +343,19 @@ class FederatedKernelKMeans(
         otherwise. Each client clips its random features to their norm
         bound R (‖z(x)‖ ≤ 1 for even D: a bound from D, not from the data,
         so ``privacy.bounds`` is not needed) and adds Gaussian noise, on
-        the client, to the triangle of Z[m]ᵀZ[m] (L2 sensitivity about
-        R²/√2) and to [Z[m]ᵀ1, n_m] (√(R² + 1)); the server mirrors the
-        noised triangle. The coreset k-means, whose clients upload rows of
-        H, is replaced by a private Lloyd on G = H + z̄ᵀV = Z V (rows of
-        norm at most R): one ``"private cells"`` round (noised per-cell
-        sums and counts against many server-drawn cells, whose noised
-        means the server clusters) and exactly ``refine_iter``
-        ``"private lloyd"`` rounds (noised per-cluster sums and counts,
-        sensitivity √(R² + 1); no early stop). Every upload is noised:
-        3 + ``refine_iter`` Gaussian releases per client, composed by the
-        accountant (``privacy_spent_``); fewer Lloyd rounds leave more
-        budget, hence less noise, for each. ``inertia_`` is NaN (it would
+        the client, to the triangle of Z[m]ᵀZ[m] (replace-one L2
+        sensitivity R √(R² + 2/D)) and to Z[m]ᵀ1 (2R), the public n_m
+        following unnoised; the server mirrors the noised triangle. The
+        coreset k-means, whose clients upload rows of H, is replaced by a
+        private Lloyd on G = H + z̄ᵀV = Z V (rows of norm at most R): one
+        ``"private cells"`` round (noised per-cell sums and counts against
+        many server-drawn cells, whose noised means the server clusters)
+        and exactly ``refine_iter`` ``"private lloyd"`` rounds (noised
+        per-cluster sums and counts, sensitivity max(2R, √(2(R² + 1))); no
+        early stop). Every upload is noised: 3 + ``refine_iter`` Gaussian
+        releases per client, composed by the accountant
+        (``privacy_spent_``); fewer Lloyd rounds leave more budget, hence
+        less noise, for each. ``inertia_`` is NaN (it would
         be one more release).
 
     Attributes
@@ -351,12 +364,18 @@ class FederatedKernelKMeans(
         The algorithm used (``algorithm``, or what ``"auto"`` chose).
     labels_ : ndarray of shape (n_samples,)
         Cluster of each training sample (kept by its client; assembled here).
+        Under ``raw_rows="refuse"`` or differential privacy the clients keep
+        their labels and embedding: rows held in this process are labelled
+        and embedded here with the fitted model (:meth:`predict` and the
+        replayed embedding), and for rows held elsewhere (dask, Flower)
+        neither ``labels_`` nor ``embedding_`` is set.
     cluster_centers_ : ndarray of shape (n_clusters, `n_components_`)
         Centers in the spectral space of ``embedding_``.
     embedding_ : ndarray of shape (n_samples, `n_components_`)
         H = U Λ^½ of the training samples: each client's rows stay on that
         client and are assembled here for the user, never communicated
-        (except as coreset rows).
+        (except as coreset rows). See ``labels_`` for ``raw_rows="refuse"``
+        and differential privacy.
     eigenvalues_ : ndarray of shape (`n_components_`,)
         Estimated top eigenvalues of the kernel matrix: μ_i + (1 − η_T) λ
         (DSPGD), those of the features' covariance C (one-shot: estimates
@@ -665,6 +684,7 @@ class FederatedKernelKMeans(
                     sketch_size=sketch,
                 )
             self._set_one_shot_attributes(result, fed)
+            self._label_rows_held_here(X, fed)
             self._record_privacy(fed)
             return self
         eigen_solver = self._eigen_solver(D)
@@ -701,8 +721,20 @@ class FederatedKernelKMeans(
         # new points (transform, predict, score): no extra communication.
         self._replay = result.replay
         self._scales = result.scales
+        self._label_rows_held_here(X, fed)
         self._record_privacy(fed)
         return self
+
+    def _label_rows_held_here(self, X, fed):
+        """``labels_`` and ``embedding_`` when the clients kept theirs
+        (``raw_rows="refuse"``, privacy: one value per row never leaves a
+        client): rows held in this process are embedded and labelled here
+        with the fitted model; rows elsewhere are not (neither attribute is
+        set; label them where they are with ``predict``)."""
+        if fed.per_row_allowed or is_remote(X):
+            return
+        self.embedding_ = self._embed(X).astype(fed.dtype, copy=False)
+        self.labels_ = self.predict(X).astype(np.intp, copy=False)
 
     def _set_one_shot_attributes(self, result, fed):
         self._set_common_attributes(result, fed)
@@ -722,8 +754,12 @@ class FederatedKernelKMeans(
         self.gamma_ = result.gamma
         self.eigenvalues_ = result.eigenvalues
         self.n_components_ = len(result.eigenvalues)
-        self.labels_ = result.labels.astype(np.intp, copy=False)
-        self.embedding_ = result.embedding.astype(fed.dtype, copy=False)
+        if result.labels is None:  # kept on the clients
+            self.__dict__.pop("labels_", None)
+            self.__dict__.pop("embedding_", None)
+        else:
+            self.labels_ = result.labels.astype(np.intp, copy=False)
+            self.embedding_ = result.embedding.astype(fed.dtype, copy=False)
         self.cluster_centers_ = result.coreset.cluster_centers.astype(
             fed.dtype, copy=False
         )
@@ -978,7 +1014,10 @@ class FederatedKernelKMeans(
         -------
         H : ndarray of shape (n_samples, `n_components_`)
         """
-        return self.fit(X, partitions=partitions).embedding_
+        self.fit(X, partitions=partitions)
+        if not hasattr(self, "embedding_"):
+            raise ValueError(_KEPT_ON_NODES)
+        return self.embedding_
 
     def fit_predict(self, X, y=None, *, partitions=None):
         """Fit and return ``labels_``.
@@ -998,4 +1037,7 @@ class FederatedKernelKMeans(
         labels : ndarray of shape (n_samples,)
             Cluster of each training sample.
         """
-        return self.fit(X, partitions=partitions).labels_
+        self.fit(X, partitions=partitions)
+        if not hasattr(self, "labels_"):
+            raise ValueError(_KEPT_ON_NODES)
+        return self.labels_

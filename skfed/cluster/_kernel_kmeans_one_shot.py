@@ -270,8 +270,12 @@ def run_one_shot(
     return OneShotResult(
         gamma=gamma,
         eigenvalues=eigenvalues,
-        labels=fed.assemble("coreset", "labels", fed.n_samples),
-        embedding=fed.assemble("kernel_kmeans", "H", fed.n_samples),
+        labels=None
+        if not fed.per_row_allowed
+        else fed.assemble("coreset", "labels", fed.n_samples),
+        embedding=None
+        if not fed.per_row_allowed
+        else fed.assemble("kernel_kmeans", "H", fed.n_samples),
         coreset=coreset,
         seed=seed,
         basis=basis,
@@ -323,7 +327,7 @@ def one_shot_embedding(X, omega, offset, basis, shift):
 # Client steps
 
 
-@client_step("kernel_kmeans.one_shot_statistics")
+@client_step("kernel_kmeans.one_shot_statistics", sum_only=True)
 def _statistics_step(client, state, message, *, n_features, noise=None, min_rows=None):
     """Client step: the upper triangle of Z[m]ᵀZ[m] (row by row) followed by
     Z[m]ᵀ1, D(D+1)/2 + D floats in one vector, so that the server's sum over
@@ -334,10 +338,10 @@ def _statistics_step(client, state, message, *, n_features, noise=None, min_rows
 
     Under differential privacy ``noise`` is ``(radius, gram_std,
     sum_std)``: every row of Z[m] is clipped to the features' norm bound
-    (a no-op but for rounding), the client's row count n_m follows the
-    sums, and the client adds Gaussian noise of ``gram_std`` to the
-    triangle and of ``sum_std`` to [Z[m]ᵀ1, n_m] (two releases), drawn
-    from its own stream: D(D+1)/2 + D + 1 floats.
+    (a no-op but for rounding), the client adds Gaussian noise of
+    ``gram_std`` to the triangle and of ``sum_std`` to Z[m]ᵀ1 (two
+    releases, drawn from fresh entropy), and its row count n_m, public,
+    follows unnoised: D(D+1)/2 + D + 1 floats.
 
     With ``min_rows`` (``raw_rows="refuse"``) a client of fewer distinct
     rows raises :class:`~skfed._refusal.RawRowsRefused` and uploads nothing.
@@ -354,14 +358,17 @@ def _statistics_step(client, state, message, *, n_features, noise=None, min_rows
     if noise is None:
         return state, np.concatenate([upper, sums])
     _, gram_std, sum_std = noise
-    rng = client.random_state("kernel_kmeans.one_shot_noise")
-    counted = np.append(sums, float(X.shape[0]))
+    # n_m is public (replace-one adjacency): it follows the sums unnoised.
     return state, np.concatenate(
-        [gaussian_noise(upper, gram_std, rng), gaussian_noise(counted, sum_std, rng)]
+        [
+            gaussian_noise(upper, gram_std),
+            gaussian_noise(sums, sum_std),
+            [float(X.shape[0])],
+        ]
     )
 
 
-@client_step("kernel_kmeans.one_shot_sketch")
+@client_step("kernel_kmeans.one_shot_sketch", sum_only=True)
 def _sketch_step(client, state, message, *, n_features, min_rows=None):
     """Client step: Y[m] = Z[m]ᵀ(Z[m] Ω) (D x l, row by row) followed by
     Z[m]ᵀ1, D l + D floats in one vector, so that the server's sum over

@@ -4,8 +4,10 @@ Under ``privacy`` the coreset k-means, whose clients upload rows of the
 embedding, is replaced by Lloyd rounds whose uploads are noised sums. A row
 of the embedding is H(x) = (z(x) − z̄) V with V's columns orthonormal, so
 G(x) = H(x) + z̄ᵀV = z(x) V has norm at most ‖z(x)‖ ≤ R, the random
-features' bound: the clients sum G, not H, and one row moves a client's
-per-cluster sums and counts [Σ G, n] by at most √(R² + 1), from D alone.
+features' bound: the clients sum G, not H, and one row replaced by another
+moves a client's per-cluster sums and counts [Σ G, n] by at most
+max(2R, √(2(R² + 1))), from D alone
+(:func:`~skfed.kernel._private_features.count_sum_sensitivity`).
 
 Rounds, each one Gaussian release per client (sum-only):
 
@@ -133,7 +135,7 @@ def private_kmeans(
     n_cells = cell_count(n_clusters, n_samples, std * np.sqrt(len(fed.client_ids)))
     seeds = shift + random_state.standard_normal((n_cells, len(shift))) * spread
     for r in range(_CELL_ROUNDS):
-        stats = _noised_sums(fed, "private cells", seeds, shift, radius, std, r)
+        stats = _noised_sums(fed, "private cells", seeds, shift, radius, std)
         means, counts = noised_means(seeds, stats, radius, floor)
         kept = counts > 0
         if r + 1 < _CELL_ROUNDS and kept.any():
@@ -150,9 +152,8 @@ def private_kmeans(
     else:
         # Too few cells above the noise: every one of them, and seeds.
         centers = np.vstack([means[kept], seeds[~kept]])[:n_clusters]
-    for t in range(n_iter):
-        key = _CELL_ROUNDS + t
-        stats = _noised_sums(fed, "private lloyd", centers, shift, radius, std, key)
+    for _ in range(n_iter):
+        stats = _noised_sums(fed, "private lloyd", centers, shift, radius, std)
         centers, _ = noised_means(centers, stats, radius, floor)
     centers = centers - shift
     fed.run_round(
@@ -169,12 +170,12 @@ def private_kmeans(
     return PrivateKMeansResult(centers, float("nan"), int(n_iter))
 
 
-def _noised_sums(fed, name, centers, shift, radius, std, key):
+def _noised_sums(fed, name, centers, shift, radius, std):
     """One sum-only round of noised per-center sums and counts (one
     release per client)."""
     return fed.run_round(
         name,
-        partial(_private_sums_step, radius=radius, std=std, key=key),
+        partial(_private_sums_step, radius=radius, std=std),
         (centers, shift),
         disclosure=Disclosure(SUM_ONLY, noised=1),
     )
@@ -184,8 +185,8 @@ def _noised_sums(fed, name, centers, shift, radius, std, key):
 # Client step
 
 
-@client_step("kernel_kmeans.private_sums")
-def _private_sums_step(client, state, message, *, radius, std, key):
+@client_step("kernel_kmeans.private_sums", sum_only=True)
+def _private_sums_step(client, state, message, *, radius, std):
     """Client: noised per-center sums of its rows G = H + z̄ᵀV and counts.
 
     The message: the centers (in G's coordinates) and z̄ᵀV. Each row of G
@@ -197,8 +198,7 @@ def _private_sums_step(client, state, message, *, radius, std, key):
     G = clip_rows(state["H"] + shift, radius)
     labels, _ = _assign_around_centers(G, centers, d2=None)
     sums, counts = _cluster_sums(G, np.ones(G.shape[0]), labels, centers.shape[0])
-    rng = client.random_state("kernel_kmeans.private_sums", key)
-    return state, gaussian_noise(np.append(sums.ravel(), counts), std, rng)
+    return state, gaussian_noise(np.append(sums.ravel(), counts), std)
 
 
 # --------------------------------------------------------------------------
@@ -207,7 +207,7 @@ def _private_sums_step(client, state, message, *, radius, std, key):
 
 def cell_count(n_clusters, n_samples, noise_std):
     """Server: how many cells the first round uses (see ``_ROWS_PER_NOISE``),
-    from public figures: k, the noised N and the summed noise's deviation."""
+    from public figures: k, N and the summed noise's deviation."""
     low = 3 * n_clusters
     high = max(_MAX_CELLS, low)
     if noise_std == 0:

@@ -29,13 +29,17 @@ from sklearn.exceptions import ConvergenceWarning
 from .._blocks import row_blocks
 from .._lanczos import block_lanczos, lanczos
 from .._ledger import NO_UPLOAD, PER_CLIENT, SUM_ONLY
-from .._protocol import client_step
+from .._protocol import PER_ROW, client_step, collectable
+from .._signs import vector_signs
 from ..kernel import (
     federated_gamma,
     random_fourier_features,
     sample_fourier_weights,
 )
 from ._coreset import federated_coreset_kmeans
+
+# Each client's rows of the spectral embedding H: one value per row.
+collectable("kernel_kmeans", "H", PER_ROW)
 
 __all__ = [
     "KernelKMeansResult",
@@ -266,8 +270,12 @@ verbose
         gamma=gamma,
         threshold=float(lam),
         eigenvalues=eigvals[:s],
-        labels=fed.assemble("coreset", "labels", n_samples),
-        embedding=fed.assemble("kernel_kmeans", "H", n_samples),
+        labels=None
+        if not fed.per_row_allowed
+        else fed.assemble("coreset", "labels", n_samples),
+        embedding=None
+        if not fed.per_row_allowed
+        else fed.assemble("kernel_kmeans", "H", n_samples),
         coreset=coreset,
         replay=it.replay,
         scales=scales,
@@ -473,7 +481,7 @@ def _receive_gamma_step(client, state, gamma):
 
 # The Gram matrix is blocks of up to 4,096 rows times themselves, D + r
 # wide: on large clients, products large enough for several BLAS threads.
-@client_step("kernel_kmeans.random_features", large_products=True)
+@client_step("kernel_kmeans.random_features", large_products=True, sum_only=True)
 def _random_features_step(
     client, state, message, *, n_features, upload_gram=False, with_memory=True
 ):
@@ -658,7 +666,7 @@ def iteration_features(X, omega, offset, eta, B, *, buffer=None):
     return W
 
 
-@client_step("kernel_kmeans.gram_matvec")
+@client_step("kernel_kmeans.gram_matvec", sum_only=True)
 def _gram_matvec_step(client, state, c):
     """Client step: one Lanczos product, W[m]ᵀ(W[m] c) (D + r_t floats up),
     or, for a block of Lanczos vectors (the rows of ``c``), one per row."""
@@ -712,7 +720,7 @@ def _embedding_step(client, state, scales):
     return state, None
 
 
-@client_step("kernel_kmeans.project")
+@client_step("kernel_kmeans.project", sum_only=True)
 def _project_step(client, state, c_part):
     """Client step (no CEM): √(η/D) A[m]ᵀ c[m], D floats up (per row of a
     block of vectors)."""
@@ -784,18 +792,16 @@ def soft_threshold(mu, V, shift):
 
 
 def _signs(V):
-    """Server: ±1 per column making its entry of largest magnitude positive.
+    """Server: ±1 per column making its entry of largest magnitude positive
+    (:func:`skfed._signs.vector_signs`, kernel PCA's convention).
 
     An eigenvector's sign is arbitrary; Lanczos' depends on how the start
-    vector projects on it, which rounding can flip for a small eigenvalue.
-    Fixing it keeps the fit the same under reordered rows or renamed
-    clients.
+    vector projects on it, which rounding can flip for a small eigenvalue,
+    and secure aggregation rounds the sums it is computed from. Fixing it
+    keeps the fit the same under reordered rows, renamed clients or
+    masking.
     """
-    if V.shape[1] == 0:
-        return np.ones(0)
-    signs = np.sign(V[np.argmax(np.abs(V), axis=0), np.arange(V.shape[1])])
-    signs[signs == 0] = 1.0
-    return signs
+    return vector_signs(V)
 
 
 def _above(mu, shift):

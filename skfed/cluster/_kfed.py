@@ -5,9 +5,12 @@ variant of Lloyd's method, or plain k-means where that is cheaper) and
 uploads its local centers in a single round; the server clusters the pooled
 centers into k (weighted k-means by default; the paper's farthest-point
 selection and one Lloyd round, Algorithm 2, as an option) and sends each
-client the global cluster of each of its local centers. A training point's label is the
-global cluster of its local cluster (the *induced* clustering, Definition
-3.3).
+client the global centers and the global cluster of each of its local
+centers. A training point's label is its nearest global center, as
+``predict`` gives it; the global cluster of its local cluster (the
+*induced* clustering, Definition 3.3) is kept as ``induced_labels_``.
+Optional distributed Lloyd rounds (``refine_iter``) move the merged
+centers to the means of the rows they label.
 
 The protocol (client steps, server steps, :func:`run_kfed`) lives in
 :mod:`skfed.cluster._kfed_protocol`; this module is the estimator.
@@ -36,7 +39,7 @@ from .._fixes import check_sample_weight as _check_sample_weight
 from .._remote import is_remote
 from .._validation import StrictInterval
 from ..privacy import DifferentialPrivacy, check_privacy, feature_bounds
-from ._centers import KMeansCentersMixin
+from ._centers import KMeansCentersMixin, labels_where_held
 from ._kfed_protocol import (
     KFedLocalOptions,
     KFedPrivateOptions,
@@ -63,9 +66,14 @@ class KFed(
     clients, ``local_step``) and uploads its local centers Θ(z) once. The
     server pools the centers and clusters them into ``n_clusters`` by
     weighted k-means (or, with ``merge="farthest"``, the paper's
-    farthest-point traversal and one Lloyd round) and tells each client the global
-    cluster of each of its local centers. Training points inherit the global
-    cluster of their local cluster (the k-FED induced clustering).
+    farthest-point traversal and one Lloyd round) and sends each client the
+    global centers and the global cluster of each of its local centers.
+    Each client labels its training points with their nearest global center
+    (``labels_``, what :meth:`predict` gives on the same rows), and keeps
+    the global cluster of each point's local cluster too (the k-FED induced
+    clustering, ``induced_labels_``). With ``refine_iter`` > 0, up to that
+    many distributed Lloyd rounds follow the merge, each one sum of
+    per-cluster sums and counts (maskable by ``secure_aggregation``).
 
     The algorithm needs one upload round. It suits heterogeneous (non-IID)
     networks where every client holds data from only a few (k' ≤ k) of the
@@ -83,20 +91,20 @@ class KFed(
         clusters each client finds locally. An int applies to every client; a
         mapping gives client id -> k(z) and must cover every client; None
         means ``n_clusters``. k(z) may exceed ``n_clusters``
-        (over-clustering): the upload grows with k(z), and on label-skewed
-        clients k(z) = 2k brings the NMI up to ``KMeans(n_init=10)``'s at
-        twice the floats (``benchmarks/bench_kfed.py``'s label-skew
-        section; the user guide quotes it).
+        (over-clustering): the upload grows with k(z). On label-skewed
+        clients k(z) = k already reaches ``KMeans(n_init=10)``'s
+        NMI, and k(z) = 2k, at twice the floats, lifts the induced labels
+        most (``benchmarks/bench_kfed.py``'s label-skew section; the user
+        guide quotes it).
 
     center_weighting : {"size", "uniform"}, default="size"
         How the server's Lloyd round averages the local centers of a global
         cluster τ_r. ``"size"`` weights each local center by the number of
         points (total sample weight) in its local cluster: the global center
         is then exactly the mean of the points the induced clustering puts in
-        that cluster (so ``inertia_`` is the k-means cost φ of ``labels_``),
-        and clients with few points do not pull centers as much as large
-        ones. It costs k(z)
-        more floats per client (the sizes). ``"uniform"`` is the paper's
+        that cluster (``induced_labels_``), and clients with few points do
+        not pull centers as much as large ones. It costs k(z) more floats
+        per client (the sizes). ``"uniform"`` is the paper's
         unweighted mean of the local centers and uploads only k(z)·d floats.
 
     merge : {"kmeans", "farthest"}, default="kmeans"
@@ -122,8 +130,9 @@ class KFed(
         same whichever). ``"awasthi-sheffet"`` is the paper's Algorithm 1
         alone. ``"best"`` (ours) also runs plain k-means++ and Lloyd on the
         client's rows and keeps whichever of the two has the lower weighted
-        local cost, which raises the accuracy on mixtures and the NMI on
-        label-skewed clients (``benchmarks/bench_kfed.py``). ``"auto"``
+        local cost, which raises the accuracy on mixtures and the induced
+        labels' NMI on label-skewed clients (``benchmarks/bench_kfed.py``).
+        ``"auto"``
         (ours) is ``"best"`` on clients of at most 2,048 rows and on sparse
         ones; a larger dense client runs Algorithm 1 with one seeding
         (``n_init`` at most 1, on 4,096 draws of its rows, at least 32 per
@@ -198,6 +207,9 @@ class KFed(
         and the server's choice of the starting client. Pass an int for
         reproducible results: the model then does not depend on ``n_jobs``,
         on the joblib backend, or on the names or order of the clients.
+        Under ``privacy`` with a finite epsilon the noise does not follow
+        it (each client draws it from fresh entropy), so a private fit is
+        not reproducible.
 
     verbose : int, default=0
         Print one line per round when positive.
@@ -222,8 +234,10 @@ class KFed(
         exchange (4 floats up per client, 4 per client down to each), and
         rounds each summed number to a multiple of 2^-32 (the model is the
         unmasked one within that precision); a client that fails in a
-        masked round fails the fit. k-FED has no such round (its server
-        needs each client's centers): it is ignored, with a warning.
+        masked round fails the fit. k-FED's own round has no such upload
+        (its server needs each client's centers): only the
+        ``refine_iter`` rounds are masked, and with ``refine_iter=0`` it is
+        ignored, with a warning.
 
     privacy : :class:`~skfed.privacy.DifferentialPrivacy` or None, \
             default=None
@@ -243,7 +257,10 @@ class KFed(
         unused (no client uploads raw rows) and ``sample_weight`` is
         refused (a weight would scale a row's influence). What was spent is
         in ``privacy_spent_``. ``partial_fit`` spends a new budget on the
-        rows it is given. None: no noise.
+        rows it is given. ``refine_iter`` must be 0 (its sums are not
+        noised). The noise comes from fresh entropy on each client, not
+        from ``random_state``: a private fit is not reproducible. None: no
+        noise.
 
     private_iter : int, default=5
         T, the number of DP Lloyd iterations each client runs under
@@ -255,19 +272,30 @@ class KFed(
         epsilon).
 
     compute_labels : bool, default=True
-        Whether ``fit`` and ``partial_fit`` gather the clients' induced
-        labels into ``labels_``, as :class:`~sklearn.cluster.MiniBatchKMeans`
-        computes its labels for the complete dataset. With False the labels
-        stay on the clients and ``labels_`` is not set: a fit on
-        dask-resident data then holds a few numbers per client in this
-        process, whatever the number of rows, instead of 4 bytes per row.
-        The rounds and ``communication_`` are the same either way (the
-        cluster map is how the clients receive the model), and
-        ``inertia_`` is still set: it is the sum of one number per client.
-        :meth:`fit_predict` returns the induced labels in both cases
-        (gathered for its return value); :meth:`predict` labels any rows by
-        their nearest global center, which can differ from a training
-        sample's induced label.
+        Whether ``fit`` and ``partial_fit`` gather the clients' labels into
+        ``labels_`` and ``induced_labels_``, as
+        :class:`~sklearn.cluster.MiniBatchKMeans` computes its labels for
+        the complete dataset. With False the labels stay on the clients
+        and neither is set: a fit on dask-resident data then holds a few
+        numbers per client in this process, whatever the number of rows,
+        instead of 8 bytes per row. The rounds and ``communication_`` are
+        the same either way (the cluster map is how the clients receive
+        the model), and ``inertia_`` is still set: it is the sum of one
+        number per client. :meth:`fit_predict` returns the labels in both
+        cases (gathered for its return value).
+
+    refine_iter : int, default=0
+        Largest number of distributed Lloyd rounds after the merge
+        (``"lloyd refinement"`` in ``communication_``): the server sends
+        the k centers, each client uploads the weighted sum of its rows'
+        displacements from their nearest center and their weight per
+        cluster (k(d + 1) floats, a sum-only round that
+        ``secure_aggregation`` masks), and the centers move to the means.
+        The rounds stop early once the centers move by at most ``tol``
+        times the pooled local centers' weighted variance. 0 keeps k-FED
+        one-shot. Lloyd's steps from the merged centers help where the
+        merge is rough (few local clusters per client on label-skewed
+        data); each costs a round trip. Refused with ``privacy``.
 
     Attributes
     ----------
@@ -275,20 +303,33 @@ class KFed(
         Global centers μ(τ_r).
 
     labels_ : ndarray of shape (n_samples,)
-        Induced label of each sample passed to the last ``fit`` or
-        ``partial_fit``; -1 for samples of clients that did not take part.
-        Labels stay on the clients in a deployment; the simulation gathers
-        them. Not set with ``compute_labels=False``.
+        Index of the nearest global center of each sample passed to the
+        last ``fit`` or ``partial_fit`` (what :meth:`predict` returns on
+        these samples), computed by its client from the downloaded centers;
+        -1 for samples of clients that did not take part. Labels stay on
+        the clients in a deployment; the simulation gathers them. Not set
+        with ``compute_labels=False``.
+
+    induced_labels_ : ndarray of shape (n_samples,)
+        The k-FED induced clustering (Definition 3.3): the global cluster
+        of each sample's local cluster, from the cluster map; -1 as in
+        ``labels_``. It can differ from ``labels_`` where a local cluster
+        straddles two global ones. Not set with ``compute_labels=False``.
 
     inertia_ : float
         Sum of squared distances (weighted by ``sample_weight`` if given) of
-        the samples with a label to the global center of their label. Each
-        client computes its share from the downloaded model; the simulation
-        adds the shares (not uploaded).
+        the samples with a label to their nearest global center, as in
+        :class:`~sklearn.cluster.KMeans`. Each client computes its share
+        from the downloaded model; the simulation adds the shares (not
+        uploaded).
 
     n_iter_ : int
         Largest number of local Lloyd iterations over the clients (the
         server itself runs exactly one Lloyd round).
+
+    n_refine_iter_ : int
+        Distributed Lloyd rounds run after the merge (at most
+        ``refine_iter``; 0 after ``partial_fit``).
 
     n_clients_ : int
         Number of clients whose local centers are in the model.
@@ -317,7 +358,9 @@ class KFed(
         client, k(z)·d floats (+ k(z) sizes with
         ``center_weighting="size"``); round ``"cluster map"`` downloads k(z)
         ints (the global cluster of each local center) and the k·d global
-        centers. One upload round per ``fit`` or ``partial_fit``.
+        centers. One upload round per ``fit`` or ``partial_fit``, plus
+        ``n_refine_iter_`` rounds ``"lloyd refinement"`` (k·d floats down,
+        k(d + 1) up per client, sum-only).
 
     privacy_spent_ : tuple (epsilon, delta) or None
         What the last ``fit`` or ``partial_fit`` spent under ``privacy``,
@@ -369,7 +412,8 @@ class KFed(
     ``partial_fit`` adds new clients (Theorem 3.2): they run the local step,
     their local centers join the nearest global center, and the global
     centers become the (weighted) means of the enlarged τ_r. No earlier
-    client is contacted and earlier labels do not change.
+    client is contacted and earlier labels do not change (so they can
+    differ from what :meth:`predict` now gives on the earlier rows).
 
     References
     ----------
@@ -396,8 +440,9 @@ class KFed(
     """
 
     def _has_sum_only_rounds(self):
-        # The server needs each client's local centers.
-        return False
+        # The server needs each client's local centers; only the
+        # refinement's sums can be masked.
+        return self.refine_iter > 0
 
     _parameter_constraints: dict = {
         "n_clusters": [StrictInterval(Integral, 1, None, closed="left")],
@@ -424,6 +469,7 @@ class KFed(
         "privacy": [DifferentialPrivacy, None],
         "private_iter": [StrictInterval(Integral, 1, None, closed="left")],
         "compute_labels": ["boolean"],
+        "refine_iter": [StrictInterval(Integral, 0, None, closed="left")],
     }
 
     def __init__(
@@ -449,6 +495,7 @@ class KFed(
         privacy=None,
         private_iter=5,
         compute_labels=True,
+        refine_iter=0,
     ):
         self.n_clusters = n_clusters
         self.n_local_clusters = n_local_clusters
@@ -470,6 +517,7 @@ class KFed(
         self.privacy = privacy
         self.private_iter = private_iter
         self.compute_labels = compute_labels
+        self.refine_iter = refine_iter
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, *, partitions=None, sample_weight=None):
@@ -502,7 +550,7 @@ class KFed(
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit_predict(self, X, y=None, *, partitions=None, sample_weight=None):
-        """Fit and return the induced label of each training sample.
+        """Fit and return the nearest global center of each training sample.
 
         Parameters
         ----------
@@ -522,20 +570,20 @@ class KFed(
         Returns
         -------
         labels : ndarray of shape (n_samples,)
-            The global cluster of each sample's local cluster (-1 for
-            samples of clients that did not take part): ``labels_`` with
-            ``compute_labels=True``. With ``compute_labels=False`` they are
-            gathered for this return value only (for a dask X, an array of
-            n_samples in this process) and ``labels_`` is not set; for
-            labels that stay on the workers, call :meth:`fit` and then
-            :meth:`predict` on the dask array (nearest global centers,
-            which can differ from induced labels).
+            The nearest global center of each sample, computed by its
+            client (-1 for samples of clients that did not take part):
+            ``labels_`` with ``compute_labels=True``. With
+            ``compute_labels=False`` they are gathered for this return
+            value only (for a dask X, an array of n_samples in this
+            process) and ``labels_`` is not set; for labels that stay on
+            the workers, call :meth:`fit` and then :meth:`predict` on the
+            dask array (the same labels).
         """
         return self._fit(X, partitions, sample_weight, gather_labels=True)
 
     def _fit(self, X, partitions, sample_weight, *, gather_labels=None):
-        """Fit; return the induced labels when gathered (``compute_labels``,
-        or ``gather_labels=True``), else None."""
+        """Fit; return the labels when gathered (``compute_labels``, or
+        ``gather_labels=True``), else None."""
         X, partitions, sample_weight = self._training_data(
             X, partitions, sample_weight, reset=True
         )
@@ -563,6 +611,9 @@ class KFed(
                     local=self._local_options(),
                     private=private,
                     gather_labels=self._gathers_labels(gather_labels),
+                    refine_iter=self.refine_iter,
+                    tol=self.tol,
+                    weighted=sample_weight is not None,
                 ),
                 random_state=rng,
             )
@@ -576,9 +627,10 @@ class KFed(
         self.failed_clients_ = result.failed_clients
         self.raw_upload_clients_ = result.raw_upload_clients
         self.n_clients_ = len(result.client_ids)
-        self._set_labels(result.labels)
-        self.inertia_ = result.inertia
-        self.n_iter_ = result.n_iter
+        labels = self._kept_labels(result, fed, X, gather_labels)
+        self._set_labels(labels, result.induced_labels)
+        self._set_inertia(result, fed, X)
+        self.n_refine_iter_ = result.n_refine_iter
         self.communication_ = fed.log
         self._record_privacy(fed)
         self._n_features_out = self.cluster_centers_.shape[0]
@@ -592,18 +644,48 @@ class KFed(
                 ConvergenceWarning,
                 stacklevel=3,
             )
-        return result.labels
+        if labels is None and gather_labels and not fed.per_row_allowed:
+            # fit_predict on rows held elsewhere: labelled where they are.
+            return labels_where_held(self, X, returned=True)
+        return labels
+
+    def _kept_labels(self, result, fed, X, gather_labels=None):
+        """The gathered labels, or under ``raw_rows="refuse"`` or privacy
+        (where they stay on the clients) those of the rows held here (None
+        for rows held elsewhere)."""
+        if result.labels is not None or fed.per_row_allowed:
+            return result.labels
+        if not self._gathers_labels(gather_labels):
+            return None
+        return labels_where_held(self, X)
+
+    def _set_inertia(self, result, fed, X):
+        """``inertia_`` and ``n_iter_``; under privacy each client's exact
+        cost stays on it: the cost of the rows held here, else NaN."""
+        self.inertia_ = result.inertia
+        self.n_iter_ = result.n_iter
+        if fed.accountant is not None:
+            self.n_iter_ = self.private_iter
+            if not is_remote(X):
+                self.inertia_ = -float(self.score(X))
 
     def _gathers_labels(self, gather_labels=None):
         return self.compute_labels if gather_labels is None else gather_labels
 
-    def _set_labels(self, labels):
-        """``labels_`` from gathered labels; with ``compute_labels=False``
-        none from this fit, and none left from an earlier one."""
-        if self.compute_labels:
+    def _set_labels(self, labels, induced=None):
+        """``labels_`` and ``induced_labels_`` from gathered labels (the
+        induced ones only where they were gathered); with
+        ``compute_labels=False`` none from this fit, and none left from an
+        earlier one."""
+        if self.compute_labels and labels is not None:
             self.labels_ = labels
+            if induced is not None:
+                self.induced_labels_ = induced
+            else:
+                self.__dict__.pop("induced_labels_", None)
         else:
             self.__dict__.pop("labels_", None)
+            self.__dict__.pop("induced_labels_", None)
 
     @_fit_context(prefer_skip_nested_validation=True)
     def partial_fit(self, X, y=None, *, partitions=None, sample_weight=None):
@@ -708,9 +790,9 @@ class KFed(
             c for c in result.raw_upload_clients if c not in self.raw_upload_clients_
         ]
         self.n_clients_ = len(self.local_centers_)
-        self._set_labels(result.labels)
-        self.inertia_ = result.inertia
-        self.n_iter_ = result.n_iter
+        self._set_labels(self._kept_labels(result, fed, X), result.induced_labels)
+        self._set_inertia(result, fed, X)
+        self.n_refine_iter_ = 0
         self.communication_ = fed.log
         self._record_privacy(fed)
         return self
@@ -727,6 +809,13 @@ class KFed(
         privacy = check_privacy(self.privacy)
         if privacy is None:
             return None
+        if self.refine_iter > 0:
+            raise ValueError(
+                f"refine_iter={self.refine_iter} cannot run under privacy: "
+                "the refinement's cluster sums are not noised. Pass "
+                "refine_iter=0 (the DP Lloyd iterations are private_iter), "
+                "or fit without privacy."
+            )
         if sample_weight is not None:
             raise ValueError(
                 "KFed does not take sample_weight under privacy: a weight "

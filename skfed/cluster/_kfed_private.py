@@ -25,9 +25,9 @@ from .._protocol import client_step
 from ..privacy import box_radius, clip_to_box, gaussian_noise
 from ._coreset import _cluster_sums
 
-# Per-client random streams: the starts, and the noise of the releases.
+# Per-client random streams of the starts and restarts (the noise has none:
+# skfed.privacy draws it from fresh entropy).
 _INIT_STREAM = "kfed.dp_init"
-_NOISE_STREAM = "kfed.dp_noise"
 _RESTART_STREAM = "kfed.dp_restart"
 _DROPOUT_STREAM = "kfed.dropout"
 
@@ -44,23 +44,25 @@ def release_scales(lower, upper, noise_multiplier):
 
     A release is the vector (S_1, ..., S_k, c·n_1, ..., c·n_k) of the
     per-cluster sums S_j of the clipped rows (each of L2 norm at most
-    R = ``box_radius``) and their counts n_j scaled by c. Adding or
-    removing one row x changes one S_j by x and that n_j by 1, so the joint
-    L2 sensitivity is
+    R = ``box_radius``, two of them at most 2R apart) and their counts n_j
+    scaled by c. Replacing one row x by x' (the client's size is public and
+    does not change) either moves S_j by x' − x (both nearest the same
+    center: ‖·‖ ≤ 2R, counts unchanged) or takes x from S_j and n_j and
+    adds x' to S_l and n_l (‖·‖² ≤ 2R² + 2c²), so the joint L2 sensitivity
+    is
 
-        Δ = sqrt(R² + c²),
+        Δ = max(2R, √(2(R² + c²))),
 
     and every coordinate gets noise of standard deviation z·Δ (z the
     accountant's noise multiplier): the sums' noise is z·Δ, the counts'
-    z·Δ/c. c trades one for the other. A center S_j/n_j errs by about
-    z·Δ·√d/n_j through its sum and z·Δ·R/(c·n_j) through its count
-    (‖S_j/n_j‖ ≤ R); the total Δ(√d + R/c) is smallest at c = R·d^(-1/6).
+    z·Δ/c. For c ≤ R, Δ = 2R: the counts' noise falls as c grows, the
+    sums' does not move, so c = R. (Above R both errors of a mean S_j/n_j,
+    z·Δ·√d/n_j through its sum and z·Δ·R/(c·n_j) through its count, grow.)
     """
     radius = box_radius(lower, upper)
-    n_features = len(lower)
     # A box of zero width (every row the same point): counts alone move.
-    count_scale = radius * n_features ** (-1 / 6) if radius > 0 else 1.0
-    sensitivity = float(np.hypot(radius, count_scale))
+    count_scale = radius if radius > 0 else 1.0
+    sensitivity = max(2.0 * radius, float(np.sqrt(2.0 * (radius**2 + count_scale**2))))
     return count_scale, sensitivity, noise_multiplier * sensitivity
 
 
@@ -124,6 +126,7 @@ def dp_lloyd_step(
     upper = np.asarray(upper, dtype=np.float64)
     X = client.X
     X = X.toarray() if hasattr(X, "toarray") else np.asarray(X)
+    check_rows_in_box(X, lower, upper)
     rows = clip_to_box(X.astype(np.float64, copy=False), lower, upper)
     half = (upper - lower) / 2
     count_scale, _, std = release_scales(lower, upper, noise_multiplier)
@@ -133,13 +136,12 @@ def dp_lloyd_step(
     centers = client.random_state(_INIT_STREAM).uniform(
         -half, half, size=(n_local_clusters, len(half))
     )
-    noise = client.random_state(_NOISE_STREAM)
     restarts = client.random_state(_RESTART_STREAM)
     for iteration in range(n_iter):
         sums, scaled_counts, _ = release_statistics(rows, centers, count_scale)
         # One Gaussian release of the joint vector (sums, c·counts).
-        sums = gaussian_noise(sums, std, noise)
-        counts = gaussian_noise(scaled_counts, std, noise) / count_scale
+        sums = gaussian_noise(sums, std)
+        counts = gaussian_noise(scaled_counts, std) / count_scale
         # Everything below is post-processing of the noisy release.
         kept = counts > max(_MIN_COUNT_STDS * count_std, 0.0)
         # A count barely above zero would blow its noisy mean up; the true
@@ -163,6 +165,27 @@ def dp_lloyd_step(
     box_centre = (lower + upper) / 2
     upload = {"centers": (centers + box_centre).astype(X.dtype), "sizes": weights}
     return state, upload
+
+
+def check_rows_in_box(X, lower, upper):
+    """Refuse, on the client, bounds that miss every one of its rows.
+
+    Clipped into such a box every row lands on its surface, and the fit
+    returns one cluster per face it touches without a word. The error
+    crosses to the server with the round's failure, which then learns that
+    this client's rows all lie outside the bounds: one bit about them,
+    outside the guarantee, and only for bounds that are wrong for the data.
+    """
+    if X.shape[0] == 0:
+        return
+    inside = np.all((X >= lower) & (X <= upper), axis=1)
+    if not inside.any():
+        raise ValueError(
+            "privacy.bounds miss every row of this client: all of its "
+            f"{X.shape[0]} rows lie outside the box, so clipping would move "
+            "them all onto its surface. Give bounds that cover the features' "
+            "range (from the domain, not from the data)."
+        )
 
 
 def _restart_dropped(centers, counts, kept, half, random_state):

@@ -110,7 +110,10 @@ class DistributedKernelPCA(
         duplicates). More than the number of samples is clipped to it
         (every sample is then a representative), with a warning unless it
         is the default, as :class:`sklearn.kernel_approximation.Nystroem`
-        does.
+        does. Clients that tie exactly for the last draws of the split over
+        clients (e.g. clients of one size) each take one, so that renaming
+        the clients never decides who draws: ``|Y|`` can then exceed it by
+        fewer than the number of clients.
     leverage_fraction : float, default=0.5
         m₁ / ``|Y|``: share of Y sampled by leverage scores; the rest (m₂) is
         sampled adaptively. Used with ``sampling="leverage+adaptive"``.
@@ -150,7 +153,10 @@ class DistributedKernelPCA(
         False solves the paper's uncentered problem, whose first component
         mostly points at the mean of the data in feature space.
     random_state : int, RandomState instance or None, default=None
-        Seeds the shared maps, the client sketches and the sampling.
+        Seeds the shared maps, the client sketches and the sampling. Under
+        ``privacy`` with a finite epsilon the noise does not follow it (each
+        client draws it from fresh entropy), so a private fit is not
+        reproducible.
     n_jobs : int, default=None
         Clients run in parallel through joblib.
     verbose : int, default=0
@@ -205,12 +211,12 @@ class DistributedKernelPCA(
         explicit ``gamma`` (the median heuristic samples rows). Each client
         clips its random features to their norm bound R (1 for even D: a
         bound from D, not from the data, so ``privacy.bounds`` is not
-        needed), appends its row count to Z[m]ᵀ1, and adds Gaussian noise,
-        on the client, to the triangle (L2 sensitivity about R²/√2) and to
-        [Z[m]ᵀ1, n_m] (√(R² + 1)): two releases per client, composed by the
-        accountant (``privacy_spent_``). The server mirrors the noised
-        triangle and divides by the noised N; everything after is
-        post-processing. The noise's spectral norm grows as √D while the
+        needed) and adds Gaussian noise, on the client, to the triangle
+        (replace-one L2 sensitivity R √(R² + 2/D)) and to Z[m]ᵀ1 (2R): two
+        releases per client, composed by the accountant
+        (``privacy_spent_``); its row count n_m, public, follows unnoised.
+        The server mirrors the noised triangle and divides by N; everything
+        after is post-processing. The noise's spectral norm grows as √D while the
         components' energy does not: a few hundred features keep far more
         of the variance than the default 2,000 (see the privacy page).
 

@@ -15,9 +15,10 @@ matrix, and (z(x) − z̄)ᵀ V is the kernel PCA projection of the
 random-feature kernel; no row of X and no representative leaves a client.
 
 Under differential privacy each client clips its feature rows to their
-norm bound (a no-op but for rounding), appends its row count, and adds
-Gaussian noise to the triangle and to [Z[m]ᵀ1, n_m] before uploading (two
-releases, sensitivities from D alone). The rest is post-processing.
+norm bound (a no-op but for rounding), adds Gaussian noise to the
+triangle and to Z[m]ᵀ1 (two releases, replace-one sensitivities from D
+alone) and appends its row count n_m, which is public, before uploading.
+The rest is post-processing.
 """
 
 from functools import partial
@@ -184,15 +185,15 @@ def feature_projection(X, seed, n_random_features, gamma, kernel, components, of
 # Client step
 
 
-@client_step("kernel_pca.feature_statistics")
+@client_step("kernel_pca.feature_statistics", sum_only=True)
 def _statistics_step(client, state, message, *, n_features, noise=None, min_rows=None):
     """Client: the upper triangle of Z[m]ᵀZ[m] (row by row), then Z[m]ᵀ1:
     D(D+1)/2 + D floats.
 
     Under differential privacy ``noise`` is ``(radius, gram_std,
-    sum_std)``: rows of Z[m] clipped to the norm bound, the row count
-    appended to the sums, and Gaussian noise added to the triangle and to
-    [Z[m]ᵀ1, n_m] from the client's own stream (two releases).
+    sum_std)``: rows of Z[m] clipped to the norm bound, Gaussian noise
+    added to the triangle and to Z[m]ᵀ1 (two releases, drawn from fresh
+    entropy), and the public row count n_m appended without noise.
 
     With ``min_rows`` (``raw_rows="refuse"``) a client of fewer distinct
     rows raises :class:`~skfed._refusal.RawRowsRefused` and uploads nothing.
@@ -207,8 +208,11 @@ def _statistics_step(client, state, message, *, n_features, noise=None, min_rows
     if noise is None:
         return state, np.concatenate([upper, sums])
     _, gram_std, sum_std = noise
-    rng = client.random_state("kernel_pca.feature_noise")
-    counted = np.append(sums, float(X.shape[0]))
+    # n_m is public (replace-one adjacency): it follows the sums unnoised.
     return state, np.concatenate(
-        [gaussian_noise(upper, gram_std, rng), gaussian_noise(counted, sum_std, rng)]
+        [
+            gaussian_noise(upper, gram_std),
+            gaussian_noise(sums, sum_std),
+            [float(X.shape[0])],
+        ]
     )

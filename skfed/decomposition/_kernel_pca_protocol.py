@@ -25,6 +25,7 @@ from .._ledger import PER_CLIENT, SUM_ONLY, Disclosure, raw_rows_of
 from .._protocol import client_step
 from .._reduce import content_sorted, order_free_sum
 from .._shift import shift_point, shifted_rows
+from .._signs import extreme_signs, vector_signs
 from ..kernel._median import (
     allocate_quota,
     canonical_row_order,
@@ -463,15 +464,14 @@ def _span_basis(K):
 
     Eigenvalues below ``_EIG_RTOL`` × the largest are dropped, which is the
     guard against duplicates and rank-deficient kernels. Eigenvector signs
-    are fixed (largest entry positive) so that every client computing R from
-    the same Y gets the same basis.
+    are fixed (:func:`skfed._signs.vector_signs`) so that every client
+    computing R from the same Y gets the same basis.
     """
     lam, U = np.linalg.eigh(K)
     top = lam.max() if lam.size else 0.0
     keep = lam > _EIG_RTOL * top if top > 0 else np.zeros(lam.shape, dtype=bool)
     lam, U = lam[keep][::-1], U[:, keep][:, ::-1]
-    signs = np.sign(U[np.argmax(np.abs(U), axis=0), np.arange(U.shape[1])])
-    return U * (signs / np.sqrt(lam))
+    return U * (vector_signs(U) / np.sqrt(lam))
 
 
 def _forwarded_representatives(message):
@@ -756,7 +756,7 @@ def _residual_step(client, state, message, *, spec, budget):
     return state, _score_summary(resid, budget)
 
 
-@client_step("kernel_pca.project")
+@client_step("kernel_pca.project", sum_only=True)
 def _project_step(client, state, message, *, spec, upload, local_rank, sketch_width):
     """disLR, worker part 1: the column sums of Π[m] = Rᵀ K_{Y, X[m]}, for
     centering (r floats up).
@@ -866,11 +866,6 @@ def _error_step(client, state, W):
         high, low = _extremes(proj)
         top, bottom = np.maximum(top, high), np.minimum(bottom, low)
     return state, (state["kpca_trace"], energy, top, bottom)
-
-
-# Projections whose magnitudes are within this relative distance of each
-# other tie for the sign convention: rounding (1e-15) must not decide it.
-_SIGN_TIE = 1e-9
 
 
 def _projections(X, Y, R, spec):
@@ -985,13 +980,6 @@ def _error_totals(stats):
     return trace, np.asarray(energy, dtype=np.float64), top, bottom
 
 
-# Extremes within this relative distance of each other tie for the sign
-# convention (rounding, 1e-15, must not decide it); so do coefficients
-# below this share of a column's largest in the fallback.
-_SIGN_TIE = 1e-9
-_SIGN_SIGNIFICANT = 1e-6
-
-
 def _component_signs(top, bottom, C):
     """Server: ±1 per component, KernelPCA's convention made order-free.
 
@@ -1000,14 +988,7 @@ def _component_signs(top, bottom, C):
     When the two extremes tie (data symmetric about its mean, where both
     signs satisfy the convention and the rows' order used to decide), the
     first significant coefficient of C over the representatives, which
-    are in a canonical order, is made positive.
+    are in a canonical order, is made positive
+    (:func:`skfed._signs.extreme_signs`).
     """
-    signs = np.where(top >= -bottom, 1.0, -1.0)
-    tied = np.abs(top + bottom) <= _SIGN_TIE * np.maximum(top, -bottom)
-    for j in np.flatnonzero(tied):
-        column = C[:, j]
-        scale = np.max(np.abs(column), initial=0.0)
-        significant = np.flatnonzero(np.abs(column) > _SIGN_SIGNIFICANT * scale)
-        if significant.size:
-            signs[j] = 1.0 if column[significant[0]] > 0 else -1.0
-    return signs
+    return extreme_signs(top, bottom, C)

@@ -15,10 +15,24 @@ The ClientApp answers ``query.skfed`` messages from the ServerApp of a fit
     name, with its options and the server's message; keep the state the
     step returns, answer with the upload.
 ``values``
-    Send back what the node keeps under a namespace (its labels, say), for
-    the fitted estimator's attributes.
+    Send back an entry of what the node keeps that a protocol declared
+    collectable (``skfed._protocol.collectable``), as the node's settings
+    allow: never its secure-aggregation keys or anything undeclared; no
+    per-row output (labels, an embedding) under ``raw_rows="refuse"`` or
+    differential privacy; no exact per-client statistic under privacy.
 ``distinct_y``
     The distinct labels the node holds (a classifier's classes).
+
+The node's own configuration (``--node-config``) can fix settings that no
+server can turn off:
+
+``secure-aggregation``
+    ``true``: the node masks every sum-only upload, refuses to send one
+    unmasked, and refuses to open a fit whose server did not ask for
+    secure aggregation.
+``raw-rows``
+    ``"refuse"``: no per-row output leaves the node, whatever the fit's
+    settings say.
 
 What a node keeps between messages lives in ``context.state``, as codec
 records: a deployed SuperNode (Flower 1.42) starts a new ClientApp process
@@ -41,7 +55,7 @@ from flwr.clientapp import ClientApp
 from .._protocol import StepCall
 from .._remote import make_client
 from .._threads import blas_limits, thread_pools
-from .._transport import StepFailure, kept_after, picked, run_step
+from .._transport import StepFailure, collected, kept_after, run_step
 from ._records import from_records, to_records
 
 __all__ = ["client_app"]
@@ -105,6 +119,48 @@ def _data_key(context):
                 pass
         items.append((name, value, stat))
     return context.node_id, tuple(items)
+
+
+def _node_flag(context, key):
+    """A true/false setting of the node config (TOML gives a bool; a
+    string "true"/"false" is read as one)."""
+    value = context.node_config.get(key, False)
+    if isinstance(value, str):
+        if value.strip().lower() not in ("true", "false", ""):
+            raise ValueError(
+                f"The node config's {key!r} is true or false, got {value!r}."
+            )
+        return value.strip().lower() == "true"
+    return bool(value)
+
+
+def _own_settings(context, spec):
+    """The fit's input checks with the client's configuration as the node
+    fixes it: the server's settings, made stricter (never looser) by the
+    node config."""
+    server = dict((spec or {}).get("client") or {})
+    masks = _node_flag(context, "secure-aggregation")
+    if masks and not server.get("secure_aggregation", False):
+        raise PermissionError(
+            "This node masks its sums (secure-aggregation in its node config) "
+            "and refuses a fit whose server did not ask for secure "
+            "aggregation: fit with secure_aggregation=True."
+        )
+    config = {
+        "secure_aggregation": bool(server.get("secure_aggregation", False) or masks),
+        "raw_rows": str(server.get("raw_rows", "allow")),
+        "private": bool(server.get("private", False)),
+    }
+    raw_rows = context.node_config.get("raw-rows")
+    if raw_rows is not None:
+        if raw_rows not in ("allow", "refuse"):
+            raise ValueError(
+                f"The node config's 'raw-rows' is 'allow' or 'refuse', got "
+                f"{raw_rows!r}."
+            )
+        if raw_rows == "refuse":
+            config["raw_rows"] = "refuse"
+    return {**(spec or {}), "client": config}
 
 
 def _error_record(exc, tb):
@@ -198,6 +254,7 @@ class _Node:
         state = from_records(context.state, prefix=_STATE, default={})
         if op == "open":
             settings = {k: request[k] for k in ("seed", "spec", "classes", "use_y")}
+            settings["spec"] = _own_settings(context, settings["spec"])
             # Where this node's rows start among all nodes' (sample indices
             # the fit reports are global).
             settings["first_row"] = int(request.get("first_row", 0))
@@ -226,6 +283,9 @@ class _Node:
                 return {"error": _error_record(answer.exc, answer.tb)}
             return {"upload": answer}
         if op == "values":
-            storage = state["storage"][request["namespace"]]
-            return {"value": picked(storage, request["key"])}
+            client = self._client(context, state["settings"])
+            value = collected(
+                client, state["storage"], request["namespace"], request["key"]
+            )
+            return {"value": value}
         raise ValueError(f"Unknown skfed operation {op!r}.")

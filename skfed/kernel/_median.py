@@ -48,8 +48,12 @@ def allocate_quota(total, weights, caps):
     client ``m`` never asked for more than ``caps[m]`` draws (the excess goes
     to the others, again proportionally). Deterministic: it is stratified
     sampling (lower variance than a multinomial split with the same
-    expectations) and does not depend on the order of the clients except to
-    break exact ties in the rounding.
+    expectations) and does not depend on the order or the names of the
+    clients: clients that tie exactly for the last draws of the rounding
+    (equal weights, e.g. clients of one size) all get one, so the total
+    can exceed ``total`` by fewer than the number of tied clients. Which of
+    them drew would otherwise be decided by their position, and renaming
+    the clients would change the sample and the model.
 
     Parameters
     ----------
@@ -63,7 +67,8 @@ def allocate_quota(total, weights, caps):
     Returns
     -------
     quota : ndarray of shape (n_clients,), dtype intp
-        Sums to ``min(total, sum of caps over clients with positive weight)``.
+        Sums to ``min(total, sum of caps over clients with positive weight)``,
+        or a little more when clients tie for the last draws.
     """
     weights = np.asarray(weights, dtype=np.float64)
     caps = np.where(weights > 0, np.asarray(caps, dtype=np.intp), 0)
@@ -88,8 +93,13 @@ def allocate_quota(total, weights, caps):
         base = np.floor(share).astype(np.intp)
         quota += base
         short = remaining - int(base.sum())
-        order = np.argsort(-(share - base), kind="stable")
-        quota[order[:short]] += 1
+        if short > 0:
+            fraction = np.where(open_, share - base, -1.0)
+            last = np.sort(fraction)[::-1][short - 1]
+            # Ties for the last draws share alike (see above); the water
+            # filling left each open client below its cap, so the extra
+            # draw fits.
+            quota[open_ & (fraction >= last)] += 1
     return quota
 
 

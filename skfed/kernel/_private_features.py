@@ -5,10 +5,11 @@ private without reading the data.
 The map z(x) = √(2/D) [cos(ωᵢᵀx), sin(ωᵢᵀx)]ᵢ (pairs of phases 0 and
 −π/2, one random-phase cosine when D is odd) has a norm fixed by D alone:
 ‖z(x)‖² = 2⌊D/2⌋/D + (2/D) cos²(·) ≤ 2⌈D/2⌉/D, which is 1 for even D,
-whatever x is, however far from the origin. So one row moves Σ z zᵀ by at
-most ‖z zᵀ‖_F = ‖z‖² and Σ z by ‖z‖: the sensitivities of a private
-release come from D, never from the data (unlike coordinates, which need
-bounds to be clipped to).
+whatever x is, however far from the origin. So replacing one row by
+another moves Σ z zᵀ and Σ z by amounts bounded through D alone: the
+sensitivities of a private release come from D, never from the data
+(unlike coordinates, which need bounds to be clipped to). The adjacency is
+replace-one with the clients' sizes public (:mod:`skfed.privacy`).
 """
 
 import math
@@ -23,6 +24,7 @@ from ._random_features import random_fourier_features, sample_fourier_weights
 __all__ = [
     "count_sum_sensitivity",
     "feature_blocks",
+    "feature_sum_sensitivity",
     "feature_gram_statistics",
     "feature_norm_bound",
     "gram_sensitivity",
@@ -107,22 +109,40 @@ def feature_norm_bound(n_random_features):
 
 def gram_sensitivity(radius, n_random_features):
     """The L2 sensitivity of the upper triangle of Σ z zᵀ (diagonal
-    included) to one row added or removed, for rows of norm at most R.
+    included) to one row replaced by another, for rows of norm at most R.
 
-    The row adds the triangle of z zᵀ, whose squared norm is
-    Σᵢ zᵢ⁴ + Σ_{i<j} zᵢ² zⱼ² = (‖z‖⁴ + Σᵢ zᵢ⁴) / 2 ≤ (R⁴ + m² R²) / 2,
-    where m² ≥ maxᵢ zᵢ² is 2/D (a cosine times √(2/D)): about R²/√2, a
-    factor √2 below ‖z zᵀ‖_F, because the server mirrors the triangle
-    instead of receiving both halves.
+    The triangle moves by that of A = z zᵀ − z' z'ᵀ, whose squared norm is
+    Σᵢ Aᵢᵢ² + Σ_{i<j} Aᵢⱼ² = (‖A‖_F² + Σᵢ Aᵢᵢ²) / 2. Here
+    ‖A‖_F² = ‖z‖⁴ + ‖z'‖⁴ − 2(zᵀz')² ≤ 2R⁴, and Aᵢᵢ = zᵢ² − z'ᵢ² lies in
+    [−m², m²] (m² ≥ maxᵢ zᵢ², 2/D for a cosine times √(2/D)) with
+    Σᵢ |Aᵢᵢ| ≤ ‖z‖² + ‖z'‖² ≤ 2R², so Σᵢ Aᵢᵢ² ≤ 2m²R². Hence
+
+        Δ = √(R⁴ + m²R²) = R √(R² + m²),
+
+    about R² for large D: √2 above one row added or removed, a factor √2
+    below ‖A‖_F's bound because the server mirrors the triangle instead of
+    receiving both halves.
     """
     m2 = min(radius**2, 2.0 / n_random_features * (1 + _SLACK))
-    return math.sqrt((radius**4 + m2 * radius**2) / 2)
+    return math.sqrt(radius**4 + m2 * radius**2)
+
+
+def feature_sum_sensitivity(radius):
+    """The L2 sensitivity of Σ z to one row replaced by another, for rows
+    of norm at most R: ‖z − z'‖ ≤ 2R. The row count beside it does not
+    move (the clients' sizes are public) and is sent without noise."""
+    return 2.0 * radius
 
 
 def count_sum_sensitivity(radius):
-    """The L2 sensitivity of [Σ z, n] (a feature sum and the row count)
-    to one row added or removed, for rows of norm at most R: √(R² + 1)."""
-    return math.sqrt(radius**2 + 1.0)
+    """The L2 sensitivity of per-center sums and counts [Σ_j z, n_j]_j to
+    one row replaced by another, for rows of norm at most R.
+
+    Both rows nearest one center: that sum moves by z' − z (≤ 2R), no count
+    moves. Nearest two: two sums move by z and z', two counts by 1
+    (√(2R² + 2)). So Δ = max(2R, √(2(R² + 1))).
+    """
+    return max(2.0 * radius, math.sqrt(2.0 * (radius**2 + 1.0)))
 
 
 def clip_rows(Z, radius):
@@ -195,28 +215,29 @@ def symmetric_from_upper(upper, n_random_features):
 
 def private_statistics(fed, step, message, n_random_features):
     """Server: the noised sums of the clients' feature statistics under the
-    fit's accountant (differential privacy), and the noised row count.
+    fit's accountant (differential privacy), and the row count (public).
 
     One ``"random feature statistics"`` round, sum-only, two releases per
-    client: the upper triangle of Z[m]ᵀZ[m], of sensitivity
-    :func:`~skfed.kernel._private_features.gram_sensitivity`, and
-    [Z[m]ᵀ1, n_m], of sensitivity √(R² + 1), R the features' norm bound.
-    Both bounds come from D alone. ``step`` is the estimator's statistics
-    step (taking ``n_features`` and ``noise``).
+    client: the upper triangle of Z[m]ᵀZ[m], of replace-one sensitivity
+    :func:`~skfed.kernel._private_features.gram_sensitivity`, and Z[m]ᵀ1,
+    of sensitivity 2R, R the features' norm bound; the row count n_m is
+    public and follows without noise. Both bounds come from D alone.
+    ``step`` is the estimator's statistics step (taking ``n_features`` and
+    ``noise``).
 
     Returns
     -------
     total : ndarray of shape (D(D+1)/2 + D,)
         The noised sum of the triangles, then of the feature sums.
     n_samples : float
-        The noised N, at least 1.
+        N, at least 1.
     """
     accountant = fed.accountant
     radius = feature_norm_bound(n_random_features)
     noise = (
         radius,
         accountant.noise_std(gram_sensitivity(radius, n_random_features)),
-        accountant.noise_std(count_sum_sensitivity(radius)),
+        accountant.noise_std(feature_sum_sensitivity(radius)),
     )
     total = fed.run_round(
         "random feature statistics",
@@ -224,5 +245,5 @@ def private_statistics(fed, step, message, n_random_features):
         message,
         disclosure=Disclosure(SUM_ONLY, noised=2),
     )
-    # A noised count may fall below 1 on tiny data; the means divide by it.
+    # N is exact, but a client may hold no row; the means divide by it.
     return total[:-1], max(float(total[-1]), 1.0)

@@ -273,7 +273,7 @@ def moments_step(client, state, message, *, min_rows=None):
     return state, _moments(client.X)
 
 
-@client_step("kernel.count_and_sum")
+@client_step("kernel.count_and_sum", sum_only=True)
 def count_and_sum_step(client, state, message, *, min_rows=None):
     """Client step: (n_m, Σ x), for a sum-only round (the global mean);
     ``min_rows`` as in :func:`moments_step`."""
@@ -282,7 +282,7 @@ def count_and_sum_step(client, state, message, *, min_rows=None):
     return state, (n, n * mean)
 
 
-@client_step("kernel.spread")
+@client_step("kernel.spread", sum_only=True)
 def spread_step(client, state, mean, *, min_rows=None):
     """Client step: Σ ‖x − x̄‖² of its rows around the global mean x̄ (the
     message), for a sum-only round: S_m + n_m ‖x̄_m − x̄‖², with S_m taken

@@ -75,8 +75,9 @@ class FederatedStandardScaler(
         in a :func:`joblib.parallel_config` context.
 
     random_state : int, RandomState instance or None, default=None
-        Seeds an int ``partitions``' random split and, under ``privacy``,
-        the clients' noise. Without ``privacy`` the fit draws nothing.
+        Seeds an int ``partitions``' random split. The differential
+        privacy noise never follows it: each client draws it from fresh OS
+        entropy, so a private fit is not reproducible.
 
     verbose : int, default=0
         Print one line per round when positive.

@@ -29,8 +29,8 @@ Under differential privacy, one ``sum_only`` round, ``"scaler
 statistics"``: the server sends the bounds (2d floats); each client clips
 its rows into the box, moves them to its centre and divides them by its
 half-widths (v in [-1, 1]^d, public coordinates: no round is needed to find
-them), and uploads Σ v, Σ v² (with ``with_std``) and its row count, with
-Gaussian noise (d + 1 or 2d + 1 floats; one release).
+them), and uploads Σ v, Σ v² (with ``with_std``) with Gaussian noise and its
+(public) row count (d + 1 or 2d + 1 floats; one release).
 """
 
 import math
@@ -50,7 +50,6 @@ __all__ = ["ScalerResult", "private_sensitivity", "run_scaler"]
 # Rows a client densifies at once under differential privacy (sparse rows
 # are clipped into a box whose centre fills every column).
 _CHUNK = 4096
-_NOISE_STREAM = "scaler.dp_noise"
 
 
 class ScalerResult(NamedTuple):
@@ -108,16 +107,18 @@ def run_scaler(fed, *, with_mean, with_std, private=None):
 
 
 def private_sensitivity(n_free, with_std):
-    """The L2 sensitivity of one client's release to one row added or
-    removed.
+    """The L2 sensitivity of one client's release to one of its rows
+    replaced by any other (replace-one adjacency; the row count is public
+    and released without noise).
 
-    A row in box coordinates v ∈ [-1, 1]^d adds v to Σ v (norm at most
-    √d'), v² to Σ v² (entries in [0, 1], norm at most √d') and 1 to the
-    count, where d' counts the features whose box has a positive width (v
-    is 0 on the others). So Δ = √(2d' + 1), or √(d' + 1) without the
-    squares. The bound comes from the box's dimension, never from the data.
+    A row in box coordinates v ∈ [-1, 1]^d replaced by v' moves Σ v by
+    v' − v (norm at most 2√d') and Σ v² by v'² − v² (entries in [-1, 1],
+    norm at most √d'), where d' counts the features whose box has a
+    positive width (v is 0 on the others). So Δ = √(5d'), or 2√d' without
+    the squares. The bound comes from the box's dimension, never from the
+    data.
     """
-    return math.sqrt((2 if with_std else 1) * n_free + 1.0)
+    return math.sqrt((5 if with_std else 4) * n_free)
 
 
 def _run_private(fed, *, with_std, private):
@@ -199,8 +200,8 @@ def _private_step(client, state, message, *, with_std, noise_std):
     noise, v the rows clipped into the box and moved to [-1, 1]^d (Σ v²
     only with ``with_std``): one release, d + 1 or 2d + 1 floats.
 
-    The noise is drawn here, from the client's own stream, before the
-    statistics leave the site.
+    The noise is drawn here, from fresh OS entropy, before the statistics
+    leave the site; the row count n_m, public, follows unnoised.
     """
     lower, upper = (np.asarray(b, dtype=np.float64) for b in message)
     centre, half = (lower + upper) / 2, (upper - lower) / 2
@@ -217,6 +218,7 @@ def _private_step(client, state, message, *, with_std, noise_std):
         if with_std:
             second += np.einsum("ij,ij->j", v, v)
     parts = [first, second] if with_std else [first]
-    release = np.concatenate([*parts, [float(X.shape[0])]])
-    rng = client.random_state(_NOISE_STREAM)
-    return state, gaussian_noise(release, noise_std, rng)
+    # n_m is public (replace-one adjacency): it follows the sums unnoised.
+    return state, np.concatenate(
+        [gaussian_noise(np.concatenate(parts), noise_std), [float(X.shape[0])]]
+    )

@@ -19,7 +19,7 @@ from sklearn.utils import check_random_state
 
 from skfed import ClientValueError, DistributedKMeans
 from skfed._federation import Federation
-from skfed._protocol import client_step
+from skfed._protocol import PUBLIC, client_step, collectable
 from skfed._testing import gathered_outputs
 from skfed._validation import check_partitions
 from skfed.cluster._coreset import (
@@ -897,6 +897,9 @@ def test_fewer_distinct_points_than_k_warns_but_fits():
 
 # --------------------------------------------------------------------------
 # The protocol on its own, as FederatedKernelKMeans uses it
+
+
+collectable("test_coreset", None, PUBLIC)
 
 
 @client_step("test_coreset.derive")

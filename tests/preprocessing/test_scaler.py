@@ -349,9 +349,9 @@ def test_noise_scale_by_formula(monkeypatch, with_std):
     stds = []
     original = _scaler_protocol.gaussian_noise
 
-    def recording(value, std, random_state):
+    def recording(value, std):
         stds.append(std)
-        return original(value, std, random_state)
+        return original(value, std)
 
     monkeypatch.setattr(_scaler_protocol, "gaussian_noise", recording)
     dp = DifferentialPrivacy(epsilon=1.0, bounds=(lower, upper))
@@ -359,8 +359,9 @@ def test_noise_scale_by_formula(monkeypatch, with_std):
     fed.fit(X, partitions=np.arange(len(X)) % 3)
     # The multiplier the accountant calibrates for the fit's one release.
     z = Accountant(dp, 1, estimator="test").noise_multiplier
+    # Replace-one: 2√d' for Σ v, √d' for Σ v², the public count unnoised.
     n_free = 2
-    expected = z * math.sqrt((2 if with_std else 1) * n_free + 1)
+    expected = z * math.sqrt((5 if with_std else 4) * n_free)
     np.testing.assert_allclose(stds, [expected] * 3, rtol=1e-12)
     epsilon, delta = fed.privacy_spent_
     assert epsilon == pytest.approx(1.0, rel=1e-3) and delta == 1e-5
@@ -386,7 +387,7 @@ def test_the_noise_in_the_mean_has_the_spread_the_formula_gives():
             for seed in range(150)
         ]
     )
-    expected = z * math.sqrt(2 + 1) * math.sqrt(4) / 400
+    expected = z * math.sqrt(4 * 2) * math.sqrt(4) / 400
     measured = errors.std(axis=0)
     np.testing.assert_allclose(measured, expected, rtol=0.2)
 

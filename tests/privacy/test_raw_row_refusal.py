@@ -438,3 +438,42 @@ def test_private_kernel_kmeans_fits_under_refuse(received):
     ).fit(X, partitions=3)
     assert est.communication_.raw_rows == 0
     assert _rows_found(received["uploads"], X) == set()
+
+
+# -- KFed's refinement rounds: a client's one-row cluster ----------------------
+
+
+def _refinement_rows(received):
+    """Rows the server reads off the refinement rounds: a cluster's center
+    plus its displacement sum over its weight, where the weight is one row's."""
+    messages = [m for name, m in received["messages"] if name == "lloyd refinement"]
+    uploads = [u for name, _, u in received["uploads"] if name == "lloyd refinement"]
+    rows = []
+    # One message per client and round, aligned with the uploads.
+    for centers, (sums, totals) in zip(messages, uploads):
+        one = np.isclose(totals, 1.0)
+        rows.extend(np.asarray(centers)[one] + sums[one])
+    return np.array(rows).reshape(-1, 4)
+
+
+def test_kfed_refinement_sums_of_a_one_row_cluster_are_left_out(received):
+    X, y = make_blobs(300, centers=3, n_features=4, cluster_std=0.6, random_state=0)
+    # Client 2 holds blobs 1 and 2 and one row of blob 0: its blob-0 sum in
+    # a refinement round is that row.
+    lone = np.flatnonzero(y == 0)[0]
+    ids = np.where(y == 0, 0, 1 + np.arange(len(y)) % 2)
+    ids[lone] = 2
+    kw = {"n_clusters": 3, "n_local_clusters": 2, "refine_iter": 2, "random_state": 0}
+    skfed.KFed(**kw).fit(X, partitions=ids)
+    stolen = _refinement_rows(received)
+    assert np.abs(stolen - X[lone]).max(axis=1).min() <= 1e-9
+    received["uploads"].clear()
+    received["messages"].clear()
+
+    refused = skfed.KFed(raw_rows="refuse", **kw).fit(X, partitions=ids)
+    stolen = _refinement_rows(received)
+    assert (
+        len(stolen) == 0 or np.abs(stolen[:, None] - X[None]).max(axis=2).min() > 1e-6
+    )
+    assert refused.communication_.raw_rows == 0
+    assert adjusted_rand_score(y, refused.labels_) > 0.99
