@@ -30,7 +30,7 @@ def dask_client():
         n_workers=N_WORKERS,
         threads_per_worker=1,
         processes=True,
-        dashboard_address=None,
+        dashboard_address=":0",
     )
     client = distributed.Client(cluster)
     yield client
@@ -357,7 +357,7 @@ def doomed_cluster():
         n_workers=N_WORKERS,
         threads_per_worker=1,
         processes=True,
-        dashboard_address=None,
+        dashboard_address=":0",
         memory_limit="1GiB",
     )
     client = distributed.Client(cluster, set_as_default=True)
@@ -545,7 +545,7 @@ def test_fitted_labels_outlive_the_cluster():
     X, _ = _resident_blobs()
     params = INTEGRATION_CASES["KFed"][0]
     cluster = distributed.LocalCluster(
-        n_workers=1, processes=False, threads_per_worker=1, dashboard_address=None
+        n_workers=1, processes=False, threads_per_worker=1, dashboard_address=":0"
     )
     with distributed.Client(cluster, set_as_default=True):
         X_mem = dask.compute(X)[0]
@@ -738,7 +738,7 @@ def test_finalizer_is_silent_once_the_dask_client_is_closed():
     from skfed._dask import _forget_everywhere
 
     with distributed.Client(
-        n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None
+        n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0"
     ) as client:
         pass
     _forget_everywhere(client, "closed-client")  # no error, no wait
