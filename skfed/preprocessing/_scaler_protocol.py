@@ -155,7 +155,7 @@ def _private_step_with(with_std, noise_std):
 # Client steps
 
 
-@client_step("scaler.mean")
+@client_step("scaler.mean", sum_only=True)
 def _mean_step(client, state, n_total):
     """Client: (n_m, Σ x / N) over its rows: 1 + d floats."""
     X = client.X
@@ -163,7 +163,7 @@ def _mean_step(client, state, n_total):
     return state, (int(X.shape[0]), total / float(n_total))
 
 
-@client_step("scaler.spread")
+@client_step("scaler.spread", sum_only=True)
 def _spread_step(client, state, message):
     """Client: (Σ (x − x̄) / N, Σ (x − x̄)² / N) over its rows, per
     feature: 2d floats.
@@ -194,7 +194,7 @@ def _spread_step(client, state, message):
     return state, (first / float(n_total), ss / float(n_total))
 
 
-@client_step("scaler.dp_statistics")
+@client_step("scaler.dp_statistics", sum_only=True)
 def _private_step(client, state, message, *, with_std, noise_std):
     """Client, under differential privacy: [Σ v, Σ v², n_m] with Gaussian
     noise, v the rows clipped into the box and moved to [-1, 1]^d (Σ v²

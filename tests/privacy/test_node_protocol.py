@@ -101,34 +101,35 @@ def test_a_curious_server_gets_no_labels_costs_or_keys_under_privacy(grid):
 
 
 def test_a_curious_server_gets_no_embedding_labels_or_keys_under_refuse(grid):
+    # Kernel k-means fits under raw_rows="refuse" only with privacy (its
+    # coreset samples embedded rows otherwise); epsilon=inf adds no noise,
+    # so the model is the in-memory fit's, and privacy still keeps every
+    # per-row output on the nodes.
     X, data = _data()
     nodes = grid(data)
-    km = skfed.FederatedKernelKMeans(
-        n_clusters=3,
-        random_state=0,
-        raw_rows="refuse",
-        secure_aggregation=True,
-        coreset_size=100,
-    )
+    dp = DifferentialPrivacy(epsilon=float("inf"), bounds=(-15.0, 15.0))
+    params = {
+        "n_clusters": 3,
+        "random_state": 0,
+        "raw_rows": "refuse",
+        "secure_aggregation": True,
+        "privacy": dp,
+        "gamma": 0.1,
+    }
+    km = skfed.FederatedKernelKMeans(**params)
     fit_on_grid(km, nodes, n_nodes=3)
     assert not hasattr(km, "labels_") and not hasattr(km, "embedding_")
     # The model is there: each node labels its own rows with predict.
-    expected = skfed.FederatedKernelKMeans(
-        n_clusters=3,
-        random_state=0,
-        raw_rows="refuse",
-        secure_aggregation=True,
-        coreset_size=100,
-    ).fit(X, partitions=np.repeat([1, 2, 3], 80))
+    expected = skfed.FederatedKernelKMeans(**params).fit(
+        X, partitions=np.repeat([1, 2, 3], 80)
+    )
     np.testing.assert_array_equal(km.predict(X), expected.labels_)
     answers = _ask(nodes, PER_ROW[1:])
-    _refused(answers, "raw_rows='refuse'")
+    _refused(answers, "stays on the client")
     # The node holds pair keys (it masked), and keeps them.
     _refused(_ask(nodes, SECRETS), "not declared collectable")
     with pytest.raises(ValueError, match="predict"):
-        skfed.FederatedKernelKMeans(
-            n_clusters=3, random_state=0, raw_rows="refuse", coreset_size=100
-        ).fit_predict(NodeData(nodes, n_nodes=3).X)
+        skfed.FederatedKernelKMeans(**params).fit_predict(NodeData(nodes, n_nodes=3).X)
 
 
 def test_key_fetch_is_refused_even_when_labels_may_leave(grid):
@@ -153,8 +154,12 @@ def test_the_simulation_collects_per_row_outputs_in_a_declared_round():
     parts = np.repeat([1, 2, 3], 80)
     km = skfed.KFed(n_clusters=3, random_state=0).fit(X, partitions=parts)
     per_row = [r for r in km.communication_.collections if r.disclosure == "per_row"]
-    assert [r.name for r in per_row] == ["collect kfed.labels"]
-    assert per_row[0].floats == (80, 80, 80)
+    # The labels (nearest final center) and the induced labels.
+    assert [r.name for r in per_row] == [
+        "collect kfed.labels",
+        "collect kfed.induced_labels",
+    ]
+    assert all(r.floats == (80, 80, 80) for r in per_row)
     # Outside the protocol's totals: the ledger's figures are the protocol's.
     assert km.communication_.upload_floats == sum(
         r.total_floats for r in km.communication_.records if r.direction == "upload"
