@@ -742,3 +742,26 @@ def test_finalizer_is_silent_once_the_dask_client_is_closed():
     ) as client:
         pass
     _forget_everywhere(client, "closed-client")  # no error, no wait
+
+
+def test_methods_on_a_named_dask_frame_do_not_warn_per_block():
+    # The names are checked once, on the frame's metadata; its blocks reach
+    # the in-memory methods without them, silently.
+    import warnings
+
+    import dask
+
+    dd = pytest.importorskip("dask.dataframe")
+    pd = pytest.importorskip("pandas")
+    frame = pd.DataFrame(
+        np.random.RandomState(0).normal(size=(120, 3)), columns=["a", "b", "c"]
+    )
+    km = skfed.DistributedKMeans(2, random_state=0).fit(frame, partitions=3)
+    with dask.config.set(scheduler="synchronous"), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lazy = km.predict(dd.from_pandas(frame, npartitions=2))
+        np.testing.assert_array_equal(lazy.compute(), km.predict(frame))
+        score = km.score(dd.from_pandas(frame, npartitions=2))
+    assert score == pytest.approx(km.score(frame), rel=1e-12)
+    with pytest.raises(ValueError, match="feature names"):
+        km.predict(dd.from_pandas(frame.rename(columns={"a": "z"}), npartitions=2))
