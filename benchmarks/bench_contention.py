@@ -46,11 +46,12 @@ import sys
 import time
 from pathlib import Path
 
+from _results import results_dir
 from run import _git_commit
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-RESULTS = HERE / "results"
+RESULTS = results_dir()
 ESTIMATORS = (
     "KFed",
     "DistributedKMeans",
@@ -291,7 +292,7 @@ def main():
             comparison(summaries["after"], summaries["before"], args.only),
         ]
     text = "\n\n".join(parts) + "\n"
-    RESULTS.mkdir(exist_ok=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
     out = args.out or RESULTS / (
         "bench_contention_quick.md" if args.quick else "bench_contention.md"
     )

@@ -22,9 +22,9 @@ import argparse
 import platform
 import time
 import tracemalloc
-from pathlib import Path
 
 import numpy as np
+from _results import results_dir
 from sklearn.cluster import KMeans
 from sklearn.datasets import make_blobs
 from sklearn.metrics import adjusted_rand_score
@@ -33,7 +33,7 @@ from threadpoolctl import threadpool_limits
 from skfed import DistributedKMeans
 from skfed.partition import power_law
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = results_dir()
 
 
 def make_data(n_samples, n_features, n_clusters, seed):
@@ -231,7 +231,7 @@ def main():
         scaling = run_scaling(sizes, args)
         sweep = run_sweep(sweep_n, coreset_sizes, args)
 
-    RESULTS.mkdir(exist_ok=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
     profile = "quick" if args.quick else "full"
     report = RESULTS / f"bench_coreset_{profile}.md"
     png = RESULTS / f"bench_coreset_{profile}.png"

@@ -25,11 +25,11 @@ import argparse
 import platform
 import time
 import warnings
-from pathlib import Path
 
 import numpy as np
+from _results import results_dir
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = results_dir()
 D_FEATURES = 20
 
 # N above which an estimator's in-memory fit is known to exceed this
@@ -159,8 +159,9 @@ def table(rows):
 
 
 def write_report(name, title, rows):
-    """Write ``results/<name>.md``: the title, the machine and the table."""
-    RESULTS.mkdir(exist_ok=True)
+    """Write ``<name>.md`` in the results folder: the title, the machine and
+    the table."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.md"
     text = (
         f"# {title}\n\n"

@@ -29,7 +29,7 @@ The diffprivlib side runs in another interpreter (``--anchor-python``, a
 venv with diffprivlib 0.6.6 and scikit-learn < 1.6, which diffprivlib needs):
 this script hands it the data and the seeds in a ``.npz`` file and reads the
 fitted centres and components back; every metric is computed here, by the
-same code for both sides. Its answers are cached in ``benchmarks/results/``
+same code for both sides. Its answers are cached in the results folder (``_results.py``)
 under a hash of their inputs, so re-running the skfed side does not refit
 them. A fit that runs past ``--anchor-timeout`` seconds counts as missing.
 diffprivlib 0.6.6's PCA samples its eigenvectors with an acceptance
@@ -48,7 +48,7 @@ Usage::
         [--anchor-bingham {shipped,kent}] [--anchor-timeout S]
         [--skfed-path DIR] [--figure PATH] [--out dp.md]
 
-Writes ``benchmarks/results/dp.md`` (or ``--out``) and, with the k-means
+Writes ``dp.md`` in the results folder (or ``--out``) and, with the k-means
 task, the NMI-versus-epsilon figure (``dp_utility.png`` next to it, or
 ``--figure``).
 """
@@ -66,8 +66,9 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from _results import results_dir
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = results_dir()
 DEFAULT_ANCHOR = "/work/venv-dpl/bin/python"
 EPSILONS = (0.1, 0.5, 1.0, 2.0, 5.0, 10.0)
 N_CLIENTS = 10
@@ -270,7 +271,7 @@ def run_anchor(python, arrays, tasks, options):
                 'it (python3 -m venv; pip install "scikit-learn<1.6" '
                 "diffprivlib==0.6.6 numpy scipy) or pass --anchor-python"
             )
-        RESULTS.mkdir(exist_ok=True)
+        RESULTS.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory() as tmp:
             job = Path(tmp) / "job.npz"
             spec = {"tasks": tasks, "answer": str(cache), **options}
@@ -779,7 +780,7 @@ def main():
                 out += ["", "Seconds per fit:", ""]
                 out += markdown_table(rows, EPSILONS, 1, ".2f")
                 out.append("")
-    RESULTS.mkdir(exist_ok=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / args.out
     path.write_text("\n".join(out))
     raw = path.with_suffix(".json")

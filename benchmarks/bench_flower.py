@@ -59,9 +59,10 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from _results import results_dir
 from bench_dask import make_estimators, output, write_report
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = results_dir()
 D_FEATURES = 20
 LOCALHOST = Path(__file__).parent.parent / "doc" / "flower_app" / "localhost.py"
 

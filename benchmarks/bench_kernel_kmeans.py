@@ -47,10 +47,10 @@ import platform
 import time
 import tracemalloc
 import warnings
-from pathlib import Path
 
 import numpy as np
 from _data import digit_images
+from _results import results_dir
 from scipy.sparse.linalg import eigsh
 from sklearn.cluster import KMeans
 from sklearn.datasets import load_digits, load_wine, make_circles
@@ -71,7 +71,7 @@ except ImportError:  # pragma: no cover
 
 # Rounds counted as DSPGD upload per iteration, with and without CEM.
 LANCZOS_ROUNDS = {"random features", "lanczos", "lanczos project", "lanczos expand"}
-RESULTS = Path(__file__).parent / "results"
+RESULTS = results_dir()
 N_CLIENTS = 5
 
 
@@ -747,7 +747,7 @@ def main():
                 tuple(args.algorithms.split(",")),
                 None if args.data is None else args.data.split(","),
             )
-        RESULTS.mkdir(exist_ok=True)
+        RESULTS.mkdir(parents=True, exist_ok=True)
         report = RESULTS / f"bench_kernel_kmeans_solvers{'_quick' * args.quick}.md"
         text = "\n\n".join(
             [
@@ -833,7 +833,7 @@ def main():
         print("scaling", flush=True)
         scale = scaling(sizes, exact_max, scale_D, scale_T)
 
-    RESULTS.mkdir(exist_ok=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
     profile = "quick" if args.quick else "full"
     report = RESULTS / f"bench_kernel_kmeans_{profile}.md"
     png = RESULTS / f"bench_kernel_kmeans_{profile}.png"

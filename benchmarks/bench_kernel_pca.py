@@ -42,10 +42,10 @@ import platform
 import time
 import tracemalloc
 from functools import partial
-from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
+from _results import results_dir
 from scipy.spatial.distance import pdist
 from sklearn.datasets import load_digits, make_blobs
 from sklearn.decomposition import KernelPCA
@@ -55,7 +55,7 @@ from threadpoolctl import threadpool_limits
 from skfed import DistributedKernelPCA
 from skfed.partition import power_law
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = results_dir()
 
 METHODS = {
     "disKPCA": {"sampling": "leverage+adaptive", "lowrank_upload": "local_svd"},
@@ -458,7 +458,7 @@ def main():
     if args.timing_only:
         with threadpool_limits(1):
             timing = run_timing(args.timing_only, args)
-        RESULTS.mkdir(exist_ok=True)
+        RESULTS.mkdir(parents=True, exist_ok=True)
         out = RESULTS / "bench_kernel_pca_timing.md"
         lines = [
             "# disKPCA against KernelPCA: fit time and memory",
@@ -525,7 +525,7 @@ def main():
         print("timing", flush=True)
         timing = run_timing(sizes, args)
 
-    RESULTS.mkdir(exist_ok=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
     stem = f"bench_kernel_pca_{profile}"
     plot(means, RESULTS / f"{stem}_error_vs_upload.png")
     plot_timing(timing, RESULTS / f"{stem}_timing.png")

@@ -22,17 +22,17 @@ Usage::
 
     python benchmarks/bench_kfed.py [--quick] [--only a b c] [--out kfed.md]
 
-Writes ``benchmarks/results/kfed.md`` (or ``--out``) and PNG figures next
-to it.
+Writes ``kfed.md`` (or ``--out``) in the results folder (``_results.py``)
+and PNG figures next to it.
 """
 
 import argparse
 import functools
 import platform
 import time
-from pathlib import Path
 
 import numpy as np
+from _results import results_dir
 from scipy.optimize import linear_sum_assignment
 from sklearn.cluster import KMeans
 from sklearn.datasets import load_digits
@@ -43,7 +43,7 @@ from threadpoolctl import threadpool_limits
 from skfed import KFed
 from skfed.partition import iid, labels_per_client
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = results_dir()
 
 
 # -- data -----------------------------------------------------------------------
@@ -370,7 +370,9 @@ def main():
         "--only", nargs="+", choices=["a", "b", "c", "d"], default=["a", "b", "c", "d"]
     )
     parser.add_argument(
-        "--out", default="kfed.md", help="name of the markdown file in results/"
+        "--out",
+        default="kfed.md",
+        help="name of the markdown file in the results folder",
     )
     args = parser.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -27,12 +27,12 @@ import subprocess
 import sys
 import time
 import warnings
-from pathlib import Path
 
 import numpy as np
+from _results import results_dir
 from bench_scaling import table
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = results_dir()
 SOLVERS = {
     "lanczos, b = 1": {"eigen_solver": "lanczos", "lanczos_block_size": 1},
     "lanczos, b = 4": {"eigen_solver": "lanczos", "lanczos_block_size": 4},
@@ -137,7 +137,7 @@ def main():
             table(rows),
         ]
     )
-    RESULTS.mkdir(exist_ok=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"bench_lanczos_blocks{'_quick' if args.quick else ''}.md"
     path.write_text(text + "\n")
     print(text)

@@ -15,23 +15,23 @@ Usage::
 
     python benchmarks/bench_privacy.py [--quick] [--out privacy.md]
 
-Writes ``benchmarks/results/privacy.md`` (or ``--out``).
+Writes ``privacy.md`` in the results folder (``_results.py``) (or ``--out``).
 """
 
 import argparse
 import platform
 import time
 import warnings
-from pathlib import Path
 
 import numpy as np
+from _results import results_dir
 from sklearn.datasets import make_blobs
 from sklearn.metrics import adjusted_rand_score
 from threadpoolctl import threadpool_limits
 
 import skfed
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = results_dir()
 
 ESTIMATORS = {
     "KFed": (lambda **kw: skfed.KFed(n_clusters=5, random_state=0, **kw), ()),
@@ -161,7 +161,7 @@ def main():
         "same clustering, cluster numbers aside).",
         "",
     ]
-    RESULTS.mkdir(exist_ok=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / args.out
     path.write_text("\n".join(out))
     print(f"wrote {path}")

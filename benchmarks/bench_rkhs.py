@@ -38,9 +38,9 @@ import platform
 import time
 import tracemalloc
 import warnings
-from pathlib import Path
 
 import numpy as np
+from _results import results_dir
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.svm import SVC
 from threadpoolctl import threadpool_limits
@@ -56,7 +56,7 @@ from skfed.classification._sparse_dual import (
     solve_sparse_dual,
 )
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = results_dir()
 N_CLIENTS = 8
 
 
@@ -332,7 +332,7 @@ def main():
         gammas, solver_n, ascent_iter = [0.1, 0.3, 0.5, 0.7, 0.9], 1000, 3000
     repeats = args.repeats or (1 if args.quick else 2)
     X_test, y_test, _ = paper_data(10000, seed=1)
-    RESULTS.mkdir(exist_ok=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
     out = []
     if args.versus_svc:
         with threadpool_limits(1):

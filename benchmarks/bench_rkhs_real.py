@@ -40,10 +40,10 @@ import os
 import platform
 import time
 import warnings
-from pathlib import Path
 
 import numpy as np
 from _data import digit_images
+from _results import results_dir
 from sklearn.datasets import load_breast_cancer, load_digits, make_circles, make_moons
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.kernel_approximation import Nystroem
@@ -56,7 +56,7 @@ from threadpoolctl import threadpool_limits
 from skfed import FederatedRKHSClassifier
 from skfed._testing import rkhs_paper_data
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = results_dir()
 N_CLIENTS = 3
 
 
@@ -415,8 +415,9 @@ def _machine(start):
 
 
 def write_report(name, sections):
-    """Write ``results/<name>.md`` from its markdown sections and print it."""
-    RESULTS.mkdir(exist_ok=True)
+    """Write ``<name>.md`` in the results folder from its markdown sections
+    and print it."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
     text = "\n\n".join(sections)
     path = RESULTS / f"{name}.md"
     path.write_text(text + "\n")
@@ -469,7 +470,7 @@ def main():
     data = datasets(args.quick)
     sparsities = [0.5, 0.9] if args.quick else [0.3, 0.5, 0.7, 0.9, 0.95, 0.98]
     epsilons = [0.0] if args.quick else [0.0, 0.3]
-    RESULTS.mkdir(exist_ok=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     with threadpool_limits(1):
         first = defaults_vs_svc(data, n_repeats)

@@ -43,8 +43,9 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from _results import results_dir
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = results_dir()
 D_FEATURES = 20
 ESTIMATORS = (
     "KFed",
@@ -430,7 +431,7 @@ def main():
         cases = [(1_000_000, 10), (100_000, 1000)]
     sizes = args.sizes or sizes
     clients = args.clients or clients
-    RESULTS.mkdir(exist_ok=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     rows = grid(args.only, sizes, clients)
     speedups = [] if args.no_jobs else parallel(args.only, cases)

@@ -63,7 +63,8 @@ sizes, by LAPACK's subset solver and by a full ``eigh``::
     python benchmarks/bench_vs_lloyd.py local-parts
 
 Each run appends one JSON line per case to
-``benchmarks/results/bench_vs_lloyd.jsonl`` and prints a markdown row.
+``bench_vs_lloyd.jsonl`` in the results folder (``_results.py``) and
+prints a markdown row.
 """
 
 import argparse
@@ -88,9 +89,10 @@ from skfed import DistributedKMeans, KFed
 from skfed.partition import iid, labels_per_client
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _results import results_dir  # noqa: E402
 from bench_kfed import gaussian_mixture  # noqa: E402
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = results_dir()
 
 # cProfile function names -> the part of a KFed fit they belong to (the
 # first match wins; cumulative times, so an outer part excludes the inner

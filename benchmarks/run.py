@@ -5,11 +5,14 @@
     python benchmarks/run.py --only kfed rkhs --out my-report
 
 Each ``bench_*.py`` script in this folder runs in its own process (``--quick``
-is passed on) and writes its markdown tables and PNG plots to
-``benchmarks/results/``. Whatever a script wrote while it ran is copied into
+is passed on) and writes its markdown tables and PNG plots to a scratch
+folder of the run (``$SKFED_BENCH_RESULTS``, see ``_results.py``). Whatever a
+script wrote while it ran is copied into
 ``<out>/<script>/`` and stitched into ``<out>/report.md``, headed by the
 machine, the library versions and the git commit, so that two reports can be
-compared run to run. The exit code is non-zero if any benchmark failed.
+compared run to run. ``<out>`` defaults to a folder under
+``skfed-benchmarks`` in the system's temporary folder, outside the
+repository. The exit code is non-zero if any benchmark failed.
 """
 
 import argparse
@@ -20,10 +23,12 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+RESULTS_ENV = "SKFED_BENCH_RESULTS"
 COLLECTED = (".md", ".png", ".csv")
 
 
@@ -79,14 +84,20 @@ def _inline_markdown(text, folder):
 
 
 def run_benchmark(script, *, quick, results, out, timeout):
-    """Run one script; copy what it wrote; return a summary dict."""
+    """Run one script, writing to ``results``; copy what it wrote; return a
+    summary dict."""
     name = script.stem.removeprefix("bench_")
     cmd = [sys.executable, str(script)] + (["--quick"] if quick else [])
     before = _snapshot(results, out)
     start = time.time()
     try:
         proc = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=timeout, cwd=script.parent
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=script.parent,
+            env={**os.environ, RESULTS_ENV: str(results)},
         )
         status = "ok" if proc.returncode == 0 else f"failed ({proc.returncode})"
         stdout, stderr = proc.stdout, proc.stderr
@@ -159,7 +170,10 @@ def main(argv=None):
         "--only", nargs="+", metavar="NAME", help="run only these (e.g. kfed rkhs)"
     )
     parser.add_argument(
-        "--out", type=Path, help="report folder (default: benchmarks/results/report-*)"
+        "--out",
+        type=Path,
+        help="report folder (default: skfed-benchmarks/report-* in the system's "
+        "temporary folder)",
     )
     parser.add_argument(
         "--bench-dir", type=Path, default=HERE, help="folder of bench_*.py scripts"
@@ -170,11 +184,14 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     started = datetime.datetime.now(datetime.timezone.utc)
-    results = args.bench_dir.resolve() / "results"
     profile = "quick" if args.quick else "full"
-    out = args.out or results / f"report-{started:%Y%m%d-%H%M%S}-{profile}"
+    default_out = Path(tempfile.gettempdir()) / "skfed-benchmarks"
+    out = args.out or default_out / f"report-{started:%Y%m%d-%H%M%S}-{profile}"
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
+    # The scripts' own folder for this run: what they write is collected
+    # into ``out``, and nothing lands in the repository.
+    results = Path(tempfile.mkdtemp(prefix="skfed-bench-"))
     scripts = sorted(args.bench_dir.glob("bench_*.py"))
     if args.only:
         scripts = [s for s in scripts if s.stem.removeprefix("bench_") in args.only]
@@ -182,13 +199,16 @@ def main(argv=None):
         parser.error("no benchmark selected")
     timeout = args.timeout or (1800 if args.quick else 4 * 3600)
     summaries = []
-    for script in scripts:
-        print(f"running {script.name} ...", end="", flush=True)
-        summary = run_benchmark(
-            script, quick=args.quick, results=results, out=out, timeout=timeout
-        )
-        print(f" {summary['status']} in {summary['seconds']:.0f} s")
-        summaries.append(summary)
+    try:
+        for script in scripts:
+            print(f"running {script.name} ...", end="", flush=True)
+            summary = run_benchmark(
+                script, quick=args.quick, results=results, out=out, timeout=timeout
+            )
+            print(f" {summary['status']} in {summary['seconds']:.0f} s")
+            summaries.append(summary)
+    finally:
+        shutil.rmtree(results, ignore_errors=True)
     report = write_report(summaries, out, quick=args.quick, started=started)
     print(f"report: {report}")
     return 0 if all(s["status"] == "ok" for s in summaries) else 1

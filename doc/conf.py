@@ -54,6 +54,9 @@ html_theme_options = {
     # sections go into the header's "More" menu.
     "header_links_before_dropdown": 4,
     "navbar_persistent": ["search-button"],
+    # An icon link drawn with the theme's bundled icons: no request at
+    # reading time.
+    "github_url": "https://github.com/skfed/skfed",
 }
 # Top-level pages and gallery pages have no sub-pages to list, and would
 # show an empty "Section Navigation" column; without it the text and code

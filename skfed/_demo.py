@@ -108,6 +108,12 @@ def make_partition(scheme, y, n_clients, seed):
     return partition.shards(y, n_clients, random_state=seed)
 
 
+def _scheme(args, own="dirichlet"):
+    """The partition scheme a case uses: the one asked for, or the case's
+    own (label skew, unless the case's regime says otherwise)."""
+    return args.partition or own
+
+
 def _traced(fit):
     """``fit()`` and the peak of the memory it allocated, in bytes (numpy's
     arrays included, from every thread), traced by tracemalloc."""
@@ -199,16 +205,22 @@ def _kfed(args):
 
     if args.small:
         X, y = _digits()
-        ids = make_partition(args.partition, y, args.clients or 10, args.seed)
+        ids = make_partition(_scheme(args), y, args.clients or 10, args.seed)
         est, dataset, k = KFed(n_clusters=10, random_state=args.seed), "digits", 10
     else:
         # The paper's regime: many clients, each holding k' = 4 of k = 16
         # clusters, each clustering locally into k' clusters.
         k, n = 16, 200_000
         X, y = _mixture(n, 20, k, args.seed)
-        ids = partition.labels_per_client(
-            y, 4, clients_per_group=(args.clients or 100) // 4, random_state=args.seed
-        )
+        if args.partition is None:
+            ids = partition.labels_per_client(
+                y,
+                4,
+                clients_per_group=(args.clients or 100) // 4,
+                random_state=args.seed,
+            )
+        else:
+            ids = make_partition(args.partition, y, args.clients or 100, args.seed)
         est = KFed(n_clusters=k, n_local_clusters=4, random_state=args.seed)
         dataset = _label(n, 20, "blobs")
     return _clustering(
@@ -231,12 +243,12 @@ def _distributed_kmeans(args):
     if args.small:
         X, y = _digits()
         k, dataset, coreset = 10, "digits", 500
-        ids = make_partition(args.partition, y, args.clients or 10, args.seed)
+        ids = make_partition(_scheme(args), y, args.clients or 10, args.seed)
     else:
         k, n = 16, 200_000
         X, y = _mixture(n, 20, k, args.seed + 1)
         dataset, coreset = _label(n, 20, "blobs"), 1000
-        ids = make_partition("dirichlet", y, args.clients or 100, args.seed)
+        ids = make_partition(_scheme(args), y, args.clients or 100, args.seed)
     return _clustering(
         args,
         DistributedKMeans(n_clusters=k, coreset_size=coreset, random_state=args.seed),
@@ -259,7 +271,7 @@ def _kernel_kmeans(args):
 
     if args.small:
         X, y = _digits()
-        ids = make_partition(args.partition, y, args.clients or 10, args.seed)
+        ids = make_partition(_scheme(args), y, args.clients or 10, args.seed)
         est = FederatedKernelKMeans(
             n_clusters=10, n_random_features=200, n_components=12, random_state=0
         )
@@ -289,7 +301,7 @@ def _kernel_kmeans(args):
 
     n, d = 20_000, 100
     X, y = _embedded_rings(n, d, args.seed)
-    ids = make_partition("iid", y, args.clients or 10, args.seed)
+    ids = make_partition(_scheme(args, "iid"), y, args.clients or 10, args.seed)
     est = FederatedKernelKMeans(n_clusters=2, gamma=2.0, random_state=args.seed)
     row = _clustering(
         args,
@@ -319,7 +331,7 @@ def _kernel_pca(args):
     if args.small:
         X, y = _digits()
         dataset = "digits"
-        ids = make_partition(args.partition, y, args.clients or 10, args.seed)
+        ids = make_partition(_scheme(args), y, args.clients or 10, args.seed)
     else:
         # As large as an exact reference still fits this machine: the
         # optimum needs the top eigenvalues of the N x N kernel matrix
@@ -329,7 +341,7 @@ def _kernel_pca(args):
         n = 10_000
         X, y = _mixture(n, 20, 16, args.seed + 2)
         dataset = _label(n, 20, "blobs")
-        ids = make_partition("dirichlet", y, args.clients or 4, args.seed)
+        ids = make_partition(_scheme(args), y, args.clients or 4, args.seed)
     est = DistributedKernelPCA(n_components=10, random_state=args.seed)
     fed, t_fed = _timed(lambda: est.fit(X, partitions=ids))
     exact = KernelPCA(
@@ -396,8 +408,7 @@ def _rkhs(args):
     )
     scaler = StandardScaler().fit(X_train)
     X_train, X_test = scaler.transform(X_train), scaler.transform(X_test)
-    scheme = args.partition if args.small else "dirichlet"
-    ids = make_partition(scheme, y_train, args.clients or 10, args.seed)
+    ids = make_partition(_scheme(args), y_train, args.clients or 10, args.seed)
     est = FederatedRKHSClassifier(random_state=args.seed)
     fed, t_fed = _timed(lambda: est.fit(X_train, y_train, partitions=ids))
     cen, t_cen = _timed(lambda: SVC().fit(X_train, y_train))
@@ -576,9 +587,10 @@ def format_table(rows, fmt="text"):
     return "".join(parts)
 
 
-def plot(rows, path):
-    """One panel per estimator (its quality beside its centralized
-    counterpart's) and one of uploads against the raw data."""
+def plot(rows, path, title=None):
+    """Three panels, one line per estimator, skfed beside its centralized
+    counterpart: quality, wall time, and what the clients uploaded against
+    the raw data (what the counterpart needs sent to one place)."""
     try:
         import matplotlib
 
@@ -588,35 +600,49 @@ def plot(rows, path):
         raise SystemExit(
             "--figure needs matplotlib: pip install 'skfed[benchmark]'"
         ) from exc
-    n_panels = len(rows) + 1
-    n_cols = min(3, n_panels)
-    n_rows = -(-n_panels // n_cols)
-    fig, axes = plt.subplots(
-        n_rows, n_cols, figsize=(4.2 * n_cols, 3.4 * n_rows), squeeze=False
-    )
-    axes = axes.ravel()
-    for ax, r in zip(axes, rows):
-        bars = ax.bar(
-            ["skfed", r.counterpart], [r.skfed, r.sklearn], color=["C0", "C7"]
-        )
-        ax.bar_label(bars, fmt="%.3f", fontsize=9)
-        ax.set_title(f"{r.estimator}\n{r.dataset}, {r.clients} clients", fontsize=10)
-        ax.set_ylabel(r.metric)
-        ax.set_ylim(0, max(1.0, r.skfed, r.sklearn) * 1.15)
-        ax.tick_params(axis="x", labelsize=8)
-    ax = axes[len(rows)]
-    ratios = [r.upload_ratio for r in rows]
     y = np.arange(len(rows))
-    ax.barh(y, ratios, color=["C3" if q > 1 else "C2" for q in ratios])
-    ax.axvline(1.0, color="k", lw=1, ls="--")
-    ax.set_xscale("log")
-    ax.set_yticks(y, [r.estimator for r in rows], fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel("uploads / raw data (dashed: equal)")
-    ax.set_title("what the clients uploaded", fontsize=10)
-    for ax in axes[n_panels:]:
-        ax.set_visible(False)
-    fig.tight_layout()
+    height = 0.38
+    labels = [f"{r.estimator}\n{r.metric}, {r.clients} clients" for r in rows]
+    fig, axes = plt.subplots(
+        1, 3, figsize=(13, 1.1 + 0.75 * len(rows)), sharey=True, squeeze=False
+    )
+    quality, times, uploads = axes[0]
+    pairs = (
+        (quality, "skfed", "sklearn", lambda v: f"{v:.3f}"),
+        (times, "skfed_seconds", "sklearn_seconds", lambda v: f"{_seconds(v)} s"),
+    )
+    for ax, ours, theirs, text in pairs:
+        for offset, key, color, name in (
+            (-height / 2, ours, "C0", "skfed"),
+            (height / 2, theirs, "C7", "scikit-learn counterpart"),
+        ):
+            values = [getattr(r, key) for r in rows]
+            bars = ax.barh(y + offset, values, height, color=color, label=name)
+            ax.bar_label(bars, [text(v) for v in values], padding=2, fontsize=8)
+    quality.set_xlim(0, 1.25)
+    quality.set_xticks([0, 0.25, 0.5, 0.75, 1.0])
+    quality.set_title("quality (higher is better)", fontsize=10)
+    times.set_xscale("log")
+    lowest = min(min(r.skfed_seconds, r.sklearn_seconds) for r in rows)
+    highest = max(max(r.skfed_seconds, r.sklearn_seconds) for r in rows)
+    times.set_xlim(lowest / 2, highest * 8)
+    times.set_title("wall time, seconds (log scale)", fontsize=10)
+    ratios = [r.upload_ratio for r in rows]
+    bars = uploads.barh(
+        y, ratios, 2 * height, color=["C3" if q > 1 else "C2" for q in ratios]
+    )
+    uploads.bar_label(bars, [f"{q:.3g}x" for q in ratios], padding=2, fontsize=8)
+    uploads.axvline(1.0, color="k", lw=1, ls="--")
+    uploads.set_xscale("log")
+    uploads.set_xlim(min(min(ratios), 1.0) / 3, max(max(ratios), 1.0) * 8)
+    uploads.set_title("uploads / raw data (dashed: equal)", fontsize=10)
+    quality.set_yticks(y, labels, fontsize=8)
+    quality.invert_yaxis()
+    if title:
+        fig.suptitle(title, fontsize=10)
+    handles, names = quality.get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower center", ncol=2, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -642,15 +668,17 @@ def run(args, out=None, progress=None):
         if not args.quiet:
             print(f"table written to {args.output}", file=progress)
     if args.small:
-        regime = f"small data, {args.partition} partition"
+        regime = f"small data, {_scheme(args)} partition"
     else:
         regime = "large data, many clients"
+        if args.partition:
+            regime += f", {args.partition} partition"
     print(
         f"{regime}, seed {args.seed}; floats counted by each fit's ledger\n", file=out
     )
     print(table, file=out, end="")
     if args.figure:
-        plot(rows, args.figure)
+        plot(rows, args.figure, title=f"skfed beside scikit-learn: {regime}")
         if not args.quiet:
             print(f"figure written to {args.figure}", file=progress)
     return rows

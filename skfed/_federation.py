@@ -1231,9 +1231,15 @@ class FederatedMixin:
                     "array or series aligned with X's rows, or the nodes' "
                     f"own); got {type(value).__name__}."
                 )
+        # Labels and client ids of a pandas extension dtype (strings) become
+        # objects, as NumPy holds them, instead of dask's converting them
+        # with a warning.
         if y is not None and hasattr(y, "to_dask_array"):
+            y = y if isinstance(y.dtype, np.dtype) else y.astype(object)
             y = y.to_dask_array(lengths=True)
         if partitions is not None and hasattr(partitions, "to_dask_array"):
+            if not isinstance(partitions.dtype, np.dtype):
+                partitions = partitions.astype(object)
             partitions = partitions.to_dask_array(lengths=True)
         for name, value in (("y", y), ("partitions", partitions)):
             if value is not None and value.shape[0] != X.shape[0]:

@@ -572,7 +572,8 @@ class CommunicationLog:
         of X or y crossed as they are: sent by the clients (upload) or
         forwarded by the server to other clients (download). Then the
         uploads against the raw data, when the ledger knows it, and the raw
-        rows each client sent.
+        rows each client sent. A round in which the clients sent nothing
+        shows its download line only.
         """
         rows = {}
         for r in self.records:
@@ -595,6 +596,10 @@ class CommunicationLog:
             f"  {'bytes':>13}  {'raw rows':>8}  disclosure"
         ]
         for (name, direction), (count, floats, n_bytes, kinds, raw) in rows.items():
+            if direction == UPLOAD and not (floats or n_bytes or raw):
+                # A round in which the server only sends: an upload line of
+                # zeros would read as if the clients had sent something.
+                continue
             shown = "/".join(k or "undeclared" for k in kinds)
             lines.append(
                 f"{name:<{width}}  {direction:<9}  {count:>5}  {floats:>12,}"

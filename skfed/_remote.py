@@ -193,8 +193,22 @@ def _dask_rows(estimator, X):
     return X.rechunk({1: -1}) if len(X.chunks[1]) > 1 else X
 
 
+def _unnamed(call):
+    """``call()`` on a block of a dask X, whose feature names (if any) were
+    checked against the fit's on the collection's metadata (``_dask_rows``):
+    its blocks are the same columns without the names, which scikit-learn
+    would otherwise warn about on every block."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", "X does not have valid feature names", UserWarning
+        )
+        return call()
+
+
 def _apply(block, *more, estimator, method):
-    return getattr(estimator, method)(block, *more)
+    return _unnamed(lambda: getattr(estimator, method)(block, *more))
 
 
 def blockwise(estimator, method, X):
@@ -221,7 +235,8 @@ def blockwise(estimator, method, X):
 
 
 def _block_sum(block, *more, estimator, method):
-    return np.array([getattr(estimator, method)(block, *more)], dtype=np.float64)
+    value = _unnamed(lambda: getattr(estimator, method)(block, *more))
+    return np.array([value], dtype=np.float64)
 
 
 def blockwise_sum(estimator, method, X, *aligned_arrays):

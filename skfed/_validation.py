@@ -1,5 +1,6 @@
 """Input checks shared by every skfed estimator: above all, ``partitions``."""
 
+import inspect
 import numbers
 import warnings
 from dataclasses import dataclass
@@ -33,12 +34,19 @@ class StrictInterval(Interval):
         return not isinstance(val, (bool, np.bool_)) and super().is_satisfied_by(val)
 
 
-def clip_to_data(name, value, limit, what):
+def _default_of(estimator, name):
+    """The default of ``estimator``'s parameter ``name``, from its signature."""
+    return inspect.signature(type(estimator).__init__).parameters[name].default
+
+
+def clip_to_data(name, value, limit, what, *, estimator=None):
     """A size parameter clipped, with a warning, to what the data allows.
 
     As scikit-learn's ``Nystroem`` does with ``n_components``: a size beyond
     the data (e.g. 400 representatives of 150 rows) uses the data, and says
-    so, instead of failing or allocating for nothing.
+    so, instead of failing or allocating for nothing. A value the user left
+    at its default is clipped without a warning: the default is a size for
+    large data, and defaults must just work on small data too.
 
     Parameters
     ----------
@@ -50,6 +58,9 @@ def clip_to_data(name, value, limit, what):
         The most the data allows.
     what : str
         What ``limit`` counts, e.g. "samples".
+    estimator : BaseEstimator, default=None
+        The estimator whose parameter ``name`` is: when given, its default
+        value is clipped silently.
 
     Returns
     -------
@@ -58,6 +69,8 @@ def clip_to_data(name, value, limit, what):
     """
     if value <= limit:
         return value
+    if estimator is not None and value == _default_of(estimator, name):
+        return limit
     warnings.warn(
         f"{name}={value} exceeds the {limit} {what}; using {name}={limit}.",
         UserWarning,

@@ -1,15 +1,15 @@
 """The benchmark runner gathers every script's output into one report."""
 
 import importlib.util
-import os
 from pathlib import Path
 
 RUNNER = Path(__file__).resolve().parents[1] / "benchmarks" / "run.py"
 
 FAKE = """
+import os
 import sys
 from pathlib import Path
-out = Path(__file__).parent / "results"
+out = Path(os.environ["SKFED_BENCH_RESULTS"])
 out.mkdir(exist_ok=True)
 profile = "quick" if "--quick" in sys.argv else "full"
 (out / "fake.md").write_text(
@@ -32,11 +32,7 @@ def _load_runner():
 def test_runner_collects_tables_plots_and_failures(tmp_path):
     (tmp_path / "bench_fake.py").write_text(FAKE)
     (tmp_path / "bench_broken.py").write_text(BROKEN)
-    (tmp_path / "results").mkdir()
-    old = tmp_path / "results" / "old.md"
-    old.write_text("stale")
-    os.utime(old, (0, 0))  # written by an earlier run
-    out = tmp_path / "results" / "report"
+    out = tmp_path / "report"
     runner = _load_runner()
 
     code = runner.main(["--quick", "--bench-dir", str(tmp_path), "--out", str(out)])
@@ -51,7 +47,12 @@ def test_runner_collects_tables_plots_and_failures(tmp_path):
     assert report.count("(fake/fake.png)") == 1, "a linked plot is not repeated"
     assert "\n## Fake\n" in report, "the script's headings go one level down"
     assert (out / "fake" / "fake.png").exists()
-    assert not (out / "fake" / "old.md").exists(), "files from earlier runs"
+    # The scripts wrote to the run's scratch folder, not beside themselves.
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "bench_broken.py",
+        "bench_fake.py",
+        "report",
+    ]
 
 
 def test_runner_only_selects_scripts(tmp_path):
@@ -74,10 +75,39 @@ def test_runner_collects_only_what_each_script_wrote(tmp_path):
     out = tmp_path / "report"
     runner = _load_runner()
     (tmp_path / "bench_c.py").write_text(
+        "import os\n"
         "from pathlib import Path\n"
-        "(Path(__file__).parent / 'results' / 'c.png').write_bytes(b'png')\n"
+        "(Path(os.environ['SKFED_BENCH_RESULTS']) / 'c.png').write_bytes(b'png')\n"
     )
     assert runner.main(["--bench-dir", str(tmp_path), "--out", str(out)]) == 0
     assert "![c](c/c.png)" in (out / "report.md").read_text(), "unlinked plots shown"
     assert (out / "a" / "fake.md").exists()
     assert not (out / "b" / "fake.md").exists()
+
+
+def test_results_go_outside_the_repository_by_default(tmp_path, monkeypatch):
+    import tempfile
+
+    repo = RUNNER.parents[1]
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "bench_fake.py").write_text(FAKE)
+    runner = _load_runner()
+    assert runner.main(["--bench-dir", str(tmp_path / "bench")]) == 0
+    (report,) = (tmp_path / "skfed-benchmarks").glob("report-*-full/report.md")
+    assert "| fake | ok |" in report.read_text()
+    # Only the report is left: the run's scratch folder is gone.
+    assert [p.name for p in tmp_path.iterdir() if p.name != "bench"] == [
+        "skfed-benchmarks"
+    ]
+    assert repo not in report.parents
+    # A script run alone writes there too, unless told otherwise.
+    spec = importlib.util.spec_from_file_location(
+        "skfed_bench_results", repo / "benchmarks" / "_results.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.delenv(module.ENV, raising=False)
+    assert module.results_dir() == tmp_path / "skfed-benchmarks"
+    monkeypatch.setenv(module.ENV, str(tmp_path / "mine"))
+    assert module.results_dir() == tmp_path / "mine"

@@ -30,7 +30,7 @@ def dask_client():
         n_workers=N_WORKERS,
         threads_per_worker=1,
         processes=True,
-        dashboard_address=None,
+        dashboard_address=":0",
     )
     client = distributed.Client(cluster)
     yield client
@@ -357,7 +357,7 @@ def doomed_cluster():
         n_workers=N_WORKERS,
         threads_per_worker=1,
         processes=True,
-        dashboard_address=None,
+        dashboard_address=":0",
         memory_limit="1GiB",
     )
     client = distributed.Client(cluster, set_as_default=True)
@@ -545,7 +545,7 @@ def test_fitted_labels_outlive_the_cluster():
     X, _ = _resident_blobs()
     params = INTEGRATION_CASES["KFed"][0]
     cluster = distributed.LocalCluster(
-        n_workers=1, processes=False, threads_per_worker=1, dashboard_address=None
+        n_workers=1, processes=False, threads_per_worker=1, dashboard_address=":0"
     )
     with distributed.Client(cluster, set_as_default=True):
         X_mem = dask.compute(X)[0]
@@ -738,7 +738,30 @@ def test_finalizer_is_silent_once_the_dask_client_is_closed():
     from skfed._dask import _forget_everywhere
 
     with distributed.Client(
-        n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None
+        n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0"
     ) as client:
         pass
     _forget_everywhere(client, "closed-client")  # no error, no wait
+
+
+def test_methods_on_a_named_dask_frame_do_not_warn_per_block():
+    # The names are checked once, on the frame's metadata; its blocks reach
+    # the in-memory methods without them, silently.
+    import warnings
+
+    import dask
+
+    dd = pytest.importorskip("dask.dataframe")
+    pd = pytest.importorskip("pandas")
+    frame = pd.DataFrame(
+        np.random.RandomState(0).normal(size=(120, 3)), columns=["a", "b", "c"]
+    )
+    km = skfed.DistributedKMeans(2, random_state=0).fit(frame, partitions=3)
+    with dask.config.set(scheduler="synchronous"), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lazy = km.predict(dd.from_pandas(frame, npartitions=2))
+        np.testing.assert_array_equal(lazy.compute(), km.predict(frame))
+        score = km.score(dd.from_pandas(frame, npartitions=2))
+    assert score == pytest.approx(km.score(frame), rel=1e-12)
+    with pytest.raises(ValueError, match="feature names"):
+        km.predict(dd.from_pandas(frame.rename(columns={"a": "z"}), npartitions=2))

@@ -7,6 +7,7 @@ scale do not change the model (dense or CSR); a float parameter at either
 end of its range fits or raises a ``ValueError`` naming it.
 """
 
+import contextlib
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 
@@ -294,7 +295,11 @@ def test_extreme_float_parameters_raise_a_value_error_naming_them(name, params, 
 )
 def test_extreme_float_parameters_within_range_give_finite_output(name, params):
     X, y, ids = _blobs(name, n=60)
-    model = _fit(name, X, y, np.arange(60) % 3, **params)
+    # Duals bounded by C = 1e300 overflow the float32 kernel products (NumPy
+    # says so, and the test holds it to that); the fit must still end finite.
+    overflows = params.get("C") == 1e300
+    with pytest.warns(RuntimeWarning) if overflows else contextlib.nullcontext():
+        model = _fit(name, X, y, np.arange(60) % 3, **params)
     out = model.predict(X) if hasattr(model, "predict") else model.transform(X)
     assert np.all(np.isfinite(out))
 

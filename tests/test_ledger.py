@@ -166,3 +166,24 @@ def test_fits_record_their_raw_data_by_formula(dtype):
     log = clf.communication_
     assert log.raw_data_floats == n * d + n
     assert log.raw_data_bytes == n * d * np.dtype(dtype).itemsize + 8 * n
+
+
+def test_summary_leaves_out_upload_lines_of_rounds_that_upload_nothing():
+    log = CommunicationLog()
+    log.record("local centers", "upload", {0: 30, 1: 30}, disclosure="per_client")
+    r = log.new_round()
+    log.record("cluster map", "download", {0: 40, 1: 40}, round=r)
+    log.record("cluster map", "upload", {0: 0, 1: 0}, round=r, disclosure="sum_only")
+    lines = log.summary().splitlines()
+    assert [line.split()[:2] for line in lines[1:3]] == [
+        ["local", "centers"],
+        ["cluster", "map"],
+    ]
+    assert "download" in lines[2]
+    assert not any(
+        line.startswith("cluster map") and "upload" in line for line in lines
+    )
+    # The figures are the ledger's, with or without the line.
+    assert "2 rounds, 1 with uploads" in lines
+    figures = (log.upload_floats, log.download_floats, len(log.disclosure()))
+    assert figures == (60, 80, 2)

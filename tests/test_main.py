@@ -216,3 +216,63 @@ def test_cli_rejects_bad_options():
     with pytest.raises(SystemExit):
         build_parser().parse_args(["demo", "--estimators", "NotAnEstimator"])
     assert isinstance(build_parser(), argparse.ArgumentParser)
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["--version", "demo"]])
+def test_cli_prints_its_version(argv, capsys):
+    import skfed
+
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.strip() == f"skfed {skfed.__version__}"
+
+
+def test_partition_applies_to_the_large_data_too(monkeypatch):
+    # Each case reads the scheme through _scheme: asked for, it is the one
+    # used, with or without --small; not asked for, each case keeps its own.
+    seen = []
+    real = _demo.make_partition
+
+    def spy(scheme, y, n_clients, seed):
+        seen.append(scheme)
+        return real(scheme, y, n_clients, seed)
+
+    monkeypatch.setattr(_demo, "make_partition", spy)
+    monkeypatch.setattr(_demo, "_mixture", lambda n, d, k, seed: _small_mixture(k))
+    monkeypatch.setattr(_demo, "_clustering", lambda *a, **k: None)
+    args = build_parser().parse_args(["demo", "--partition", "iid", "--clients", "4"])
+    _demo._kfed(args)
+    _demo._distributed_kmeans(args)
+    assert seen == ["iid", "iid"]
+    seen.clear()
+    default = build_parser().parse_args(["demo", "--clients", "4"])
+    assert default.partition is None
+    _demo._distributed_kmeans(default)
+    assert seen == ["dirichlet"]
+    out = io.StringIO()
+    monkeypatch.setitem(_demo.CASES, "KFed", lambda a: _row())
+    _demo.run(
+        build_parser().parse_args(
+            ["demo", "--partition", "iid", "--estimators", "KFed", "--quiet"]
+        ),
+        out=out,
+    )
+    assert out.getvalue().startswith("large data, many clients, iid partition,")
+
+
+def _small_mixture(k):
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.arange(k), 20)
+    return rng.normal(size=(y.size, 3)) + 10 * y[:, None], y
+
+
+def test_the_quick_start_quotes_the_readme_demo_table():
+    # The quick start's percentages are the README's table (which the slow
+    # test above checks against a fresh run).
+    quickstart = (README.parent / "doc" / "quickstart.rst").read_text()
+    flat = re.sub(r"\s+", " ", quickstart)
+    rows = _printed_tables(_readme_demo_output())
+    for name in ("KFed", "DistributedKMeans"):
+        ratio = float(rows[name][-1].rstrip("x"))
+        assert f" {100 * ratio:.2f}%" in flat, name

@@ -130,7 +130,7 @@ def test_check_magnitude_names_the_range_and_the_fix(dtype):
     check_magnitude(np.zeros((4, 3), dtype=dtype))
     huge = np.finfo(dtype).max / 10
     tiny = np.finfo(dtype).tiny * 10
-    for bad in (X * huge / 12, X * tiny, sp.csr_matrix(X * tiny)):
+    for bad in (X / 12 * huge, X * tiny, sp.csr_matrix(X * tiny)):
         with pytest.raises(
             ValueError, match="overflow or underflow.*Rescale the features"
         ):

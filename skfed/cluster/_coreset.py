@@ -107,16 +107,13 @@ class DistributedKMeans(
     is the data itself), and the upload does not grow with the number of
     samples.
 
-    Measured against :class:`sklearn.cluster.KMeans` (its defaults) on
-    mixtures of k Gaussians at N = 1,000,000, d = 50, k = 64: the
-    restarts alone left the cost 4.7% above KMeans' over 100 clients
-    (Lloyd on a coreset whose local centers weigh hundreds settles with
-    two centers in one cluster); with the swaps and the Lloyd rounds it
-    was 1.8% below KMeans' over 100 clients and 0.5% above over 20, for
-    2.8% and 1.3% of the data's N·d floats uploaded (at k = 16, 3.5% below
-    over both). The coreset stands for the data, so the result
-    approximates, rather than equals, KMeans'; on small data (150 to 1,797
-    rows) it was within 0.3% of its cost.
+    The coreset stands for the data, so the result approximates, rather
+    than equals, :class:`sklearn.cluster.KMeans`'s: Lloyd on a coreset
+    whose local centers weigh hundreds can settle with two centers in one
+    cluster, which the swaps and the Lloyd rounds repair.
+    ``benchmarks/bench_coreset.py`` measures the cost against KMeans' and
+    the upload against the data's N·d floats; the user guide quotes its
+    figures.
 
     Read more in the :ref:`User Guide <user_guide_distributed_kmeans>`.
 
@@ -131,21 +128,19 @@ class DistributedKMeans(
         above the number of samples is clipped to it, with a warning: the
         coreset would then be larger than the data it summarises. ``"auto"``
         means t = max(1000, 125 k) (at most the number of samples, without
-        a warning): the paper's bound on t grows linearly in k, and a fixed
-        t = 1000 left the cost 10% above :class:`~sklearn.cluster.KMeans`'s
-        at k = 64 (N = 200,000, d = 50, 20 clients) against 0.3% with
-        t = 8,000. The bound's second term grows with the number of
-        clients too, but a larger t bought little there: over 100 clients
-        at N = 1,000,000, t = 25,600 (3.3% of the data's floats) left the
-        restarts' cost 3% above KMeans', against 4.7% with t = 8,000; the
-        swaps (``n_swaps``) and the Lloyd rounds (``refine_iter``) close
-        that gap for less.
+        a warning): the paper's bound on t grows linearly in k, and a
+        fixed t leaves the cost further above
+        :class:`~sklearn.cluster.KMeans`'s as k grows. The bound's second
+        term grows with the number of clients too, but a larger t buys
+        little there; the swaps (``n_swaps``) and the Lloyd rounds
+        (``refine_iter``) close that gap for less
+        (``benchmarks/bench_coreset.py``'s coreset-size sweep).
 
     n_init : int, default=10
         Restarts of the server's weighted k-means (each from its own weighted
         k-means++ seeding); the run with the lowest weighted coreset cost
         wins. At most one restart per coreset point is run (a larger value
-        is clipped, with a warning).
+        is clipped, with a warning unless it is the default).
 
     max_iter : int, default=300
         Largest number of weighted Lloyd iterations of one server restart.
@@ -171,11 +166,10 @@ class DistributedKMeans(
         less than ``tol`` allows. ``"auto"`` means 3 rounds, and none when
         every client's upload was its data itself (its rows, or centers of
         local cost 0): the server's Lloyd then already ran on the data.
-        The coreset's sampling moves each center a little; at N = 200,000,
-        d = 50, k = 64 over 100 clients three rounds brought the cost from
-        2.3% to 0.7% above KMeans', for 3 k(d + 1) floats per client
-        (0.65% of the data's floats per round at N = 1,000,000 over 100
-        clients).
+        The coreset's sampling moves each center a little, and the rounds
+        bring the cost closer to KMeans' for 3 k(d + 1) floats per client,
+        a small share of the data's floats on large clients
+        (``benchmarks/bench_coreset.py`` measures both).
 
     n_swaps : int, default=32
         Largest number of swap trials of the server after its restarts
@@ -185,10 +179,9 @@ class DistributedKMeans(
         weighted Lloyd and keeps the result if it lowers the weighted
         coreset cost; the trials stop after 8 rejected in a row. Server
         work only (no round): each trial costs about one restart. Lloyd
-        cannot move a center from one cluster to another, and on a mixture
-        of 64 clusters the coreset's restarts left the cost 4.7% above
-        KMeans' (N = 1,000,000, 100 clients); the swaps find what the
-        restarts miss.
+        cannot move a center from one cluster to another, so on a mixture
+        of many clusters the restarts can leave two centers in one of
+        them; the swaps find what the restarts miss.
 
     random_state : int, RandomState instance or None, default=None
         Seeds the server's restarts and, through the federation, every
@@ -376,7 +369,7 @@ class DistributedKMeans(
     >>> import numpy as np
     >>> from skfed import DistributedKMeans
     >>> X = np.array([[1, 2], [1, 4], [1, 0], [10, 2], [10, 4], [10, 0]])
-    >>> km = DistributedKMeans(n_clusters=2, coreset_size=20, random_state=0)
+    >>> km = DistributedKMeans(n_clusters=2, random_state=0)
     >>> km = km.fit(X, partitions=[0, 0, 1, 1, 2, 2])
     >>> sorted(km.cluster_centers_[:, 0].round(3).tolist())
     [1.0, 10.0]
@@ -502,7 +495,11 @@ class DistributedKMeans(
                 "coreset_size", self.coreset_size, n_samples, "samples"
             )
         n_init = clip_to_data(
-            "n_init", self.n_init, coreset_size + n_samples, "points of the coreset"
+            "n_init",
+            self.n_init,
+            coreset_size + n_samples,
+            "points of the coreset",
+            estimator=self,
         )
         weighted = sample_weight is not None
         if weighted:
@@ -1045,7 +1042,8 @@ def auto_coreset_size(n_clusters):
 
     Balcan, Ehrlich & Liang's sample size is O(ε⁻⁴ (k d + log 1/δ) + m k
     log(m k / δ)), linear in k. The constant keeps t = 1000 up to k = 8
-    and reached KMeans' cost within 0.3% at k = 64 (t = 8,000).
+    and, at k = 64 (t = 8,000), a cost close to KMeans'
+    (``benchmarks/bench_coreset.py``).
     """
     return max(_AUTO_CORESET_MIN, _AUTO_CORESET_PER_CLUSTER * int(n_clusters))
 

@@ -50,6 +50,9 @@ _STATISTICS_SHARE = 0.2
 # for no measured gain).
 _SKETCH_PER_COMPONENT = 2
 _SKETCH_MAX_FEATURES = 2000
+# The final coreset k-means' points under coreset_size="auto" (fewer when
+# the data has fewer rows).
+_AUTO_CORESET_SIZE = 1000
 
 
 def one_shot_features(n_samples, n_features, n_clients):
@@ -282,8 +285,10 @@ class FederatedKernelKMeans(
         clients the simulated fit ran twice as fast (each round reads every
         client's features once for b products). 1 is the paper's
         single-vector Lanczos. See the user guide for choosing it.
-    coreset_size : int, default=1000
+    coreset_size : int or "auto", default="auto"
         Points drawn over all clients by the final coreset k-means.
+        ``"auto"`` draws 1000, or every row when the data has fewer. An int
+        larger than the data is clipped to it, with a warning.
     n_init : int, default=10
         Restarts of the server's weighted k-means on the coreset.
     refine_iter : int, default=20
@@ -519,7 +524,10 @@ class FederatedKernelKMeans(
         "lanczos_block_size": [
             StrictInterval(numbers.Integral, 1, None, closed="left")
         ],
-        "coreset_size": [StrictInterval(numbers.Integral, 1, None, closed="left")],
+        "coreset_size": [
+            StrictInterval(numbers.Integral, 1, None, closed="left"),
+            StrOptions({"auto"}),
+        ],
         "n_init": [StrictInterval(numbers.Integral, 1, None, closed="left")],
         "refine_iter": [StrictInterval(numbers.Integral, 0, None, closed="left")],
         "random_state": ["random_state"],
@@ -547,7 +555,7 @@ class FederatedKernelKMeans(
         eigen_solver="auto",
         eigen_tol=1e-4,
         lanczos_block_size=8,
-        coreset_size=1000,
+        coreset_size="auto",
         n_init=10,
         refine_iter=20,
         random_state=None,
@@ -659,6 +667,8 @@ class FederatedKernelKMeans(
             # No coreset under privacy; n_init restarts the server's
             # k-means on the private cells.
             coreset_size, n_init = self.coreset_size, self.n_init
+            if coreset_size == "auto":
+                coreset_size = _AUTO_CORESET_SIZE
         if algorithm == "one_shot":
             with fed:
                 result = run_one_shot(
@@ -762,11 +772,20 @@ class FederatedKernelKMeans(
         """coreset_size and n_init clipped, with a warning, to the embedding's
         rows (a coreset larger than the data summarises nothing; more
         restarts than coreset points only repeat seedings)."""
-        coreset_size = clip_to_data(
-            "coreset_size", self.coreset_size, n_samples, "samples"
-        )
+        if self.coreset_size == "auto":
+            # The default's size is ours, not the user's: no warning when
+            # the data are smaller.
+            coreset_size = min(_AUTO_CORESET_SIZE, n_samples)
+        else:
+            coreset_size = clip_to_data(
+                "coreset_size", self.coreset_size, n_samples, "samples"
+            )
         n_init = clip_to_data(
-            "n_init", self.n_init, coreset_size + n_samples, "points of the coreset"
+            "n_init",
+            self.n_init,
+            coreset_size + n_samples,
+            "points of the coreset",
+            estimator=self,
         )
         return coreset_size, n_init
 

@@ -92,9 +92,10 @@ class KFed(
         mapping gives client id -> k(z) and must cover every client; None
         means ``n_clusters``. k(z) may exceed ``n_clusters``
         (over-clustering): the upload grows with k(z). On label-skewed
-        digits (Dirichlet α = 0.3, 10 clients) k(z) = k already reached
-        ``KMeans(n_init=10)``'s NMI (0.750 against 0.742), k(z) = 2k gave
-        0.753 at twice the floats; it lifts the induced labels more.
+        clients k(z) = k already reaches ``KMeans(n_init=10)``'s
+        NMI, and k(z) = 2k, at twice the floats, lifts the induced labels
+        most (``benchmarks/bench_kfed.py``'s label-skew section; the user
+        guide quotes it).
 
     center_weighting : {"size", "uniform"}, default="size"
         How the server's Lloyd round averages the local centers of a global
@@ -112,12 +113,11 @@ class KFed(
         pooled centers, weighted as ``center_weighting`` says, best of
         ``server_n_init`` restarts. ``"farthest"``: the paper's Algorithm 2,
         farthest-point selection from one client's centers and one Lloyd
-        round. Both use the same upload. On label-skewed digits (Dirichlet
-        α = 0.3) the k-means merge gave NMI 0.750 / 0.749 with 10 / 50
-        clients against 0.608 / 0.575 for farthest point, and a k-means cost
-        1.008 / 1.005 times ``KMeans(n_init=10)``'s against 1.171 / 1.189:
-        farthest-point selection takes outlying local centers as global
-        seeds.
+        round. Both use the same upload. Farthest-point selection takes
+        outlying local centers as global seeds: on label-skewed clients the
+        k-means merge reaches a higher NMI and a cost closer to
+        ``KMeans(n_init=10)``'s (``benchmarks/bench_kfed.py``'s label-skew
+        section).
 
     server_n_init : int, default=10
         Restarts of the server's weighted k-means (``merge="kmeans"``);
@@ -130,10 +130,9 @@ class KFed(
         same whichever). ``"awasthi-sheffet"`` is the paper's Algorithm 1
         alone. ``"best"`` (ours) also runs plain k-means++ and Lloyd on the
         client's rows and keeps whichever of the two has the lower weighted
-        local cost: on the benchmark's mixtures (d = 100, k = 64, k' = 8)
-        at 6σ, 97.2% against 96.1% accuracy; on label-skewed digits the
-        induced labels' NMI gap to KMeans fell from 0.039 to 0.023 (10
-        clients). ``"auto"``
+        local cost, which raises the accuracy on mixtures and the induced
+        labels' NMI on label-skewed clients (``benchmarks/bench_kfed.py``).
+        ``"auto"``
         (ours) is ``"best"`` on clients of at most 2,048 rows and on sparse
         ones; a larger dense client runs Algorithm 1 with one seeding
         (``n_init`` at most 1, on 4,096 draws of its rows, at least 32 per
@@ -144,14 +143,11 @@ class KFed(
         and Lloyd settles; a round of moves is kept only if it lowers the
         weighted local cost, so no draw is made and the result is never
         worse than Algorithm 1's. Restarts find a better local optimum by
-        chance, the moves directly: on the benchmark's mixtures (clients
-        of 10,000 rows, means 10σ apart on average; d = 20 or 50, k(z) =
-        k = 16 or 64) the local cost ended 0-7% below ``"best"``'s, never
-        above, in a fifth to a third of its time; at N = 1,000,000 over 100
-        clients the fit's NMI rose from 0.957 to 0.999 (d = 50, k = 64)
-        and from 0.989 to 0.999 (d = 20, k = 16), and the fit took 0.47
-        and 1.04 times ``KMeans(n_init=1)``'s time on a quiet machine
-        (the user guide has the table).
+        chance, the moves directly: on large clients they end at a local
+        cost at or below ``"best"``'s in a fraction of its time
+        (``benchmarks/bench_vs_lloyd.py`` measures the cost, the NMI and
+        the time against ``KMeans(n_init=1)``; the user guide has the
+        table).
 
     n_init : int, default=3
         Number of k-means++ seedings, each refined by Lloyd iterations, that
@@ -270,12 +266,10 @@ class KFed(
         T, the number of DP Lloyd iterations each client runs under
         ``privacy``, each one noisy release: the budget is split over T
         releases, so more iterations mean more noise in each. Unused
-        without ``privacy``. On a 100,000-row 10-blob mixture over 10
-        clients, T = 3, 5 and 10 gave NMI 0.9998 to 0.9999 at epsilon = 1,
-        and 0.92, 0.90 and 0.85 at epsilon = 0.1: fewer iterations suit
-        small budgets. At epsilon = inf on 5 blobs of standard deviation
-        0.5, T = 3 left centers up to 1.07 from the non-private fit's, T = 5
-        at most 0.015.
+        without ``privacy``. Fewer iterations suit small budgets; with
+        little noise, too few leave the centers short of the non-private
+        fit's (``benchmarks/bench_dp.py`` measures the NMI against
+        epsilon).
 
     compute_labels : bool, default=True
         Whether ``fit`` and ``partial_fit`` gather the clients' labels into

@@ -107,13 +107,13 @@ class DistributedKernelPCA(
         float64 rounding.
     n_representatives : int, default=400
         ``|Y|``, the number of representative points (before removal of
-        duplicates). More than the number of samples is clipped to it with
-        a warning (every sample is then a representative), as
-        :class:`sklearn.kernel_approximation.Nystroem` does. Clients that
-        tie exactly for the last draws of the split over clients (e.g.
-        clients of one size) each take one, so that renaming the clients
-        never decides who draws: ``|Y|`` can then exceed it by fewer than
-        the number of clients.
+        duplicates). More than the number of samples is clipped to it
+        (every sample is then a representative), with a warning unless it
+        is the default, as :class:`sklearn.kernel_approximation.Nystroem`
+        does. Clients that tie exactly for the last draws of the split over
+        clients (e.g. clients of one size) each take one, so that renaming
+        the clients never decides who draws: ``|Y|`` can then exceed it by
+        fewer than the number of clients.
     leverage_fraction : float, default=0.5
         m₁ / ``|Y|``: share of Y sampled by leverage scores; the rest (m₂) is
         sampled adaptively. Used with ``sampling="leverage+adaptive"``.
@@ -121,13 +121,13 @@ class DistributedKernelPCA(
         How Y is chosen: disLS + RepSample (the paper), or uniformly with
         client quotas proportional to client sizes (no disLS round).
     embedding_dim : int, default=50
-        t, rows of the kernel subspace embedding S. Clipped (with a warning)
-        to the number of samples and of random features: the embedded
-        points span no more.
+        t, rows of the kernel subspace embedding S. Clipped to the number
+        of samples and of random features (with a warning unless it is the
+        default): the embedded points span no more.
     sketch_size : int, default=250
         p, columns of each client's point sketch T_m in disLS. Clients with
         at most p samples send their embedding unsketched (a warning says so
-        when p exceeds the number of samples).
+        when a p other than the default exceeds the number of samples).
     n_random_features : int, default=2000
         D, random Fourier features ("rbf", "laplacian") or TensorSketch
         dimension ("poly") of the embedding z. A D for which a client's
@@ -581,15 +581,26 @@ class DistributedKernelPCA(
         if solver == "random_features":
             return self._fit_random_features(X, partitions)
         n_rep = clip_to_data(
-            "n_representatives", self.n_representatives, n_samples, "training samples"
+            "n_representatives",
+            self.n_representatives,
+            n_samples,
+            "training samples",
+            estimator=self,
         )
-        clip_to_data("sketch_size", self.sketch_size, n_samples, "training samples")
+        clip_to_data(
+            "sketch_size",
+            self.sketch_size,
+            n_samples,
+            "training samples",
+            estimator=self,
+        )
         dim = n_features if self.kernel == "linear" else self.n_random_features
         self._embedding_dim = clip_to_data(
             "embedding_dim",
             self.embedding_dim,
             min(n_samples, dim),
             "training samples or features",
+            estimator=self,
         )
         # The clients' embedding holds a block of up to 4096 rows of D
         # features and the t x D map S (float32): refuse sizes that would

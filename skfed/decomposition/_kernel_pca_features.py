@@ -109,7 +109,8 @@ def run_feature_pca(
     kernel : {"rbf", "laplacian"}
     gamma : float or None
         γ; None takes the median heuristic (one ``"median sample"`` round,
-        as the representatives' solver; refused under privacy before).
+        as the representatives' solver; under privacy the caller refuses
+        it before the fit).
     median_factor : float
         As in :class:`~skfed.DistributedKernelPCA`.
     random_state : RandomState

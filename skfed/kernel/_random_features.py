@@ -172,7 +172,7 @@ def _check_phases(X, omega):
 # cache and is allocated once per call. With 300 features: 3.1 ns per value
 # (the product X Ω included) at 128 rows, 3.5 at 256, 4.1 at 512, 5.5 at
 # 1,024, whose 6 MB of scratch spilled out of a 2 MB L2; on a machine with
-# a larger cache, 1,024 rows had been faster than 4,096.
+# a larger cache, 1,024 rows were faster than 4,096.
 _COS_VALUES = 40_000
 _TWO_PI = 2.0 * np.pi
 

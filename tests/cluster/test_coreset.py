@@ -305,7 +305,7 @@ def test_sample_weight_moves_the_centers():
     """A heavy sample pulls its center like in weighted KMeans."""
     X = np.array([[0.0], [1.0], [10.0], [11.0]])
     sample_weight = np.array([1.0, 3.0, 1.0, 1.0])
-    km = DistributedKMeans(2, coreset_size=50, random_state=0)
+    km = DistributedKMeans(2, random_state=0)
     km.fit(X, partitions=[0, 1, 0, 1], sample_weight=sample_weight)
     ref = KMeans(2, n_init=10, random_state=0).fit(X, sample_weight=sample_weight)
     np.testing.assert_allclose(
@@ -865,7 +865,7 @@ def test_client_with_one_sample_sends_it_with_weight_one(blobs):
 def test_every_client_smaller_than_k_is_exact():
     """With n_m <= k everywhere the coreset is the data itself."""
     X, _ = make_blobs(24, centers=3, n_features=2, random_state=0)
-    km = DistributedKMeans(3, coreset_size=100, random_state=0)
+    km = DistributedKMeans(3, random_state=0)
     km.fit(X, partitions=np.arange(24) // 3)  # 8 clients of 3 samples
     assert not km.coreset_sample_counts_.any()
     np.testing.assert_array_equal(km.coreset_weights_, np.ones(24))

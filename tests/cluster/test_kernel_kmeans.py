@@ -2,6 +2,9 @@
 own module, test_kernel_kmeans_one_shot.py). Tests of DSPGD's own behaviour
 pass ``algorithm="dspgd"``: the default runs the one-shot."""
 
+import contextlib
+import warnings
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -69,7 +72,7 @@ def test_nmi_matches_exact_kernel_kmeans_and_predict_agrees(name):
             n_random_features=100,
             max_iter=30,
             eigen_solver="gram",
-            coreset_size=400,
+            coreset_size=300,
             n_init=10,
             random_state=seed,
         ).fit(X, partitions=4)
@@ -179,8 +182,13 @@ def test_no_cem_with_fewer_samples_than_k_plus_2():
     # matrices; Lanczos must not be asked for more pairs than N.
     X = make_blobs(60, centers=3, random_state=0)[0][:4]
     params = {"n_random_features": 10, "max_iter": 3, "tol": 0, "random_state": 0}
-    ref = FederatedKernelKMeans(3, eigen_solver="gram", **params).fit(X, partitions=2)
-    km = FederatedKernelKMeans(3, use_cem=False, **params).fit(X, partitions=2)
+    # Four rows have at most four eigenvalues above 0: both fits say that
+    # the embedding is narrower than s = 8.
+    with pytest.warns(ConvergenceWarning, match="instead of n_components=8"):
+        ref = FederatedKernelKMeans(3, eigen_solver="gram", **params)
+        ref.fit(X, partitions=2)
+    with pytest.warns(ConvergenceWarning, match="instead of n_components=8"):
+        km = FederatedKernelKMeans(3, use_cem=False, **params).fit(X, partitions=2)
     assert km.threshold_ == pytest.approx(ref.threshold_, abs=1e-12)
     np.testing.assert_array_equal(km.ranks_, ref.ranks_)
     for a, b in zip(km.eigenvalue_history_, ref.eigenvalue_history_):
@@ -476,10 +484,17 @@ def test_default_threshold_is_the_s_plus_2_th_eigenvalue(n_components):
     assert first.shape[0] == s + 1  # exactly the s + 1 above the (s+2)-th
     assert np.all(first > km.threshold_)
     assert km.n_components_ == s
-    # The user's λ is used as given.
-    km2 = FederatedKernelKMeans(
-        k, threshold=km.threshold_, random_state=0, **params
-    ).fit(X, partitions=2)
+    # The user's λ is used as given: with s = 3k and the λ of a smaller s,
+    # fewer eigenvalues pass it, and the fit says so.
+    narrower = (
+        pytest.warns(ConvergenceWarning, match="instead of n_components=12")
+        if n_components is not None
+        else contextlib.nullcontext()
+    )
+    with narrower:
+        km2 = FederatedKernelKMeans(
+            k, threshold=km.threshold_, random_state=0, **params
+        ).fit(X, partitions=2)
     assert km2.threshold_ == km.threshold_
     np.testing.assert_allclose(km2.eigenvalue_history_[0], first, rtol=1e-6)
 
@@ -754,6 +769,29 @@ def test_coreset_sizes_beyond_the_data_are_clipped():
         km = FederatedKernelKMeans(3, coreset_size=10**7, random_state=0)
         km.fit(X, partitions=3)
     assert ari(y, km.labels_) == 1.0
+
+
+def test_the_default_coreset_fits_small_data_without_a_warning():
+    # coreset_size="auto" is every row below 1000, silently; 1000 above,
+    # the same model as an explicit 1000.
+    X, y = make_blobs(120, centers=3, n_features=4, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        small = FederatedKernelKMeans(3, random_state=0).fit(X, partitions=3)
+    explicit = FederatedKernelKMeans(3, coreset_size=120, random_state=0)
+    explicit.fit(X, partitions=3)
+    np.testing.assert_array_equal(small.labels_, explicit.labels_)
+    np.testing.assert_allclose(
+        small.cluster_centers_, explicit.cluster_centers_, rtol=1e-12, atol=1e-12
+    )
+    X, _ = make_blobs(1500, centers=3, n_features=4, random_state=0)
+    auto = FederatedKernelKMeans(3, random_state=0).fit(X, partitions=3)
+    thousand = FederatedKernelKMeans(3, coreset_size=1000, random_state=0)
+    thousand.fit(X, partitions=3)
+    np.testing.assert_array_equal(auto.labels_, thousand.labels_)
+    np.testing.assert_allclose(
+        auto.cluster_centers_, thousand.cluster_centers_, rtol=1e-12, atol=1e-12
+    )
 
 
 def test_dspgd_stopped_by_max_iter_warns():

@@ -93,7 +93,7 @@ def test_nmi_matches_exact_centred_kernel_kmeans(name):
     nmis = []
     for seed in range(3):
         km = FederatedKernelKMeans(
-            k, gamma=gamma, coreset_size=400, random_state=seed
+            k, gamma=gamma, coreset_size=300, random_state=seed
         ).fit(X, partitions=4)
         nmis.append(nmi(y, km.labels_))
     n = X.shape[0]

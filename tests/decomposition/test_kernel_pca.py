@@ -536,14 +536,22 @@ def test_too_many_components_or_representatives():
 def test_defaults_on_small_data_match_kernel_pca():
     # 400 representatives by default: on 150 rows every row is one, and the
     # fit is kernel PCA of the same centering and kernel width, up to the
-    # clients' rank-2k truncation of their share (lowrank_upload).
+    # clients' rank-2k truncation of their share (lowrank_upload). The
+    # defaults are sizes for large data: clipped to small data silently.
+    import warnings
+
     from sklearn.datasets import load_iris
 
     X = load_iris().data
-    with pytest.warns(UserWarning, match="n_representatives=400 exceeds the 150"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         est = DistributedKernelPCA(2, center=True, random_state=0).fit(
             X, partitions=np.arange(150) % 3
         )
+    assert est.n_representatives_ == len(np.unique(X, axis=0))  # every row
+    # A size other than the default is the user's: clipped with a warning.
+    with pytest.warns(UserWarning, match="n_representatives=500 exceeds the 150"):
+        DistributedKernelPCA(2, n_representatives=500, random_state=0).fit(X)
     ref = KernelPCA(2, kernel="rbf", gamma=est.gamma_).fit(X)
     np.testing.assert_allclose(est.eigenvalues_, ref.eigenvalues_, rtol=1e-4)
     np.testing.assert_allclose(

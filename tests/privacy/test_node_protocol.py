@@ -245,7 +245,7 @@ def test_dask_workers_keep_per_row_outputs_and_keys():
     da = pytest.importorskip("dask.array")
     X, _ = _data()
     with distributed.Client(
-        processes=False, n_workers=2, threads_per_worker=1, dashboard_address=None
+        processes=False, n_workers=2, threads_per_worker=1, dashboard_address=":0"
     ):
         Xd = da.from_array(X, chunks=(80, 3)).persist()
         km = skfed.KFed(n_clusters=3, random_state=0, raw_rows="refuse").fit(Xd)
