@@ -34,7 +34,8 @@ FORBIDDEN = {
     # A page says what the code does, not what it did: "the solve used to
     # stop ... it now runs", "2.8% (1.5% before)", "measured again".
     "work log": r"\bused to (?:stop|run|take|be|send|upload)\b|\b[Ii]t now \w+s\b"
-    r"|\d%? before\)|\bnot all measured on the same day\b|\bmeasured again\b",
+    r"|\d%? before\)|\bnot all measured on the same day\b|\bmeasured again\b"
+    r"|\ban earlier run\b|\bdevelopment machine\b|\bwith the old noise\b",
 }
 _PATTERN = re.compile(
     "|".join(f"(?P<g{i}>{p})" for i, p in enumerate(FORBIDDEN.values()))

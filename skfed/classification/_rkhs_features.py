@@ -369,7 +369,7 @@ def _statistics_step(
     With ``min_rows`` (``raw_rows="refuse"``) the rows of a class the client
     holds fewer than two distinct rows of are left out, and a client of
     fewer than ``min_rows`` distinct rows left raises
-    :class:`~skfed._refusal.RawRowsRefused` and uploads nothing.
+    ``RawRowsRefused`` (a ``ValueError``) and uploads nothing.
     """
     seed, widths = message
     X = client.X

@@ -344,7 +344,7 @@ def _statistics_step(client, state, message, *, n_features, noise=None, min_rows
     follows unnoised: D(D+1)/2 + D + 1 floats.
 
     With ``min_rows`` (``raw_rows="refuse"``) a client of fewer distinct
-    rows raises :class:`~skfed._refusal.RawRowsRefused` and uploads nothing.
+    rows raises ``RawRowsRefused`` (a ``ValueError``) and uploads nothing.
     """
     seed, gamma = message
     X = client.X

@@ -196,7 +196,7 @@ def _statistics_step(client, state, message, *, n_features, noise=None, min_rows
     entropy), and the public row count n_m appended without noise.
 
     With ``min_rows`` (``raw_rows="refuse"``) a client of fewer distinct
-    rows raises :class:`~skfed._refusal.RawRowsRefused` and uploads nothing.
+    rows raises ``RawRowsRefused`` (a ``ValueError``) and uploads nothing.
     """
     seed, gamma, kernel = message
     X = client.X

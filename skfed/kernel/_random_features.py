@@ -266,7 +266,7 @@ def moments_step(client, state, message, *, min_rows=None):
     offset of 2e10 were refused).
 
     With ``min_rows`` (``raw_rows="refuse"``) a client of fewer distinct
-    rows raises :class:`~skfed._refusal.RawRowsRefused` and uploads
+    rows raises ``RawRowsRefused`` (a ``ValueError``) and uploads
     nothing: one row's moments are (1, x, 0).
     """
     _refuse_few_rows(client.X, min_rows, "count, mean and spread")
