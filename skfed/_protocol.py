@@ -202,6 +202,7 @@ class StepCall(NamedTuple):
         step that hands over shared work (see the module)."""
         step = resolve_step(self.name, self.module)
         options = self.options
+        _check_refusal_kept(step, options, client, self.name)
         if _MASK_OPTION not in options and step.sum_only and _masks(client):
             return _refuse_plain(step(client, state, message, **options), self.name)
         if _MASK_OPTION in options:
@@ -239,6 +240,40 @@ def _masks(client):
     uploads (set when the client was made, never by a round)."""
     config = getattr(client, "config", None) or {}
     return bool(config.get("secure_aggregation", False))
+
+
+# A step's options that carry raw-row refusal: ``min_rows`` (a minimum of
+# distinct rows behind each statistic; any positive value keeps it) and
+# ``allow_raw_upload`` (k-FED's rows of a small client; False keeps it).
+_REFUSAL_OPTIONS = {"min_rows": lambda v: bool(v), "allow_raw_upload": lambda v: not v}
+
+
+def _check_refusal_kept(step, options, client, name):
+    """A client whose own configuration refuses raw rows refuses a call of
+    a step that can apply the refusal but was asked not to (the server left
+    out its minimum): the refusal is the client's setting, not a round's."""
+    config = getattr(client, "config", None) or {}
+    if config.get("raw_rows") != "refuse" or options.get("noise") is not None:
+        # A release noised for differential privacy determines no row.
+        return
+    parameters = _keyword_parameters(step)
+    for option, keeps in _REFUSAL_OPTIONS.items():
+        if option in parameters and not keeps(options.get(option)):
+            raise PermissionError(
+                f"This client refuses to send raw rows (raw_rows='refuse' is "
+                f"its own setting), and step {name!r} was asked without "
+                f"{option!r}, which applies that refusal: refused. Fit with "
+                "raw_rows='refuse'."
+            )
+
+
+def _keyword_parameters(step):
+    try:
+        return step.__refusal_parameters__
+    except AttributeError:
+        names = frozenset(inspect.signature(step).parameters)
+        step.__refusal_parameters__ = names
+        return names
 
 
 def _refuse_plain(started, name):

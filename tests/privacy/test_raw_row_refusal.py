@@ -10,6 +10,7 @@ raw-row count is checked against what was sent.
 """
 
 import warnings
+from functools import partial
 
 import numpy as np
 import pytest
@@ -18,12 +19,13 @@ from sklearn.datasets import make_blobs
 from sklearn.metrics import adjusted_rand_score
 
 import skfed
-from skfed._federation import Federation
+from skfed._federation import ClientStepError, Federation, client_config
 from skfed._refusal import MIN_ROWS, n_distinct_rows
 from skfed._rows import row_hashes
 from skfed._transport import StepFailure
 from skfed._validation import check_partitions
-from skfed.cluster._kfed_protocol import _few_row_clusters
+from skfed.cluster._kfed_protocol import _few_row_clusters, _local_step
+from skfed.decomposition._kernel_pca_features import _statistics_step
 from skfed.kernel import federated_gamma
 from skfed.kernel._private_features import (
     feature_gram_statistics,
@@ -481,3 +483,28 @@ def test_kfed_refinement_sums_of_a_one_row_cluster_are_left_out(received):
     )
     assert refused.communication_.raw_rows == 0
     assert adjusted_rand_score(y, refused.labels_) > 0.99
+
+
+# -- the refusal is the client's own setting -----------------------------------
+
+
+def test_a_refusing_client_refuses_a_step_asked_without_its_minimum():
+    # A server that drops the minimum from its call (or asks k-FED's local
+    # step for a small client's rows) is refused on the client, before the
+    # step runs: raw_rows="refuse" is set when the client is made.
+    X = _blobs(60)
+    config = client_config(type("Refusing", (), {"raw_rows": "refuse"})())
+    parts = check_partitions(np.arange(len(X)) % 3, len(X))
+    fed = Federation.from_arrays(X, None, parts, random_state=0, client_config=config)
+    with fed:
+        plain = partial(_statistics_step, n_features=8)
+        with pytest.raises(ClientStepError, match="refuses to send raw rows"):
+            fed.run_round("features", plain, (0, 0.1, "rbf"), disclosure="sum_only")
+        options = {
+            "n_clusters": 2,
+            "n_init": 1,
+            "max_iter": 5,
+            "allow_raw_upload": True,
+        }
+        with pytest.raises(ClientStepError, match="raw rows.*'allow_raw_upload'"):
+            fed.run_round("local", partial(_local_step, **options), None)
