@@ -337,6 +337,20 @@ class FederatedStandardScaler(
             )
         return feature_bounds(privacy, X, estimator="FederatedStandardScaler")
 
+    def _fitted_input(self, X, copy):
+        """X checked against the fit (features, dtype), copied unless
+        ``copy`` (or the ``copy`` parameter, for None) says otherwise."""
+        check_is_fitted(self)
+        return validate_data(
+            self,
+            X,
+            reset=False,
+            accept_sparse=("csr", "csc"),
+            copy=self.copy if copy is None else copy,
+            dtype=FLOAT_DTYPES,
+            force_writeable=True,
+        )
+
     def transform(self, X, copy=None):
         """Standardize rows with the fitted statistics (local, no round).
 
@@ -356,17 +370,7 @@ class FederatedStandardScaler(
         """
         if is_dask_collection(X):
             return blockwise(self, "transform", X)
-        check_is_fitted(self)
-        copy = self.copy if copy is None else copy
-        X = validate_data(
-            self,
-            X,
-            reset=False,
-            accept_sparse=("csr", "csc"),
-            copy=copy,
-            dtype=FLOAT_DTYPES,
-            force_writeable=True,
-        )
+        X = self._fitted_input(X, copy)
         if sp.issparse(X):
             if self.with_mean:
                 raise ValueError(
@@ -405,17 +409,7 @@ class FederatedStandardScaler(
         """
         if is_dask_collection(X):
             return blockwise(self, "inverse_transform", X)
-        check_is_fitted(self)
-        copy = self.copy if copy is None else copy
-        X = validate_data(
-            self,
-            X,
-            reset=False,
-            accept_sparse=("csr", "csc"),
-            copy=copy,
-            dtype=FLOAT_DTYPES,
-            force_writeable=True,
-        )
+        X = self._fitted_input(X, copy)
         if sp.issparse(X):
             if self.with_mean:
                 raise ValueError(
