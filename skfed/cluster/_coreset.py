@@ -377,16 +377,16 @@ class DistributedKMeans(
     3
     """
 
-    _raw_row_rounds = ("coreset sampling",)
+    @property
+    def _raw_row_rounds(self):
+        # Under raw_rows="refuse" the fit takes its row-free path.
+        return () if self.raw_rows == "refuse" else ("coreset sampling",)
+
     _privacy_refusal = (
         "its coreset is made of rows of X drawn by D² sampling (round "
         "'coreset sampling'), and a row has no noisy version of bounded "
         "sensitivity. Use KFed(privacy=DifferentialPrivacy(...)): its clients "
         "upload noisy local centers and counts (DP Lloyd)."
-    )
-    _raw_rows_alternative = (
-        "Use KFed, which uploads each client's local centers and never its "
-        "rows (a client with at most k distinct rows is refused there too)."
     )
 
     _parameter_constraints: dict = {
@@ -512,6 +512,8 @@ class DistributedKMeans(
         fed = self._federation(
             X, None, partitions, random_state=rng, sample_weight=sample_weight
         )
+        if self.raw_rows == "refuse":
+            return self._fit_row_free(X, fed, rng, n_init, weighted)
         with fed:
             # A client that fails after its first round takes no part (see
             # Federation.run_protocol).
@@ -570,7 +572,11 @@ class DistributedKMeans(
         self._record_privacy(fed)
         self._n_features_out = self.n_clusters
 
-        if self.compute_labels:
+        self._warn_few_clusters()
+        return self
+
+    def _warn_few_clusters(self):
+        if hasattr(self, "labels_"):
             distinct = len(distinct_values(self.labels_))
         else:
             # Without the labels: duplicated centers, which is what fewer
@@ -582,9 +588,102 @@ class DistributedKMeans(
                 f"n_clusters ({self.n_clusters}). Possibly due to duplicate "
                 "points in X.",
                 ConvergenceWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
+
+    def _fit_row_free(self, X, fed, rng, n_init, weighted):
+        """Fit under ``raw_rows="refuse"``: k-FED's local centers merged by
+        the server's weighted k-means, then distributed Lloyd on the
+        clients' summed per-cluster statistics; no round sends a row."""
+        # Imported here: the k-FED protocol builds on this module.
+        from ._kfed_protocol import KFedLocalOptions, run_kfed
+
+        with fed:
+            # A client of n_m <= k rows asks for n_m - 1 local centers: with
+            # k of them its centers would be its rows, which it refuses to
+            # send; with fewer, its clusters of one row are merged on it.
+            n_local = {
+                cid: min(self.n_clusters, max(int(n) - 1, 1))
+                for cid, n in zip(fed.client_ids, fed.client_sizes)
+            }
+            local = KFedLocalOptions(
+                n_clusters=self.n_clusters,
+                n_local_clusters=n_local,
+                center_weighting="size",
+                local_step="auto",
+                n_init=_ROW_FREE_LOCAL_N_INIT,
+                max_iter=max(self.local_max_iter, 1),
+                tol=self.tol,
+                allow_raw_upload=False,
+                client_dropout=0.0,
+            )
+            refine_iter = (
+                self.max_iter if self.refine_iter == "auto" else self.refine_iter
+            )
+            with warnings.catch_warnings():
+                # The local restarts are ours, not the user's n_init: a
+                # client of fewer rows runs fewer, without a warning.
+                warnings.filterwarnings(
+                    "ignore", message="n_init=.* exceeds the number of samples"
+                )
+                result = fed.run_protocol(
+                    partial(
+                        run_kfed,
+                        fed,
+                        local=local,
+                        random_state=rng,
+                        merge="kmeans",
+                        server_n_init=n_init,
+                        gather_labels=False,
+                        refine_iter=refine_iter,
+                        tol=self.tol,
+                        weighted=weighted,
+                    ),
+                    random_state=rng,
+                )
+            self.client_ids_ = as_id_array(fed.client_ids)
+            self.failed_clients_ = dict(fed.failed_clients)
+        self.cluster_centers_ = result.cluster_centers.astype(fed.dtype, copy=False)
+        # The labels stay on the clients: rows held here are labelled here,
+        # with the model; none is left from an earlier fit either.
+        self.__dict__.pop("labels_", None)
+        if self.compute_labels:
+            labels = labels_where_held(self, X)
+            if labels is not None:
+                self.labels_ = labels
+        self.inertia_ = result.inertia
+        self.n_iter_ = result.n_refine_iter
+        self.n_refine_iter_ = result.n_refine_iter
+        if self.refine_iter == "auto" and result.n_refine_iter >= refine_iter:
+            warnings.warn(
+                f"The distributed Lloyd rounds stopped at max_iter={self.max_iter} "
+                "before the centers settled to tol; raise max_iter.",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
+        self.n_clients_ = len(self.client_ids_)
+        # No coreset: none of its attributes, and none left from an earlier
+        # fit.
+        for name in _CORESET_ATTRIBUTES:
+            self.__dict__.pop(name, None)
+        self.communication_ = fed.log
+        self._record_privacy(fed)
+        self._n_features_out = self.n_clusters
+        self._warn_few_clusters()
         return self
+
+
+# Local k-means restarts of a client under raw_rows="refuse" (KFed's
+# default).
+_ROW_FREE_LOCAL_N_INIT = 3
+# What only the coreset path sets.
+_CORESET_ATTRIBUTES = (
+    "coreset_inertia_",
+    "coreset_sample_counts_",
+    "coreset_client_weight_sums_",
+    "coreset_weights_",
+    "coreset_size_",
+)
 
 
 class CoresetKMeansResult(NamedTuple):
