@@ -598,6 +598,15 @@ class DistributedKMeans(
         # Imported here: the k-FED protocol builds on this module.
         from ._kfed_protocol import KFedLocalOptions, run_kfed
 
+        single = [c for c, n in zip(fed.client_ids, fed.client_sizes) if n < 2]
+        if single:
+            shown = ", ".join(repr(c) for c in single[:5])
+            raise ValueError(
+                f"Client(s) {shown} hold one sample: whatever it sends of it "
+                "(a center, a sum) is that row, which raw_rows='refuse' "
+                "forbids. Merge such clients with others, leave them out, or "
+                "allow raw rows."
+            )
         with fed:
             # A client of n_m <= k rows asks for n_m - 1 local centers: with
             # k of them its centers would be its rows, which it refuses to
