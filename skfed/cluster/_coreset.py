@@ -426,6 +426,10 @@ class DistributedKMeans(
         "upload noisy local centers and counts (DP Lloyd)."
     )
 
+    def _has_sum_only_rounds(self):
+        # The row-free path masks only its Lloyd rounds' sums.
+        return self.raw_rows != "refuse" or self.refine_iter != 0
+
     _parameter_constraints: dict = {
         "n_clusters": [StrictInterval(numbers.Integral, 1, None, closed="left")],
         "coreset_size": [

@@ -302,3 +302,23 @@ def test_sample_weight_is_honoured():
 )
 def test_sklearn_compatible_without_raw_rows(estimator, check):
     check(estimator)
+
+
+def test_the_row_free_path_is_kfed_with_its_lloyd_rounds():
+    X, y = load_digits(return_X_y=True)
+    parts = label_dirichlet(y, 5, alpha=0.3, random_state=0)
+    km = _fit(X, parts, n_clusters=10, refine_iter=4)
+    kfed = skfed.KFed(
+        n_clusters=10, max_iter=20, raw_rows="refuse", refine_iter=4, random_state=0
+    ).fit(X, partitions=parts)
+    np.testing.assert_allclose(
+        km.cluster_centers_, kfed.cluster_centers_, rtol=1e-12, atol=1e-12
+    )
+    np.testing.assert_allclose(km.inertia_, kfed.inertia_, rtol=1e-12)
+    assert km.n_refine_iter_ == kfed.n_refine_iter_ == 4
+
+
+def test_secure_aggregation_without_lloyd_rounds_warns_nothing_is_masked():
+    X, _ = make_blobs(300, centers=3, n_features=4, random_state=0)
+    with pytest.warns(UserWarning, match="nothing to mask"):
+        _fit(X, 3, n_clusters=3, refine_iter=0, secure_aggregation=True)
