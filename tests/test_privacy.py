@@ -182,7 +182,6 @@ def test_a_per_client_round_that_sends_rows_is_recorded_as_raw_rows():
 @pytest.mark.parametrize(
     "name, round_name, alternative",
     [
-        ("DistributedKMeans", "coreset sampling", "Use KFed"),
         ("DistributedKernelPCA", "leverage sample", "random_features"),
         ("FederatedRKHSClassifier", "critical samples", "method='random_features'"),
         ("FederatedKernelKMeans", "coreset sampling", "privacy="),

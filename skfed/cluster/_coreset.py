@@ -107,6 +107,12 @@ class DistributedKMeans(
     is the data itself), and the upload does not grow with the number of
     samples.
 
+    Under ``raw_rows="refuse"`` no row leaves a client: the clients'
+    local k-means centers (as :class:`~skfed.KFed`'s, one upload) seed the
+    server's weighted k-means, and distributed Lloyd rounds on the
+    clients' summed per-cluster statistics run until the centers settle
+    to ``tol`` (at most ``max_iter`` rounds).
+
     The coreset stands for the data, so the result approximates, rather
     than equals, :class:`sklearn.cluster.KMeans`'s: Lloyd on a coreset
     whose local centers weigh hundreds can settle with two centers in one
@@ -139,11 +145,14 @@ class DistributedKMeans(
     n_init : int, default=10
         Restarts of the server's weighted k-means (each from its own weighted
         k-means++ seeding); the run with the lowest weighted coreset cost
-        wins. At most one restart per coreset point is run (a larger value
-        is clipped, with a warning unless it is the default).
+        wins (under ``raw_rows="refuse"``, over the pooled local centers).
+        At most one restart per coreset point is run (a larger value is
+        clipped, with a warning unless it is the default).
 
     max_iter : int, default=300
-        Largest number of weighted Lloyd iterations of one server restart.
+        Largest number of weighted Lloyd iterations of one server restart;
+        under ``raw_rows="refuse"`` also the largest number of distributed
+        Lloyd rounds of ``refine_iter="auto"``.
 
     tol : float, default=1e-4
         Relative tolerance on the center shift between two Lloyd iterations,
@@ -169,7 +178,11 @@ class DistributedKMeans(
         The coreset's sampling moves each center a little, and the rounds
         bring the cost closer to KMeans' for 3 k(d + 1) floats per client,
         a small share of the data's floats on large clients
-        (``benchmarks/bench_coreset.py`` measures both).
+        (``benchmarks/bench_coreset.py`` measures both). Under
+        ``raw_rows="refuse"``, ``"auto"`` runs rounds until the centers
+        move by at most ``tol`` (as :class:`~sklearn.cluster.KMeans`'
+        Lloyd), at most ``max_iter`` of them: the local centers only seed
+        the rounds, which carry the cost to KMeans'.
 
     n_swaps : int, default=32
         Largest number of swap trials of the server after its restarts
@@ -215,8 +228,16 @@ class DistributedKMeans(
     raw_rows : {"allow", "refuse"}, default="allow"
         Whether rows of X may leave a client as they are. The coreset is
         made of rows of X (round ``"coreset sampling"``), so "refuse"
-        raises ``ValueError`` before the first round: use
-        :class:`~skfed.KFed`, which uploads local centers only. See the
+        fits without it: round ``"local centers"``, each client's local
+        k-means centers and cluster sizes (k-FED's local step, with
+        ``local_max_iter`` Lloyd iterations; a local cluster of fewer than
+        two distinct rows is merged into its nearest one on the client,
+        and a client of n_m <= k rows asks for n_m - 1 centers), merged
+        by the server's weighted k-means (``n_init`` restarts); then rounds
+        ``"lloyd refinement"`` (see ``refine_iter``), in which a client
+        leaves out a cluster it holds fewer than two distinct rows of. A
+        client of one row cannot take part: ``ValueError`` before the
+        first round. ``coreset_size`` and ``n_swaps`` play no part. See the
         privacy page of the documentation.
 
     secure_aggregation : bool, default=False
@@ -228,7 +249,9 @@ class DistributedKMeans(
         rounds each summed number to a multiple of 2^-32 (the model is the
         unmasked one within that precision); a client that fails in a
         masked round fails the fit. Masked here: the Lloyd refinement's
-        sums (``refine_iter``) and the total cost.
+        sums (``refine_iter``) and the total cost (under
+        ``raw_rows="refuse"`` the Lloyd rounds' sums only: the local
+        centers and each client's cost are per-client uploads).
 
     privacy : :class:`~skfed.privacy.DifferentialPrivacy` or None, \
             default=None
@@ -278,11 +301,16 @@ class DistributedKMeans(
         labelling round (one float per client).
 
     coreset_inertia_ : float
-        The weighted cost of the server's solution on the coreset (after the
-        swaps, before any Lloyd round), its estimate of ``inertia_``.
+        Not set under ``raw_rows="refuse"`` (nor are the other
+        ``coreset_*`` attributes: no coreset is drawn). The weighted cost
+        of the server's solution on the coreset (after the swaps, before
+        any Lloyd round), its estimate of ``inertia_``.
 
     n_iter_ : int
-        Weighted Lloyd iterations of the winning server restart.
+        Weighted Lloyd iterations of the winning server restart; under
+        ``raw_rows="refuse"``, the distributed Lloyd rounds run
+        (``n_refine_iter_``), the iterations over the data as in
+        :class:`~sklearn.cluster.KMeans`.
 
     n_refine_iter_ : int
         Rounds of distributed Lloyd run (at most ``refine_iter``, or 3 for
@@ -328,7 +356,12 @@ class DistributedKMeans(
         rows and their weights, when t_m ≥ n_m), then k(d + 1) floats per
         refinement round, then 1 float (its cost against the final centers);
         it downloads t_m as 1 float and the k·d center coordinates once per
-        refinement round and once for labelling.
+        refinement round and once for labelling. Under
+        ``raw_rows="refuse"``: k_m(d + 1) floats (k_m <= min(k, n_m - 1)
+        local centers and their sizes), then k(d + 1) per Lloyd round (k·d
+        down), then k·d + k_m down (the cluster map), and 3 floats
+        collected: its cost against the final centers, its local Lloyd
+        iterations and whether it sent rows (never, here).
 
     n_features_in_ : int
         Number of features seen during ``fit``.
@@ -347,7 +380,11 @@ class DistributedKMeans(
     -----
     What the server sees: each client's local cost, t_m of its samples
     (exactly, as rows), its k local centers and the weights. This protocol
-    reduces communication; it is not a privacy mechanism.
+    reduces communication; it is not a privacy mechanism. Under
+    ``raw_rows="refuse"`` the server sees each client's local centers
+    (means of at least two distinct rows) and their sizes, each client's
+    cost, and per Lloyd round per-cluster sums over at least two distinct
+    rows (only their total under ``secure_aggregation``).
 
     A client holding at most k samples uses them as its local centers (local
     cost 0), so it draws nothing and uploads its samples with their weights.
@@ -377,17 +414,21 @@ class DistributedKMeans(
     3
     """
 
-    _raw_row_rounds = ("coreset sampling",)
+    @property
+    def _raw_row_rounds(self):
+        # Under raw_rows="refuse" the fit takes its row-free path.
+        return () if self.raw_rows == "refuse" else ("coreset sampling",)
+
     _privacy_refusal = (
         "its coreset is made of rows of X drawn by D² sampling (round "
         "'coreset sampling'), and a row has no noisy version of bounded "
         "sensitivity. Use KFed(privacy=DifferentialPrivacy(...)): its clients "
         "upload noisy local centers and counts (DP Lloyd)."
     )
-    _raw_rows_alternative = (
-        "Use KFed, which uploads each client's local centers and never its "
-        "rows (a client with at most k distinct rows is refused there too)."
-    )
+
+    def _has_sum_only_rounds(self):
+        # The row-free path masks only its Lloyd rounds' sums.
+        return self.raw_rows != "refuse" or self.refine_iter != 0
 
     _parameter_constraints: dict = {
         "n_clusters": [StrictInterval(numbers.Integral, 1, None, closed="left")],
@@ -512,6 +553,8 @@ class DistributedKMeans(
         fed = self._federation(
             X, None, partitions, random_state=rng, sample_weight=sample_weight
         )
+        if self.raw_rows == "refuse":
+            return self._fit_row_free(X, fed, rng, n_init, weighted)
         with fed:
             # A client that fails after its first round takes no part (see
             # Federation.run_protocol).
@@ -570,7 +613,11 @@ class DistributedKMeans(
         self._record_privacy(fed)
         self._n_features_out = self.n_clusters
 
-        if self.compute_labels:
+        self._warn_few_clusters()
+        return self
+
+    def _warn_few_clusters(self):
+        if hasattr(self, "labels_"):
             distinct = len(distinct_values(self.labels_))
         else:
             # Without the labels: duplicated centers, which is what fewer
@@ -582,9 +629,111 @@ class DistributedKMeans(
                 f"n_clusters ({self.n_clusters}). Possibly due to duplicate "
                 "points in X.",
                 ConvergenceWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
+
+    def _fit_row_free(self, X, fed, rng, n_init, weighted):
+        """Fit under ``raw_rows="refuse"``: k-FED's local centers merged by
+        the server's weighted k-means, then distributed Lloyd on the
+        clients' summed per-cluster statistics; no round sends a row."""
+        # Imported here: the k-FED protocol builds on this module.
+        from ._kfed_protocol import KFedLocalOptions, run_kfed
+
+        single = [c for c, n in zip(fed.client_ids, fed.client_sizes) if n < 2]
+        if single:
+            shown = ", ".join(repr(c) for c in single[:5])
+            raise ValueError(
+                f"Client(s) {shown} hold one sample: whatever it sends of it "
+                "(a center, a sum) is that row, which raw_rows='refuse' "
+                "forbids. Merge such clients with others, leave them out, or "
+                "allow raw rows."
+            )
+        with fed:
+            # A client of n_m <= k rows asks for n_m - 1 local centers: with
+            # k of them its centers would be its rows, which it refuses to
+            # send; with fewer, its clusters of one row are merged on it.
+            n_local = {
+                cid: min(self.n_clusters, max(int(n) - 1, 1))
+                for cid, n in zip(fed.client_ids, fed.client_sizes)
+            }
+            local = KFedLocalOptions(
+                n_clusters=self.n_clusters,
+                n_local_clusters=n_local,
+                center_weighting="size",
+                local_step="auto",
+                n_init=_ROW_FREE_LOCAL_N_INIT,
+                max_iter=max(self.local_max_iter, 1),
+                tol=self.tol,
+                allow_raw_upload=False,
+                client_dropout=0.0,
+            )
+            refine_iter = (
+                self.max_iter if self.refine_iter == "auto" else self.refine_iter
+            )
+            with warnings.catch_warnings():
+                # The local restarts are ours, not the user's n_init: a
+                # client of fewer rows runs fewer, without a warning.
+                warnings.filterwarnings(
+                    "ignore", message="n_init=.* exceeds the number of samples"
+                )
+                result = fed.run_protocol(
+                    partial(
+                        run_kfed,
+                        fed,
+                        local=local,
+                        random_state=rng,
+                        merge="kmeans",
+                        server_n_init=n_init,
+                        gather_labels=False,
+                        refine_iter=refine_iter,
+                        tol=self.tol,
+                        weighted=weighted,
+                    ),
+                    random_state=rng,
+                )
+            self.client_ids_ = as_id_array(fed.client_ids)
+            self.failed_clients_ = dict(fed.failed_clients)
+        self.cluster_centers_ = result.cluster_centers.astype(fed.dtype, copy=False)
+        # The labels stay on the clients: rows held here are labelled here,
+        # with the model; none is left from an earlier fit either.
+        self.__dict__.pop("labels_", None)
+        if self.compute_labels:
+            labels = labels_where_held(self, X)
+            if labels is not None:
+                self.labels_ = labels
+        self.inertia_ = result.inertia
+        self.n_iter_ = result.n_refine_iter
+        self.n_refine_iter_ = result.n_refine_iter
+        if self.refine_iter == "auto" and result.n_refine_iter >= refine_iter:
+            warnings.warn(
+                f"The distributed Lloyd rounds stopped at max_iter={self.max_iter} "
+                "before the centers settled to tol; raise max_iter.",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
+        self.n_clients_ = len(self.client_ids_)
+        # No coreset: none of its attributes, and none left from an earlier
+        # fit.
+        for name in _CORESET_ATTRIBUTES:
+            self.__dict__.pop(name, None)
+        self.communication_ = fed.log
+        self._record_privacy(fed)
+        self._n_features_out = self.n_clusters
+        self._warn_few_clusters()
         return self
+
+
+# Local k-means restarts of a client under raw_rows="refuse" (KFed's
+# default).
+_ROW_FREE_LOCAL_N_INIT = 3
+# What only the coreset path sets.
+_CORESET_ATTRIBUTES = (
+    "coreset_inertia_",
+    "coreset_sample_counts_",
+    "coreset_client_weight_sums_",
+    "coreset_weights_",
+    "coreset_size_",
+)
 
 
 class CoresetKMeansResult(NamedTuple):
