@@ -2,7 +2,9 @@
 
 For each release of :data:`skfed._dp_audit.RELEASES` (KFed's DP Lloyd
 upload, DistributedKernelPCA's and FederatedKernelKMeans' random-feature
-statistics, FederatedKernelKMeans' private cells and Lloyd sums), the
+statistics, FederatedKernelKMeans' private cells and Lloyd sums,
+FederatedStandardScaler's sums, the row-free FederatedRKHSClassifier's
+statistics), the
 audit of ``skfed._dp_audit``: one client, D and D' differing by one row
 replaced by a canary at the clipping bound, ``--trials`` runs of the
 release on each with fresh noise, a threshold test on the release's
@@ -14,19 +16,21 @@ the audit can detect.
 Usage::
 
     python benchmarks/privacy_audit.py [--trials 20000] [--epsilon 1]
-        [--out privacy_audit.md]
+        [--only NAME ...] [--out privacy_audit.md]
 
-Prints a table and writes it to ``benchmarks/results/privacy_audit.md``
-(or ``--out``).
+Prints a table and writes it to ``privacy_audit.md`` (or ``--out``) in the
+results folder (``_results.py``), outside the repository.
 """
 
 import argparse
 import time
 from pathlib import Path
 
+from _results import results_dir
+
 from skfed._dp_audit import RELEASES, audit
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = results_dir()
 
 
 def main(argv=None):
@@ -34,6 +38,9 @@ def main(argv=None):
     parser.add_argument("--trials", type=int, default=20_000)
     parser.add_argument("--epsilon", type=float, default=1.0)
     parser.add_argument("--out", type=Path, default=RESULTS / "privacy_audit.md")
+    parser.add_argument(
+        "--only", nargs="+", choices=sorted(RELEASES), help="audit these releases"
+    )
     args = parser.parse_args(argv)
 
     lines = [
@@ -44,7 +51,9 @@ def main(argv=None):
         "|---|---|---|---|",
     ]
     start = time.perf_counter()
-    for make in RELEASES.values():
+    for name, make in RELEASES.items():
+        if args.only and name not in args.only:
+            continue
         release = make(epsilon=args.epsilon)
         full = audit(release, args.trials)
         weak = audit(release, args.trials, noise_scale=0.1)

@@ -19,8 +19,9 @@ so the audit needs no seed and holds whatever the noise's source is.
 
 The releases audited (:data:`RELEASES`): KFed's DP Lloyd upload, the
 random-feature statistics of DistributedKernelPCA and of
-FederatedKernelKMeans (a Gram triangle and [feature sums, count]), and
-FederatedKernelKMeans' private cells and Lloyd sums.
+FederatedKernelKMeans (a Gram triangle and [feature sums, count]),
+FederatedKernelKMeans' private cells and Lloyd sums, FederatedStandardScaler's
+sums and the row-free FederatedRKHSClassifier's statistics.
 """
 
 import math
@@ -120,9 +121,9 @@ def epsilon_lower_bound(out_scores, in_scores, delta, *, alpha=0.025):
     return _epsilon_at(fpr, fnr, delta)
 
 
-def _client(X):
+def _client(X, y=None):
     """A one-client federation's client with fresh entropy from the OS."""
-    return ClientData(0, X, None, np.arange(X.shape[0]), (secrets.randbits(63),))
+    return ClientData(0, X, y, np.arange(X.shape[0]), (secrets.randbits(63),))
 
 
 # --------------------------------------------------------------------------
@@ -300,11 +301,88 @@ def kernel_kmeans_sums_release(epsilon=1.0, delta=1e-5, n_random=20, n_component
     )
 
 
+def scaler_release(epsilon=1.0, delta=1e-5, n_samples=200, n_features=2):
+    """FederatedStandardScaler's one upload: the noised Σ v and Σ v² of the
+    rows in box coordinates (and the public count). D holds a row at the
+    box's lower corner, D' the canary beyond its upper corner (clipped)."""
+    from .preprocessing import FederatedStandardScaler
+    from .preprocessing._scaler_protocol import _private_step, private_sensitivity
+
+    lower, upper = -np.ones(n_features), np.ones(n_features)
+    dp = DifferentialPrivacy(epsilon=epsilon, delta=delta, bounds=(lower, upper))
+    accountant, claimed = _claimed(FederatedStandardScaler(privacy=dp), 1)
+    std = accountant.noise_std(private_sensitivity(n_features, True))
+    rng = np.random.default_rng(0)
+    rows = rng.uniform(-0.5, 0.5, size=(n_samples - 1, n_features))
+    D = np.vstack([rows, lower])
+    D_prime = np.vstack([rows, 3 * upper])
+
+    def run(X, noise_scale):
+        _, upload = _private_step(
+            _client(X), None, (lower, upper), with_std=True, noise_std=std * noise_scale
+        )
+        return upload
+
+    return Release("FederatedStandardScaler: sums", D, D_prime, run, claimed, delta)
+
+
+def classifier_release(epsilon=1.0, delta=1e-5, n_random=20):
+    """FederatedRKHSClassifier's row-free upload: the noised Gram triangle
+    of the random features and [class sums, class counts] (two releases).
+    D' replaces a row of class 0 by a canary of class 1 far from every row."""
+    from .classification import FederatedRKHSClassifier
+    from .classification._rkhs_features import _statistics_step
+    from .kernel._private_features import (
+        count_sum_sensitivity,
+        feature_norm_bound,
+        gram_sensitivity,
+    )
+
+    dp = DifferentialPrivacy(epsilon=epsilon, delta=delta)
+    est = FederatedRKHSClassifier(
+        method="random_features", widths=[1.0], n_random_features=n_random, privacy=dp
+    )
+    accountant, claimed = _claimed(est, 2)
+    radius = feature_norm_bound(n_random)
+    gram_std = accountant.noise_std(gram_sensitivity(radius, n_random))
+    sum_std = accountant.noise_std(count_sum_sensitivity(radius))
+    rng = np.random.default_rng(0)
+    rows = rng.normal(scale=0.3, size=(40, 2))
+    labels = np.arange(41) % 2
+    labels[-1] = 0
+    D = (np.vstack([rows, [0.0, 0.0]]), labels)
+    D_prime = (np.vstack([rows, [40.0, -40.0]]), np.r_[labels[:-1], 1])
+
+    def run(data, noise_scale):
+        X, y = data
+        noise = (radius, gram_std * noise_scale, sum_std * noise_scale)
+        _, upload = _statistics_step(
+            _client(X, y),
+            None,
+            (12345, (1.0,)),
+            n_random_features=n_random,
+            n_classes=2,
+            noise=noise,
+        )
+        return upload
+
+    return Release(
+        "FederatedRKHSClassifier: random feature statistics",
+        D,
+        D_prime,
+        run,
+        claimed,
+        delta,
+    )
+
+
 RELEASES = {
     "kfed": kfed_release,
     "kernel_pca": kernel_pca_release,
     "kernel_kmeans_statistics": kernel_kmeans_statistics_release,
     "kernel_kmeans_sums": kernel_kmeans_sums_release,
+    "scaler": scaler_release,
+    "classifier": classifier_release,
 }
 
 
