@@ -253,8 +253,11 @@ def _check_refusal_kept(step, options, client, name):
     a step that can apply the refusal but was asked not to (the server left
     out its minimum): the refusal is the client's setting, not a round's."""
     config = getattr(client, "config", None) or {}
-    if config.get("raw_rows") != "refuse" or options.get("noise") is not None:
-        # A release noised for differential privacy determines no row.
+    if config.get("raw_rows") != "refuse":
+        return
+    if config.get("private") and options.get("noise") is not None:
+        # A release noised for differential privacy (the client's own
+        # setting too) determines no row.
         return
     parameters = _keyword_parameters(step)
     for option, keeps in _REFUSAL_OPTIONS.items():

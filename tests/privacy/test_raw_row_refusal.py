@@ -500,6 +500,11 @@ def test_a_refusing_client_refuses_a_step_asked_without_its_minimum():
         plain = partial(_statistics_step, n_features=8)
         with pytest.raises(ClientStepError, match="refuses to send raw rows"):
             fed.run_round("features", plain, (0, 0.1, "rbf"), disclosure="sum_only")
+        # Nor does a "noise" of zero deviation pass for privacy on a client
+        # that is not private by its own setting.
+        noiseless = partial(plain, noise=(1.0, 0.0, 0.0))
+        with pytest.raises(ClientStepError, match="refuses to send raw rows"):
+            fed.run_round("features", noiseless, (0, 0.1, "rbf"), disclosure="sum_only")
         options = {
             "n_clusters": 2,
             "n_init": 1,
