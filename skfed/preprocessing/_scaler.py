@@ -316,7 +316,9 @@ class FederatedStandardScaler(
                 result.var, result.mean, result.n_samples, slack
             )
             scale = np.sqrt(result.var)
-            scale[constant | (scale < 10 * np.finfo(scale.dtype).eps)] = 1.0
+            # Relative to the data's own size only, as StandardScaler's
+            # constant mask: data scaled by 1e-16 scales the same way.
+            scale[constant] = 1.0
             self.scale_ = scale
         self.n_clients_ = len(result.client_ids)
         self.failed_clients_ = dict(fed.failed_clients)
