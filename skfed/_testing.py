@@ -339,6 +339,85 @@ def gathered_outputs(monkeypatch):
     return gathered
 
 
+def rounds_run(monkeypatch):
+    """The names of the rounds every federation runs from now on
+    (``Federation.run_round`` spied on with pytest's ``monkeypatch``)."""
+    from ._federation import Federation
+
+    names = []
+    run_round = Federation.run_round
+
+    def recording(self, name, *args, **kwargs):
+        names.append(name)
+        return run_round(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(Federation, "run_round", recording)
+    return names
+
+
+def server_received(monkeypatch):
+    """What a curious server sees from now on: every ``(round, client,
+    upload)`` it receives and every ``(round, message)`` it sends, one
+    message per client and round, as the fits go (each federation's
+    transport spied on for the length of each round)."""
+    from ._federation import Federation
+    from ._transport import StepFailure
+
+    log = {"uploads": [], "messages": []}
+    original = Federation.run_round
+
+    def spying(self, name, step, message=None, **kwargs):
+        transport = self.transport
+        answer = type(transport).run.__get__(transport)
+        previous = vars(transport).get("run")
+
+        def recording(call, ids, messages):
+            results = answer(call, ids, messages)
+            log["messages"].extend((name, m) for m in messages)
+            log["uploads"].extend(
+                (name, c, r)
+                for c, r in zip(ids, results)
+                if not isinstance(r, StepFailure)
+            )
+            return results
+
+        transport.run = recording
+        try:
+            return original(self, name, step, message, **kwargs)
+        finally:
+            if previous is None:
+                del transport.run
+            else:
+                transport.run = previous
+
+    monkeypatch.setattr(Federation, "run_round", spying)
+    return log
+
+
+def _float_arrays(upload):
+    """Every float array in an upload (dicts, tuples, arrays), as 2-D."""
+    if isinstance(upload, dict):
+        upload = list(upload.values())
+    if isinstance(upload, (list, tuple)):
+        return [a for item in upload for a in _float_arrays(item)]
+    if isinstance(upload, np.ndarray) and upload.dtype.kind == "f":
+        return [np.atleast_2d(upload)]
+    return []
+
+
+def rows_found(uploads, rows):
+    """The indices of the rows of ``rows`` that appear, to 1e-9, as a row of
+    an upload among ``uploads`` (``(round, client, upload)`` triples)."""
+    found = set()
+    for _, _, upload in uploads:
+        for array in _float_arrays(upload):
+            if array.ndim != 2 or array.shape[1] != rows.shape[1]:
+                continue
+            gaps = np.abs(array[:, None, :] - rows[None, :, :]).max(axis=2)
+            found |= set(np.flatnonzero((gaps <= 1e-9).any(axis=0)).tolist())
+    return found
+
+
 def iteration_uploads(log, names):
     """Floats uploaded per DSPGD iteration of a federated kernel k-means fit
     (an iteration opens with its "random features" round), counting only the

@@ -19,7 +19,6 @@ from sklearn.preprocessing import FunctionTransformer
 
 from skfed import DistributedKMeans, FederatedRKHSClassifier, KFed, _federation
 from skfed._codec import dumps, loads
-from skfed._federation import Federation
 from skfed._protocol import StepCall
 from skfed._transport import JoblibTransport, StepFailure
 from skfed.cluster import _kfed_private
@@ -47,20 +46,6 @@ def _blobs(n_samples=3000, n_features=2, centers=4, random_state=0):
 
 def _dp(**kw):
     return DifferentialPrivacy(**{"epsilon": 2.0, "bounds": BOUNDS, **kw})
-
-
-@pytest.fixture
-def rounds_run(monkeypatch):
-    """The names of the rounds every federation runs in the test."""
-    names = []
-    run_round = Federation.run_round
-
-    def recording(self, name, *args, **kwargs):
-        names.append(name)
-        return run_round(self, name, *args, **kwargs)
-
-    monkeypatch.setattr(Federation, "run_round", recording)
-    return names
 
 
 # -- the parameter -------------------------------------------------------------

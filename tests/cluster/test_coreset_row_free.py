@@ -17,9 +17,8 @@ from sklearn.metrics import pairwise_distances
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import skfed
-from skfed._federation import Federation
 from skfed._ledger import PER_CLIENT, SUM_ONLY
-from skfed._transport import StepFailure
+from skfed._testing import rows_found
 from skfed.partition import iid, label_dirichlet
 
 
@@ -32,63 +31,6 @@ def _fit(X, partitions, **params):
     return skfed.DistributedKMeans(raw_rows="refuse", **params).fit(
         X, partitions=partitions
     )
-
-
-@pytest.fixture
-def received(monkeypatch):
-    """Every (round, client, upload) the server receives and every
-    (round, message) it sends, as the fit goes."""
-    log = {"uploads": [], "messages": []}
-    original = Federation.run_round
-
-    def spying(self, name, step, message=None, **kwargs):
-        transport = self.transport
-        answer = type(transport).run.__get__(transport)
-        previous = vars(transport).get("run")
-
-        def recording(call, ids, messages):
-            results = answer(call, ids, messages)
-            log["messages"].extend((name, m) for m in messages)
-            log["uploads"].extend(
-                (name, c, r)
-                for c, r in zip(ids, results)
-                if not isinstance(r, StepFailure)
-            )
-            return results
-
-        transport.run = recording
-        try:
-            return original(self, name, step, message, **kwargs)
-        finally:
-            if previous is None:
-                del transport.run
-            else:
-                transport.run = previous
-
-    monkeypatch.setattr(Federation, "run_round", spying)
-    return log
-
-
-def _arrays(upload):
-    if isinstance(upload, dict):
-        upload = list(upload.values())
-    if isinstance(upload, (list, tuple)):
-        return [a for item in upload for a in _arrays(item)]
-    if isinstance(upload, np.ndarray) and upload.dtype.kind == "f":
-        return [np.atleast_2d(upload)]
-    return []
-
-
-def _rows_found(uploads, rows):
-    """The rows (of ``rows``) that appear, to 1e-9, as a row of an upload."""
-    found = set()
-    for _, _, upload in uploads:
-        for array in _arrays(upload):
-            if array.ndim != 2 or array.shape[1] != rows.shape[1]:
-                continue
-            gaps = np.abs(array[:, None, :] - rows[None, :, :]).max(axis=2)
-            found |= set(np.flatnonzero((gaps <= 1e-9).any(axis=0)).tolist())
-    return found
 
 
 # -- cost against KMeans --------------------------------------------------------
@@ -166,7 +108,7 @@ def test_a_client_of_at_most_k_rows_sends_fewer_centers_than_rows(received):
     ]
     # Three rows: two local centers asked, and none of them a row.
     assert small["centers"].shape[0] <= 2 and "rows" not in small
-    assert _rows_found(received["uploads"], X) == set()
+    assert rows_found(received["uploads"], X) == set()
     assert km.communication_.raw_rows == 0
 
 
@@ -219,12 +161,12 @@ def test_a_curious_server_finds_no_row_in_any_upload(received):
     ids = np.r_[ids, 0]
     # The attack works on the default (coreset) fit: sampled rows are sent.
     skfed.DistributedKMeans(n_clusters=3, random_state=0).fit(X, partitions=ids)
-    assert _rows_found(received["uploads"], X)
+    assert rows_found(received["uploads"], X)
     received["uploads"].clear()
     received["messages"].clear()
 
     km = _fit(X, ids, n_clusters=3)
-    assert _rows_found(received["uploads"], X) == set()
+    assert rows_found(received["uploads"], X) == set()
     # No cluster sum of a Lloyd round covers fewer than two rows, so that
     # center + sum / weight is never one row.
     messages = [m for name, m in received["messages"] if name == "lloyd refinement"]

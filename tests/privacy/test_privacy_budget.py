@@ -16,7 +16,6 @@ from sklearn.datasets import make_blobs
 from sklearn.model_selection import GridSearchCV
 
 from skfed import DistributedKernelPCA, KFed, _budget
-from skfed._federation import Federation
 from skfed.privacy import DifferentialPrivacy, PrivacyBudget, PrivacyBudgetError
 
 BOUNDS = (-15.0, 15.0)
@@ -30,19 +29,6 @@ def _data(n=300):
 def _kfed(epsilon=1.0, delta=1e-7, **kw):
     dp = DifferentialPrivacy(epsilon=epsilon, delta=delta, bounds=BOUNDS)
     return KFed(3, privacy=dp, private_iter=2, **kw)
-
-
-@pytest.fixture
-def rounds_run(monkeypatch):
-    names = []
-    run_round = Federation.run_round
-
-    def recording(self, name, *args, **kwargs):
-        names.append(name)
-        return run_round(self, name, *args, **kwargs)
-
-    monkeypatch.setattr(Federation, "run_round", recording)
-    return names
 
 
 def test_fits_compose_sequentially_and_report_each_charge():

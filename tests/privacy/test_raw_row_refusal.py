@@ -22,7 +22,7 @@ import skfed
 from skfed._federation import ClientStepError, Federation, client_config
 from skfed._refusal import MIN_ROWS, n_distinct_rows
 from skfed._rows import row_hashes
-from skfed._transport import StepFailure
+from skfed._testing import rows_found
 from skfed._validation import check_partitions
 from skfed.cluster._kfed_protocol import _few_row_clusters, _local_step
 from skfed.decomposition._kernel_pca_features import _statistics_step
@@ -37,64 +37,6 @@ from skfed.kernel._random_features import (
     moments_raw_rows,
 )
 from skfed.privacy import DifferentialPrivacy
-
-
-@pytest.fixture
-def received(monkeypatch):
-    """Every (round, client, upload) the server receives, and every
-    (round, message) it sends, as the fit goes."""
-    log = {"uploads": [], "messages": []}
-    original = Federation.run_round
-
-    def spying(self, name, step, message=None, **kwargs):
-        transport = self.transport
-        answer = type(transport).run.__get__(transport)
-        previous = vars(transport).get("run")
-
-        def recording(call, ids, messages):
-            results = answer(call, ids, messages)
-            log["messages"].extend((name, m) for m in messages)
-            log["uploads"].extend(
-                (name, c, r)
-                for c, r in zip(ids, results)
-                if not isinstance(r, StepFailure)
-            )
-            return results
-
-        transport.run = recording
-        try:
-            return original(self, name, step, message, **kwargs)
-        finally:
-            if previous is None:
-                del transport.run
-            else:
-                transport.run = previous
-
-    monkeypatch.setattr(Federation, "run_round", spying)
-    return log
-
-
-def _arrays(upload):
-    """Every float array in an upload (dicts, tuples, arrays)."""
-    if isinstance(upload, dict):
-        upload = list(upload.values())
-    if isinstance(upload, (list, tuple)):
-        return [a for item in upload for a in _arrays(item)]
-    if isinstance(upload, np.ndarray) and upload.dtype.kind == "f":
-        return [np.atleast_2d(upload)]
-    return []
-
-
-def _rows_found(uploads, rows):
-    """The rows (of ``rows``) that appear, to 1e-9, as a row of an upload."""
-    found = set()
-    for _, _, upload in uploads:
-        for array in _arrays(upload):
-            if array.ndim != 2 or array.shape[1] != rows.shape[1]:
-                continue
-            gaps = np.abs(array[:, None, :] - rows[None, :, :]).max(axis=2)
-            found |= set(np.flatnonzero((gaps <= 1e-9).any(axis=0)).tolist())
-    return found
 
 
 def _blobs(n=300, d=4):
@@ -118,7 +60,7 @@ def test_kfed_outlier_center_is_its_row_unless_refused(received, copies):
     outlier = X[first : first + 1]
     skfed.KFed(n_clusters=3, n_local_clusters=4, random_state=0).fit(X, partitions=ids)
     # The attack works on the default fit: the outlier's row was uploaded.
-    assert _rows_found(received["uploads"], outlier) == {0}
+    assert rows_found(received["uploads"], outlier) == {0}
     received["uploads"].clear()
 
     refused = skfed.KFed(
@@ -127,7 +69,7 @@ def test_kfed_outlier_center_is_its_row_unless_refused(received, copies):
     local = [u for u in received["uploads"] if u[0] == "local centers"]
     assert len(local) == 3
     # No uploaded center is any training row, the outlier's included.
-    assert _rows_found(local, X) == set()
+    assert rows_found(local, X) == set()
     assert refused.communication_.raw_rows == 0
     # The outlier's cluster was merged on its client: one center fewer.
     (client0,) = [u for _, c, u in local if c == 0]
@@ -139,7 +81,7 @@ def test_kfed_refusal_is_the_same_with_allow_raw_upload_false(received):
     est = skfed.KFed(
         n_clusters=3, n_local_clusters=4, random_state=0, allow_raw_upload=False
     ).fit(X, partitions=ids)
-    assert _rows_found(received["uploads"], X) == set()
+    assert rows_found(received["uploads"], X) == set()
     assert est.communication_.raw_rows == 0
 
 
@@ -443,7 +385,7 @@ def test_private_kernel_kmeans_fits_under_refuse(received):
         privacy=DifferentialPrivacy(epsilon=10.0),
     ).fit(X, partitions=3)
     assert est.communication_.raw_rows == 0
-    assert _rows_found(received["uploads"], X) == set()
+    assert rows_found(received["uploads"], X) == set()
 
 
 # -- KFed's refinement rounds: a client's one-row cluster ----------------------
