@@ -155,6 +155,24 @@ def _claimed(estimator, count):
     return accountant, accountant.epsilon_of([(z, count)])
 
 
+def _box_neighbours(n_samples, n_features):
+    """The box [-1, 1]^d and neighbours in it: D holds a row at the box's
+    lower corner, D' in its place the canary beyond the upper corner (the
+    client clips it to the corner), the other rows inside the box."""
+    lower, upper = -np.ones(n_features), np.ones(n_features)
+    rows = np.random.default_rng(0).uniform(-0.5, 0.5, size=(n_samples - 1, n_features))
+    return lower, upper, np.vstack([rows, lower]), np.vstack([rows, 3 * upper])
+
+
+def _feature_neighbours():
+    """Neighbours for the random-feature releases: D' replaces a row at the
+    origin by a canary far from every row, whose features are nearly
+    orthogonal to the replaced row's (which moves the statistics the most).
+    Returns the shared rows, the replaced row and the canary."""
+    rows = np.random.default_rng(0).normal(scale=0.3, size=(40, 2))
+    return rows, np.zeros(2), np.array([40.0, -40.0])
+
+
 def kfed_release(epsilon=1.0, delta=1e-5, n_samples=200, n_features=2):
     """KFed's upload (one DP Lloyd iteration, one cluster): D holds a row
     at the box's lower corner, D' the canary at its upper corner, beyond
@@ -162,14 +180,10 @@ def kfed_release(epsilon=1.0, delta=1e-5, n_samples=200, n_features=2):
     from .cluster import KFed
     from .cluster._kfed_private import dp_lloyd_step
 
-    lower, upper = -np.ones(n_features), np.ones(n_features)
+    lower, upper, D, D_prime = _box_neighbours(n_samples, n_features)
     dp = DifferentialPrivacy(epsilon=epsilon, delta=delta, bounds=(lower, upper))
     est = KFed(1, privacy=dp, private_iter=1, n_local_clusters=1)
     accountant, claimed = _claimed(est, 1)
-    rng = np.random.default_rng(0)
-    rows = rng.uniform(-0.5, 0.5, size=(n_samples - 1, n_features))
-    D = np.vstack([rows, lower])
-    D_prime = np.vstack([rows, 3 * upper])
 
     def run(X, noise_scale):
         _, upload = dp_lloyd_step(
@@ -200,12 +214,8 @@ def _feature_statistics_release(name, estimator, step, message, n_random, delta)
     radius = feature_norm_bound(n_random)
     gram_std = accountant.noise_std(gram_sensitivity(radius, n_random))
     sum_std = accountant.noise_std(count_sum_sensitivity(radius))
-    rng = np.random.default_rng(0)
-    rows = rng.normal(scale=0.3, size=(40, 2))
-    # The canary far from every row: its features are nearly orthogonal
-    # to the replaced row's, which moves the statistics the most.
-    D = np.vstack([rows, [0.0, 0.0]])
-    D_prime = np.vstack([rows, [40.0, -40.0]])
+    rows, replaced, canary = _feature_neighbours()
+    D, D_prime = np.vstack([rows, replaced]), np.vstack([rows, canary])
 
     def run(X, noise_scale):
         noise = (radius, gram_std * noise_scale, sum_std * noise_scale)
@@ -308,14 +318,10 @@ def scaler_release(epsilon=1.0, delta=1e-5, n_samples=200, n_features=2):
     from .preprocessing import FederatedStandardScaler
     from .preprocessing._scaler_protocol import _private_step, private_sensitivity
 
-    lower, upper = -np.ones(n_features), np.ones(n_features)
+    lower, upper, D, D_prime = _box_neighbours(n_samples, n_features)
     dp = DifferentialPrivacy(epsilon=epsilon, delta=delta, bounds=(lower, upper))
     accountant, claimed = _claimed(FederatedStandardScaler(privacy=dp), 1)
     std = accountant.noise_std(private_sensitivity(n_features, True))
-    rng = np.random.default_rng(0)
-    rows = rng.uniform(-0.5, 0.5, size=(n_samples - 1, n_features))
-    D = np.vstack([rows, lower])
-    D_prime = np.vstack([rows, 3 * upper])
 
     def run(X, noise_scale):
         _, upload = _private_step(
@@ -346,12 +352,11 @@ def classifier_release(epsilon=1.0, delta=1e-5, n_random=20):
     radius = feature_norm_bound(n_random)
     gram_std = accountant.noise_std(gram_sensitivity(radius, n_random))
     sum_std = accountant.noise_std(count_sum_sensitivity(radius))
-    rng = np.random.default_rng(0)
-    rows = rng.normal(scale=0.3, size=(40, 2))
-    labels = np.arange(41) % 2
-    labels[-1] = 0
-    D = (np.vstack([rows, [0.0, 0.0]]), labels)
-    D_prime = (np.vstack([rows, [40.0, -40.0]]), np.r_[labels[:-1], 1])
+    rows, replaced, canary = _feature_neighbours()
+    labels = np.arange(len(rows)) % 2
+    # The canary comes with the other class: it moves both classes' cells.
+    D = (np.vstack([rows, replaced]), np.r_[labels, 0])
+    D_prime = (np.vstack([rows, canary]), np.r_[labels, 1])
 
     def run(data, noise_scale):
         X, y = data
