@@ -1,13 +1,13 @@
 """User-facing text says the fact, not its history.
 
-The package's docstrings, comments and messages, the documentation,
-README.md and DEVELOPING.md must not mention work periods ("session 14"),
-issue numbers, commit hashes, benchmark report paths, design files that
-are not in the repository (ALGORITHMS.md, ARCHITECTURE.md, ../shared/) or
-the source papers' file names ("seed 004"), or read as a work log ("it
-used to stop ... it now runs", "(1.5% before)"). History belongs in
-doc/changelog.rst, which is held to the same words: it says what changed
-for a user, in which version.
+The package's docstrings, comments and messages, the documentation, the
+benchmark reports, README.md and DEVELOPING.md must not mention work
+periods ("session 14"), issue numbers, commit hashes, benchmark report
+paths, design files that are not in the repository (ALGORITHMS.md,
+ARCHITECTURE.md, ../shared/) or the source papers' file names ("seed
+004"), or read as a work log ("it used to stop ... it now runs", "(1.5%
+before)"). History belongs in doc/changelog.rst, which is held to the same
+words: it says what changed for a user, in which version.
 """
 
 import re
@@ -46,7 +46,7 @@ _NAMES = list(FORBIDDEN)
 def user_facing_files(root=ROOT):
     """The files whose text a user reads (the package, docs, top pages)."""
     files = [root / "README.md", root / "DEVELOPING.md"]
-    for top in ("skfed", "doc"):
+    for top in ("skfed", "doc", "benchmarks/reports"):
         for path in sorted((root / top).rglob("*")):
             parts = set(path.relative_to(root).parts)
             if (
