@@ -147,7 +147,7 @@ def _children_peak_rss_mb():
 def _start_resident_workers(n_jobs):
     """Start the worker processes that hold many small clients, and load
     skfed in them (a warm-up fit on fewer rows than they take does not)."""
-    from skfed._processes import _close_workers, _forget, _open_workers
+    from skfed._engine._processes import _close_workers, _forget, _open_workers
 
     if n_jobs > 1:
         for executor in _open_workers(n_jobs):
@@ -160,7 +160,7 @@ def _time_rounds():
     name, to the dict returned (the clients' steps, their dispatch and the
     ledger: all that the federation's workers could share; the rest of a fit
     is the server's)."""
-    from skfed._federation import Federation
+    from skfed._engine._federation import Federation
 
     spent = {}
     run_round = Federation.run_round
@@ -193,7 +193,7 @@ def cell(name, n, m, n_jobs, baseline, warm):
         warnings.simplefilter("ignore")
         if warm:
             # Starts joblib's worker processes, and those that hold many
-            # small clients (skfed._processes), as a process's first fit
+            # small clients (skfed._engine._processes), as a process's first fit
             # would; measured apart.
             small = np.random.RandomState(1).randint(min(m, 20), size=2_000)
             t0 = time.perf_counter()
@@ -311,8 +311,8 @@ def round_overhead(clients, n=100_000, n_rounds=20):
     """The federation's own cost per client and round: a step that does
     nothing (``skfed._testing.where``) over M clients, n_jobs=1."""
     import skfed._testing  # noqa: F401  (registers the step)
-    from skfed._federation import Federation
-    from skfed._validation import check_partitions
+    from skfed._engine._federation import Federation
+    from skfed._engine._validation import check_partitions
 
     X = np.random.RandomState(0).standard_normal((n, D_FEATURES))
     out = []

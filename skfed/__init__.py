@@ -6,8 +6,8 @@ network as ``communication_`` (a :class:`CommunicationLog`).
 """
 
 from . import partition
-from ._federation import ClientStepError, ClientValueError, WorkerLostError
-from ._ledger import CommunicationLog
+from ._engine._federation import ClientStepError, ClientValueError, WorkerLostError
+from ._engine._ledger import CommunicationLog
 from .classification import FederatedRKHSClassifier
 from .cluster import DistributedKMeans, FederatedKernelKMeans, KFed
 from .decomposition import DistributedKernelPCA

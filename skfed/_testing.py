@@ -40,7 +40,7 @@ import numpy as np
 from joblib.parallel import get_active_backend
 from sklearn import get_config
 
-from ._protocol import PER_ROW, PUBLIC, client_step, collectable
+from ._engine._protocol import PER_ROW, PUBLIC, client_step, collectable
 
 # What tests may collect of the toy steps' state.
 collectable("testing", (None, "calls", "held"), PUBLIC)
@@ -218,7 +218,7 @@ _RECEIVED = {}
 def install_receive_counter():
     """Count unpicklings of ClientData in this process from now on (run it
     on every dask worker; idempotent)."""
-    from ._federation import ClientData
+    from ._engine._federation import ClientData
 
     if getattr(ClientData, "_skfed_counting", False):
         return
@@ -326,7 +326,7 @@ def gathered_outputs(monkeypatch):
     """The (namespace, key) of every per-sample output a federation gathers
     into this process from now on (``Federation.assemble`` spied on with
     pytest's ``monkeypatch``)."""
-    from ._federation import Federation
+    from ._engine._federation import Federation
 
     gathered = []
     assemble = Federation.assemble
@@ -342,7 +342,7 @@ def gathered_outputs(monkeypatch):
 def rounds_run(monkeypatch):
     """The names of the rounds every federation runs from now on
     (``Federation.run_round`` spied on with pytest's ``monkeypatch``)."""
-    from ._federation import Federation
+    from ._engine._federation import Federation
 
     names = []
     run_round = Federation.run_round
@@ -360,8 +360,8 @@ def server_received(monkeypatch):
     upload)`` it receives and every ``(round, message)`` it sends, one
     message per client and round, as the fits go (each federation's
     transport spied on for the length of each round)."""
-    from ._federation import Federation
-    from ._transport import StepFailure
+    from ._engine._federation import Federation
+    from ._engine._transport import StepFailure
 
     log = {"uploads": [], "messages": []}
     original = Federation.run_round

@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 from sklearn.utils import gen_batches
 
 from skfed import _remote as remote_module
-from skfed._blocks import row_blocks
+from skfed._numerics._blocks import row_blocks
 
 
 @given(n_rows=st.integers(1, 10_000), size=st.integers(1, 5_000))

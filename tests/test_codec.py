@@ -1,4 +1,4 @@
-"""Messages, uploads and kept state without pickle (skfed._codec)."""
+"""Messages, uploads and kept state without pickle (skfed._engine._codec)."""
 
 import numpy as np
 import pytest
@@ -10,10 +10,10 @@ from sklearn.datasets import make_blobs
 
 import skfed
 from skfed import _federation
-from skfed._codec import dumps, loads
-from skfed._protocol import StepCall
+from skfed._engine._codec import dumps, loads
+from skfed._engine._protocol import StepCall
 from skfed._testing import INTEGRATION_CASES
-from skfed._transport import JoblibTransport, StepFailure
+from skfed._engine._transport import JoblibTransport, StepFailure
 
 
 def _round_trip(value):

@@ -10,14 +10,14 @@ from sklearn.datasets import make_blobs
 from threadpoolctl import threadpool_limits
 
 import skfed
-from skfed._federation import Federation
+from skfed._engine._federation import Federation
 from skfed._testing import (
     INTEGRATION_CASES,
     noisy_sum,
     settled_receipts,
     shipped_since,
 )
-from skfed._validation import check_partitions
+from skfed._engine._validation import check_partitions
 
 distributed = pytest.importorskip("distributed")
 
@@ -712,7 +712,7 @@ def test_finalizer_forgets_the_clients_without_waiting_on_the_event_loop(
     # blocks the client's event loop. It must return without waiting on the
     # loop (a blocking client.run there hung a program for good), and the
     # workers still drop the fit's clients once the loop is free.
-    from skfed._dask import _forget_everywhere
+    from skfed._engine._dask import _forget_everywhere
 
     token = "finalizer-test"
     dask_client.run(_store_put, token)
@@ -735,7 +735,7 @@ def test_finalizer_forgets_the_clients_without_waiting_on_the_event_loop(
 
 
 def test_finalizer_is_silent_once_the_dask_client_is_closed():
-    from skfed._dask import _forget_everywhere
+    from skfed._engine._dask import _forget_everywhere
 
     with distributed.Client(
         n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0"

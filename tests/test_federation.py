@@ -13,8 +13,8 @@ from threadpoolctl import threadpool_info
 
 from skfed import ClientStepError, ClientValueError
 from skfed import _transport as transport_module
-from skfed._federation import Federation, _fingerprint
-from skfed._protocol import client_step, run_alone
+from skfed._engine._federation import Federation, _fingerprint
+from skfed._engine._protocol import client_step, run_alone
 from skfed._testing import (
     SharedSum,
     fail_on,
@@ -27,7 +27,7 @@ from skfed._testing import (
     where,
     where_not_in_processes,
 )
-from skfed._validation import check_partitions
+from skfed._engine._validation import check_partitions
 
 
 def _run(X, ids, n_rounds=3, *, random_state=0, n_jobs=None):
@@ -693,7 +693,7 @@ def test_client_entropy_is_the_fingerprint_of_its_rows(sparse):
 def test_set_up_in_threads_builds_the_same_clients(sparse, monkeypatch):
     # With n_jobs > 1 the set-up hashes rows and cuts clients in threads:
     # every client gets the same rows and entropy as with one thread.
-    import skfed._federation as federation_module
+    import skfed._engine._federation as federation_module
 
     monkeypatch.setattr(federation_module._SetUpThreads, "MIN_ROWS", 0)
     rng = np.random.RandomState(0)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from skfed import DistributedKMeans, KFed
-from skfed._fixes import check_sample_weight
+from skfed._sklearn_compat import check_sample_weight
 
 
 def test_all_zero_weights_are_refused_whatever_the_version():

@@ -13,8 +13,8 @@ from sklearn.datasets import make_blobs
 from threadpoolctl import threadpool_limits
 
 import skfed
-from skfed._federation import ClientValueError, Federation
-from skfed._protocol import PUBLIC, client_step, collectable
+from skfed._engine._federation import ClientValueError, Federation
+from skfed._engine._protocol import PUBLIC, client_step, collectable
 from skfed._testing import INTEGRATION_CASES, InProcessGrid, fail_on
 
 pytest.importorskip("flwr")
@@ -129,7 +129,7 @@ def test_node_runs_only_registered_steps(tmp_path, monkeypatch):
     # A module outside the allowed packages is never imported, so a step it
     # would register does not run.
     (tmp_path / "rogue_steps.py").write_text(
-        "from skfed._protocol import client_step\n"
+        "from skfed._engine._protocol import client_step\n"
         "@client_step('rogue.step')\n"
         "def step(client, state, message):\n"
         "    return state, 'ran'\n"
@@ -632,7 +632,7 @@ def test_node_loads_and_checks_its_data_once(tmp_path):
 
 def test_node_runs_steps_on_one_blas_thread_as_in_memory():
     # A node's process has the machine's BLAS threads; a client step must
-    # run on one as in memory (skfed._threads), or BLAS rounds differently.
+    # run on one as in memory (skfed._numerics._threads), or BLAS rounds differently.
     node, context = _node(np.ones((4, 2))), _Context(0)
     _open(node, context)
     with threadpool_limits(limits=2, user_api="blas"):

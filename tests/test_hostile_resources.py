@@ -20,10 +20,10 @@ from sklearn.datasets import make_blobs
 from sklearn.metrics import adjusted_rand_score
 
 import skfed
-import skfed._transport as transport_module
-from skfed._processes import resident_workers
+import skfed._engine._transport as transport_module
+from skfed._engine._processes import resident_workers
 from skfed._testing import HOSTILE_MINIMUM
-from skfed._transport import worker_count
+from skfed._engine._transport import worker_count
 
 MINIMUM = HOSTILE_MINIMUM
 NAMES = list(MINIMUM)
@@ -145,8 +145,8 @@ def test_gamma_from_moments_is_translation_invariant(sparse, offset, scale):
     # Rows of spread `scale` at `offset` times it from the origin: one pass
     # around the rounded mean called rows of unit spread at 2e10 "identical"
     # (a threshold of 1e-10 of the offset).
-    from skfed._federation import Federation
-    from skfed._validation import check_partitions
+    from skfed._engine._federation import Federation
+    from skfed._engine._validation import check_partitions
     from skfed.kernel import gamma_from_moments, moments_step
 
     X = np.random.RandomState(0).standard_normal((40, 3)) * scale
@@ -166,8 +166,8 @@ def test_gamma_from_moments_is_translation_invariant(sparse, offset, scale):
 
 @pytest.mark.parametrize("sparse", [False, True])
 def test_identical_rows_are_refused_at_any_offset(sparse):
-    from skfed._federation import Federation
-    from skfed._validation import check_partitions
+    from skfed._engine._federation import Federation
+    from skfed._engine._validation import check_partitions
     from skfed.kernel import gamma_from_moments, moments_step
 
     for offset in [0.0, 0.1, 3.7e9, 1e140]:

@@ -1,11 +1,11 @@
-"""Tests for the distributed Lanczos solver (skfed._lanczos)."""
+"""Tests for the distributed Lanczos solver (skfed._numerics._lanczos)."""
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from skfed._lanczos import block_lanczos, lanczos
+from skfed._numerics._lanczos import block_lanczos, lanczos
 
 
 def _psd(n, rank, seed, decay=0.7):

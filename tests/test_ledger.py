@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from skfed import CommunicationLog
-from skfed._ledger import count_payload
+from skfed._engine._ledger import count_payload
 
 
 @pytest.mark.parametrize(

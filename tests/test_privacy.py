@@ -11,11 +11,11 @@ from sklearn.metrics import adjusted_rand_score
 
 import skfed
 from skfed import _secure_aggregation as secagg
-from skfed._codec import dumps, loads
-from skfed._federation import ClientStepError, Federation
-from skfed._ledger import PER_CLIENT, RAW_ROWS, SUM_ONLY, Disclosure, raw_rows_of
+from skfed._engine._codec import dumps, loads
+from skfed._engine._federation import ClientStepError, Federation
+from skfed._engine._ledger import PER_CLIENT, RAW_ROWS, SUM_ONLY, Disclosure, raw_rows_of
 from skfed._testing import fail_on, first_rows, statistics
-from skfed._validation import check_partitions
+from skfed._engine._validation import check_partitions
 from skfed.kernel import federated_gamma
 
 ESTIMATORS = {

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from sklearn.base import clone
 
-from skfed._federation import ClientData, Federation
-from skfed._ledger import NO_UPLOAD, SUM_ONLY, Disclosure
-from skfed._protocol import client_step
+from skfed._engine._federation import ClientData, Federation
+from skfed._engine._ledger import NO_UPLOAD, SUM_ONLY, Disclosure
+from skfed._engine._protocol import client_step
 from skfed.privacy import (
     Accountant,
     DifferentialPrivacy,

@@ -18,9 +18,9 @@ from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import FunctionTransformer
 
 from skfed import DistributedKMeans, FederatedRKHSClassifier, KFed, _federation
-from skfed._codec import dumps, loads
-from skfed._protocol import StepCall
-from skfed._transport import JoblibTransport, StepFailure
+from skfed._engine._codec import dumps, loads
+from skfed._engine._protocol import StepCall
+from skfed._engine._transport import JoblibTransport, StepFailure
 from skfed.cluster import _kfed_private
 from skfed.privacy import (
     Accountant,

@@ -19,7 +19,7 @@ from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import FunctionTransformer
 
 from skfed import DistributedKernelPCA, FederatedKernelKMeans
-from skfed._federation import ClientData, Federation
+from skfed._engine._federation import ClientData, Federation
 from skfed.cluster import _kernel_kmeans_private
 from skfed.cluster._kernel_kmeans_private import _private_sums_step
 from skfed.decomposition._kernel_pca_features import _statistics_step

@@ -1,5 +1,5 @@
 """Many small clients held by worker processes for the whole fit
-(skfed._processes)."""
+(skfed._engine._processes)."""
 
 import functools
 import os
@@ -12,10 +12,10 @@ from sklearn.datasets import make_blobs
 from threadpoolctl import threadpool_info, threadpool_limits
 
 import skfed
-import skfed._federation as federation_module
-import skfed._processes as processes_module
-from skfed._federation import ClientStepError, Federation
-from skfed._processes import (
+import skfed._engine._federation as federation_module
+import skfed._engine._processes as processes_module
+from skfed._engine._federation import ClientStepError, Federation
+from skfed._engine._processes import (
     ProcessTransport,
     _close_workers,
     _open_workers,
@@ -37,8 +37,8 @@ from skfed._testing import (
     where,
     where_not_in_processes,
 )
-from skfed._transport import JoblibTransport
-from skfed._validation import check_partitions
+from skfed._engine._transport import JoblibTransport
+from skfed._engine._validation import check_partitions
 
 N_CLIENTS = 64
 

@@ -3,7 +3,7 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from skfed._rows import rounded_row_hashes, row_hashes
+from skfed._numerics._rows import rounded_row_hashes, row_hashes
 
 _VALUES = st.sampled_from([0.0, -0.0, 1.5, -2.25, 1e-30, 3.4e38, 1e39, -1e300, np.inf])
 

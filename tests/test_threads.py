@@ -1,4 +1,4 @@
-"""BLAS threads during a fit (skfed._threads): one for the fit's small
+"""BLAS threads during a fit (skfed._numerics._threads): one for the fit's small
 products, the process's for steps of large products, the process's own
 setting back afterwards."""
 
@@ -8,10 +8,10 @@ from joblib import parallel_config
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from skfed import DistributedKMeans
-from skfed._federation import Federation
+from skfed._engine._federation import Federation
 from skfed._testing import blas_threads, blas_threads_large
-from skfed._threads import LARGE_ROWS, blas_limits, close_fit, open_fit
-from skfed._validation import check_partitions
+from skfed._numerics._threads import LARGE_ROWS, blas_limits, close_fit, open_fit
+from skfed._engine._validation import check_partitions
 
 
 def _blas():

@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from skfed._validation import check_partitions
+from skfed._engine._validation import check_partitions
 
 
 def test_none_is_one_client():
@@ -111,7 +111,7 @@ def test_integer_ids_match_sorting_them(dtype, where, offsets, spread):
 def test_strict_interval_refuses_booleans():
     from numbers import Integral, Real
 
-    from skfed._validation import StrictInterval
+    from skfed._engine._validation import StrictInterval
 
     ints = StrictInterval(Integral, 1, None, closed="left")
     assert ints.is_satisfied_by(3) and ints.is_satisfied_by(np.int64(3))
@@ -123,7 +123,7 @@ def test_strict_interval_refuses_booleans():
 def test_check_magnitude_names_the_range_and_the_fix(dtype):
     import scipy.sparse as sp
 
-    from skfed._validation import check_magnitude
+    from skfed._engine._validation import check_magnitude
 
     X = np.arange(12, dtype=dtype).reshape(4, 3)
     check_magnitude(X)

@@ -50,9 +50,9 @@ import numpy as np
 from scipy.linalg import eigh
 from scipy.optimize import minimize_scalar
 
-from .._ledger import SUM_ONLY, Disclosure
-from .._protocol import client_step
-from .._refusal import MIN_ROWS, n_distinct_rows, require_distinct_rows
+from .._engine._ledger import SUM_ONLY, Disclosure
+from .._engine._protocol import client_step
+from ..privacy._refusal import MIN_ROWS, n_distinct_rows, require_distinct_rows
 from ..kernel._private_features import (
     clip_rows,
     count_sum_sensitivity,

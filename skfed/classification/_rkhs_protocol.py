@@ -15,9 +15,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._ledger import RAW_ROWS, Disclosure, raw_rows_of
-from .._protocol import PER_CLIENT, PUBLIC, client_step, collectable
-from .._rows import canonical_row_order
+from .._engine._ledger import RAW_ROWS, Disclosure, raw_rows_of
+from .._engine._protocol import PER_CLIENT, PUBLIC, client_step, collectable
+from .._numerics._rows import canonical_row_order
 from ..kernel import ZeroSpreadError, federated_gamma
 from ._sparse_dual import (
     AtomDictionary,

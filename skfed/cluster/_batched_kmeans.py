@@ -7,7 +7,7 @@ per-call overhead for every center drawn and every Lloyd step: a fit over
 Here the restarts of a problem advance side by side as arrays with a
 leading restart axis, and so do the problems of many clients (a
 transport that holds them solves their :class:`KMeansProblem` s together,
-see :func:`~skfed._protocol.solve_together`): the Python-level loop runs k
+see :func:`~skfed._engine._protocol.solve_together`): the Python-level loop runs k
 times for the seeding and at most ``max_iter`` times for Lloyd, whatever
 ``n_init`` and however many clients.
 
@@ -76,7 +76,7 @@ class KMeansProblem(NamedTuple):
 
     @classmethod
     def solve_all(cls, problems):
-        """Answers to ``problems``, in order (see :mod:`skfed._protocol`)."""
+        """Answers to ``problems``, in order (see :mod:`skfed._engine._protocol`)."""
         return solve_kmeans_problems(problems)
 
 

@@ -14,10 +14,10 @@ from sklearn.base import TransformerMixin
 from sklearn.metrics.pairwise import euclidean_distances
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._fixes import check_sample_weight as _check_sample_weight
-from .._remote import blockwise, blockwise_sum, is_dask_collection, is_remote
-from .._shift import shift_point, shifted_rows
-from .._validation import check_magnitude
+from .._sklearn_compat import check_sample_weight as _check_sample_weight
+from .._engine._remote import blockwise, blockwise_sum, is_dask_collection, is_remote
+from .._numerics._shift import shift_point, shifted_rows
+from .._engine._validation import check_magnitude
 
 __all__ = ["KMeansCentersMixin"]
 
@@ -232,7 +232,7 @@ class KMeansCentersMixin(TransformerMixin):
 
     def _distances(self, rows):
         # Around the centers' mean: expanded distances cancel far from the
-        # origin (CSR rows on the columns they all store, see skfed._shift).
+        # origin (CSR rows on the columns they all store, see skfed._numerics._shift).
         centers = self._centers()
         reference = shift_point(centers.mean(axis=0), rows)
         return euclidean_distances(shifted_rows(rows, reference), centers - reference)

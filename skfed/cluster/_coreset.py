@@ -10,7 +10,7 @@ points drawn from its cluster), which the server's weighted k-means handles.
 
 This is the coreset of Balcan, Ehrlich & Liang (NeurIPS 2013).
 :func:`federated_coreset_kmeans` runs the protocol on any open
-:class:`~skfed._federation.Federation` and any per-client rows
+:class:`~skfed._engine._federation.Federation` and any per-client rows
 (``FederatedKernelKMeans`` runs it on its spectral embedding);
 :class:`DistributedKMeans` is the estimator around it.
 """
@@ -36,16 +36,16 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.extmath import row_norms, safe_sparse_dot
 
-from .._blocks import row_blocks
-from .._federation import FederatedMixin
-from .._fixes import check_sample_weight as _check_sample_weight
-from .._ledger import NO_UPLOAD, PER_CLIENT, RAW_ROWS, SUM_ONLY, Disclosure
-from .._protocol import PER_ROW, client_step, collectable
-from .._refusal import n_distinct_rows
-from .._remote import distinct_values, is_remote
-from .._rows import canonical_row_order, row_hashes, rows_equal
-from .._shift import shift_point, shifted_rows
-from .._validation import StrictInterval, as_id_array, clip_to_data
+from .._numerics._blocks import row_blocks
+from .._engine._federation import FederatedMixin
+from .._sklearn_compat import check_sample_weight as _check_sample_weight
+from .._engine._ledger import NO_UPLOAD, PER_CLIENT, RAW_ROWS, SUM_ONLY, Disclosure
+from .._engine._protocol import PER_ROW, client_step, collectable
+from ..privacy._refusal import n_distinct_rows
+from .._engine._remote import distinct_values, is_remote
+from .._numerics._rows import canonical_row_order, row_hashes, rows_equal
+from .._numerics._shift import shift_point, shifted_rows
+from .._engine._validation import StrictInterval, as_id_array, clip_to_data
 from ..privacy import DifferentialPrivacy
 from ._batched_kmeans import (
     SMALL_ROWS,
@@ -1012,7 +1012,7 @@ def _local_solution_step(
 
     Upload: cost_m = Σ_p w_p d(p, B_m)², 1 float. A small dense client's
     k-means is handed over to be solved with other clients' (a generator
-    step, see :mod:`skfed._protocol`).
+    step, see :mod:`skfed._engine._protocol`).
     """
     X = _rows(client, rows)
     n = X.shape[0]
@@ -1049,7 +1049,7 @@ def _local_solution_step(
             )
         else:
             # Handed over: the transport solves many small clients' k-means
-            # together (see skfed._protocol).
+            # together (see skfed._engine._protocol).
             centers, labels, d2, _ = yield KMeansProblem(
                 X,
                 w,
@@ -1309,7 +1309,7 @@ def _distinct_points(points, weights, *, by_value=False):
     and hence its draws, are then the same for a weighted sample as for
     the sample repeated (a coreset that is the whole data), as scikit-learn
     asks of ``sample_weight``. The order is that of the points rounded to
-    float32 (:func:`~skfed._rows.canonical_row_order`), so that points that
+    float32 (:func:`~skfed._numerics._rows.canonical_row_order`), so that points that
     differ by rounding only (centers summed in another order, dense or CSR
     rows) keep their places. With ``by_value`` (dense points computed from
     sums, kernel k-means' embedding) it is the lexicographic order of the
@@ -1747,7 +1747,7 @@ def _centered(X, w=None):
     coordinates far from the origin the terms cancel (at an offset of 1e9,
     distances of order 1 are lost entirely). Around a point inside the data
     they are as exact as the data. CSR rows are shifted on the columns
-    every row stores (see ``skfed._shift``): they stay CSR, with the same
+    every row stores (see ``skfed._numerics._shift``): they stay CSR, with the same
     entries, and data moved far from the origin (which fills those
     columns) is centred as dense data is.
     """

@@ -23,9 +23,9 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._federation import FederatedMixin
-from .._remote import blockwise, is_dask_collection, is_remote
-from .._validation import StrictInterval, check_magnitude, clip_to_data
+from .._engine._federation import FederatedMixin
+from .._engine._remote import blockwise, is_dask_collection, is_remote
+from .._engine._validation import StrictInterval, check_magnitude, clip_to_data
 from ..privacy import DifferentialPrivacy, check_privacy
 from ._centers import KMeansCentersMixin
 from ._kernel_kmeans_one_shot import centred_map, one_shot_embedding, run_one_shot

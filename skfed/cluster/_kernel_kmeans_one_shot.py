@@ -54,9 +54,9 @@ import numpy as np
 from scipy.linalg import LinAlgError, cholesky, eigh, solve_triangular, svd
 from sklearn.exceptions import ConvergenceWarning
 
-from .._ledger import NO_UPLOAD, SUM_ONLY, Disclosure
-from .._protocol import client_step
-from .._refusal import MIN_ROWS, require_distinct_rows
+from .._engine._ledger import NO_UPLOAD, SUM_ONLY, Disclosure
+from .._engine._protocol import client_step
+from ..privacy._refusal import MIN_ROWS, require_distinct_rows
 from ..kernel import federated_gamma
 from ..kernel._private_features import (
     feature_blocks,

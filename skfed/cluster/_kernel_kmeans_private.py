@@ -35,8 +35,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._ledger import NO_UPLOAD, SUM_ONLY, Disclosure
-from .._protocol import client_step
+from .._engine._ledger import NO_UPLOAD, SUM_ONLY, Disclosure
+from .._engine._protocol import client_step
 from ..kernel._private_features import clip_rows, count_sum_sensitivity
 from ..privacy import gaussian_noise
 from ._coreset import (

@@ -26,11 +26,11 @@ from scipy.linalg import eigh
 from scipy.linalg.blas import dspmv
 from sklearn.exceptions import ConvergenceWarning
 
-from .._blocks import row_blocks
-from .._lanczos import block_lanczos, lanczos
-from .._ledger import NO_UPLOAD, PER_CLIENT, SUM_ONLY
-from .._protocol import PER_ROW, client_step, collectable
-from .._signs import vector_signs
+from .._numerics._blocks import row_blocks
+from .._numerics._lanczos import block_lanczos, lanczos
+from .._engine._ledger import NO_UPLOAD, PER_CLIENT, SUM_ONLY
+from .._engine._protocol import PER_ROW, client_step, collectable
+from .._numerics._signs import vector_signs
 from ..kernel import (
     federated_gamma,
     random_fourier_features,
@@ -793,7 +793,7 @@ def soft_threshold(mu, V, shift):
 
 def _signs(V):
     """Server: ±1 per column making its entry of largest magnitude positive
-    (:func:`skfed._signs.vector_signs`, kernel PCA's convention).
+    (:func:`skfed._numerics._signs.vector_signs`, kernel PCA's convention).
 
     An eigenvector's sign is arbitrary; Lanczos' depends on how the start
     vector projects on it, which rounding can flip for a small eigenvalue,

@@ -34,10 +34,10 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import StrOptions
 
-from .._federation import FederatedMixin
-from .._fixes import check_sample_weight as _check_sample_weight
-from .._remote import is_remote
-from .._validation import StrictInterval
+from .._engine._federation import FederatedMixin
+from .._sklearn_compat import check_sample_weight as _check_sample_weight
+from .._engine._remote import is_remote
+from .._engine._validation import StrictInterval
 from ..privacy import DifferentialPrivacy, check_privacy, feature_bounds
 from ._centers import KMeansCentersMixin, labels_where_held
 from ._kfed_protocol import (

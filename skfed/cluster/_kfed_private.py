@@ -21,7 +21,7 @@ dropped, dropped centers restarted) uniform starts reach 0.9998.
 
 import numpy as np
 
-from .._protocol import client_step
+from .._engine._protocol import client_step
 from ..privacy import box_radius, clip_to_box, gaussian_noise
 from ._coreset import _cluster_sums
 

@@ -31,14 +31,14 @@ from sklearn.metrics import (
 )
 from sklearn.utils.extmath import randomized_svd, row_norms
 
-from .._federation import ClientStepError, ClientValueError
-from .._ledger import NO_UPLOAD, PER_CLIENT, SUM_ONLY, Disclosure
-from .._protocol import PER_ROW, PUBLIC, client_step, collectable
-from .._refusal import MIN_ROWS
-from .._rows import row_hashes, rows_equal
-from .._shift import shift_point, shifted_rows
-from .._threads import thread_pools
-from .._validation import clip_to_data
+from .._engine._federation import ClientStepError, ClientValueError
+from .._engine._ledger import NO_UPLOAD, PER_CLIENT, SUM_ONLY, Disclosure
+from .._engine._protocol import PER_ROW, PUBLIC, client_step, collectable
+from ..privacy._refusal import MIN_ROWS
+from .._numerics._rows import row_hashes, rows_equal
+from .._numerics._shift import shift_point, shifted_rows
+from .._numerics._threads import thread_pools
+from .._engine._validation import clip_to_data
 from ._batched_kmeans import SMALL_ROWS, KMeansProblem
 from ._coreset import (
     _SAME_COST,
@@ -700,7 +700,7 @@ def _local_step(
     # squared distances expanded on coordinates far from the origin (data
     # at 1e9) cancel. The centers are uploaded in global coordinates, so the
     # mean costs nothing on the wire. CSR rows are shifted only on the
-    # columns they all store, and stay sparse (see skfed._shift).
+    # columns they all store, and stay sparse (see skfed._numerics._shift).
     mean = shift_point(np.asarray(w_kept @ X_kept) / w_kept.sum(), X_kept)
     mean = mean.astype(X.dtype)
 
@@ -1344,7 +1344,7 @@ def _distinct_above(sorted_hashes, n):
 def _assigned_sq_distance(X, centers, labels, weights=None):
     """Σ_i w_i ‖x_i − c_{labels_i}‖², the client's share of the k-means cost."""
     if sp.issparse(X):
-        # Around the centers' mean, as the assignments (see skfed._shift).
+        # Around the centers' mean, as the assignments (see skfed._numerics._shift).
         reference = shift_point(centers.mean(axis=0), X)
         X, centers = shifted_rows(X, reference), centers - reference
         cross = np.asarray(X @ centers.T)[np.arange(X.shape[0]), labels]

@@ -39,7 +39,7 @@ from typing import NamedTuple
 import numpy as np
 import scipy.sparse as sp
 
-from .._blocks import row_blocks
+from .._numerics._blocks import row_blocks
 from ._coreset import _tolerance
 
 try:

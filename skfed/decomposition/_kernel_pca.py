@@ -24,9 +24,9 @@ from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.extmath import row_norms
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._federation import FederatedMixin
-from .._remote import blockwise, is_dask_collection, is_remote
-from .._validation import StrictInterval, check_magnitude, clip_to_data
+from .._engine._federation import FederatedMixin
+from .._engine._remote import blockwise, is_dask_collection, is_remote
+from .._engine._validation import StrictInterval, check_magnitude, clip_to_data
 from ..privacy import DifferentialPrivacy, check_privacy
 from ._kernel_pca_features import feature_projection, run_feature_pca
 from ._kernel_pca_protocol import kernel_matrix, run_kernel_pca

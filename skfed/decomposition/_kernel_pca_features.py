@@ -27,9 +27,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._ledger import SUM_ONLY, Disclosure
-from .._protocol import client_step
-from .._refusal import require_distinct_rows
+from .._engine._ledger import SUM_ONLY, Disclosure
+from .._engine._protocol import client_step
+from ..privacy._refusal import require_distinct_rows
 from ..cluster._kernel_kmeans_one_shot import (
     feature_covariance_basis,
     one_shot_embedding,

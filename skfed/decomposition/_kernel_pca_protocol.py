@@ -20,12 +20,12 @@ import scipy.sparse as sp
 from sklearn.metrics.pairwise import pairwise_kernels
 from sklearn.utils import check_random_state
 
-from .._blocks import row_blocks
-from .._ledger import PER_CLIENT, SUM_ONLY, Disclosure, raw_rows_of
-from .._protocol import client_step
-from .._reduce import content_sorted, order_free_sum
-from .._shift import shift_point, shifted_rows
-from .._signs import extreme_signs, vector_signs
+from .._numerics._blocks import row_blocks
+from .._engine._ledger import PER_CLIENT, SUM_ONLY, Disclosure, raw_rows_of
+from .._engine._protocol import client_step
+from .._numerics._reduce import content_sorted, order_free_sum
+from .._numerics._shift import shift_point, shifted_rows
+from .._numerics._signs import extreme_signs, vector_signs
 from ..kernel._median import (
     allocate_quota,
     canonical_row_order,
@@ -415,7 +415,7 @@ def _kernel(X, Y, spec):
     point every party holding Y gets alike: the squared distances inside
     "rbf" are expanded as ‖x‖² − 2x·y + ‖y‖², which cancels far from the
     origin (at an offset of 1e9 the kernel was noise). CSR rows are shifted
-    on the columns both X and Y store in every row (``skfed._shift``), where
+    on the columns both X and Y store in every row (``skfed._numerics._shift``), where
     an offset puts them. "linear" and "poly" are not shift-invariant and
     work on the coordinates as given.
     """
@@ -464,7 +464,7 @@ def _span_basis(K):
 
     Eigenvalues below ``_EIG_RTOL`` × the largest are dropped, which is the
     guard against duplicates and rank-deficient kernels. Eigenvector signs
-    are fixed (:func:`skfed._signs.vector_signs`) so that every client
+    are fixed (:func:`skfed._numerics._signs.vector_signs`) so that every client
     computing R from the same Y gets the same basis.
     """
     lam, U = np.linalg.eigh(K)
@@ -989,6 +989,6 @@ def _component_signs(top, bottom, C):
     signs satisfy the convention and the rows' order used to decide), the
     first significant coefficient of C over the representatives, which
     are in a canonical order, is made positive
-    (:func:`skfed._signs.extreme_signs`).
+    (:func:`skfed._numerics._signs.extreme_signs`).
     """
     return extreme_signs(top, bottom, C)

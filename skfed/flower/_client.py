@@ -11,12 +11,12 @@ The ClientApp answers ``query.skfed`` messages from the ServerApp of a fit
     classifier, the classes. The node checks its rows, as the in-memory
     fit would, and keeps the fit's settings in its state.
 ``step``
-    Run a registered client step (:func:`skfed._protocol.client_step`) by
+    Run a registered client step (:func:`skfed._engine._protocol.client_step`) by
     name, with its options and the server's message; keep the state the
     step returns, answer with the upload.
 ``values``
     Send back an entry of what the node keeps that a protocol declared
-    collectable (``skfed._protocol.collectable``), as the node's settings
+    collectable (``skfed._engine._protocol.collectable``), as the node's settings
     allow: never its secure-aggregation keys or anything undeclared; no
     per-row output (labels, an embedding) under ``raw_rows="refuse"`` or
     differential privacy; no exact per-client statistic under privacy.
@@ -52,10 +52,10 @@ import numpy as np
 from flwr.app import Message
 from flwr.clientapp import ClientApp
 
-from .._protocol import StepCall
-from .._remote import make_client
-from .._threads import blas_limits, thread_pools
-from .._transport import StepFailure, collected, kept_after, run_step
+from .._engine._protocol import StepCall
+from .._engine._remote import make_client
+from .._numerics._threads import blas_limits, thread_pools
+from .._engine._transport import StepFailure, collected, kept_after, run_step
 from ._records import from_records, to_records
 
 __all__ = ["client_app"]
@@ -272,7 +272,7 @@ class _Node:
             call = StepCall(request["name"], request["options"], module)
             storage = state["storage"]
             # One BLAS thread, or this node's own for a round of large
-            # products, as a client in memory gets (skfed._threads): BLAS
+            # products, as a client in memory gets (skfed._numerics._threads): BLAS
             # rounds differently on another number of threads.
             limits = blas_limits(request.get("large_products", False))
             with thread_pools().limit(limits=limits):

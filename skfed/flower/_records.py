@@ -1,15 +1,15 @@
 """skfed payloads as Flower records, and what a Flower message weighs.
 
 A payload (a step's name and options with its message, an upload, a
-client's kept state) is taken apart by :mod:`skfed._codec` into a JSON
+client's kept state) is taken apart by :mod:`skfed._engine._codec` into a JSON
 skeleton, carried in a ``ConfigRecord``, and arrays of non-object dtype,
 carried in an ``ArrayRecord``. Nothing is pickled in either direction.
 """
 
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
-from .._codec import dumps, loads
-from .._remote import aligned
+from .._engine._codec import dumps, loads
+from .._engine._remote import aligned
 
 __all__ = ["from_records", "to_records", "wire_bytes"]
 

@@ -4,7 +4,7 @@
 node for its size once, and hands the estimator ``X`` (and ``y``) that
 ``fit`` accepts like a dask array, without any row leaving its node.
 Opening the fit builds a :class:`FlowerTransport` under the estimator's
-:class:`~skfed._federation.Federation`: every round of the protocol is one
+:class:`~skfed._engine._federation.Federation`: every round of the protocol is one
 ``query.skfed`` message per node, answered by the ClientApp of
 :mod:`skfed.flower._client`.
 """
@@ -20,11 +20,11 @@ from flwr.app import Message
 from flwr.serverapp import ServerApp
 from sklearn.base import clone, is_classifier
 
-from .._protocol import resolve_step
-from .._remote import RemoteArray
-from .._threads import round_uses_process_threads
-from .._transport import StepFailure, assembled
-from .._validation import _canonical_order
+from .._engine._protocol import resolve_step
+from .._engine._remote import RemoteArray
+from .._numerics._threads import round_uses_process_threads
+from .._engine._transport import StepFailure, assembled
+from .._engine._validation import _canonical_order
 from ._client import ACTION, client_app
 from ._records import from_records, to_records, wire_bytes
 
@@ -484,7 +484,7 @@ class FlowerTransport:
     """Clients on Flower nodes; every round is one message per node.
 
     Built by an estimator's ``fit`` from :class:`NodeData` (see
-    ``skfed._transport`` for the interface). Opening it asks every node to
+    ``skfed._engine._transport`` for the interface). Opening it asks every node to
     check its rows for the fit.
     """
 
@@ -522,7 +522,7 @@ class FlowerTransport:
         """Run the step on each client's node; per client its upload or a
         ``StepFailure``."""
         # The BLAS threads the step gets on the nodes, decided here as the
-        # in-memory transports decide them (see skfed._threads), so that a
+        # in-memory transports decide them (see skfed._numerics._threads), so that a
         # node computes what a client in memory does.
         large = round_uses_process_threads(
             resolve_step(call.name, call.module),

@@ -30,8 +30,8 @@ from scipy.spatial.distance import pdist
 from sklearn.metrics.pairwise import manhattan_distances
 from sklearn.utils import check_random_state
 
-from .._protocol import client_step
-from .._rows import canonical_row_order
+from .._engine._protocol import client_step
+from .._numerics._rows import canonical_row_order
 
 __all__ = [
     "allocate_quota",

@@ -8,10 +8,10 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.utils import check_random_state
 
-from .._blocks import row_blocks
-from .._ledger import PER_CLIENT, SUM_ONLY, Disclosure
-from .._protocol import client_step
-from .._refusal import MIN_ROWS, MIN_SPREAD_ROWS, require_distinct_rows
+from .._numerics._blocks import row_blocks
+from .._engine._ledger import PER_CLIENT, SUM_ONLY, Disclosure
+from .._engine._protocol import client_step
+from ..privacy._refusal import MIN_ROWS, MIN_SPREAD_ROWS, require_distinct_rows
 
 
 def sample_fourier_weights(
@@ -452,7 +452,7 @@ def federated_gamma(fed, name):
     Under ``raw_rows="refuse"`` every client first checks that its upload
     comes from at least ``MIN_SPREAD_ROWS`` (the mean and spread) or
     ``MIN_ROWS`` (the count and sum) distinct rows, masked or not (see
-    :mod:`skfed._refusal`). The ledger counts the moments of copies of one
+    :mod:`skfed.privacy._refusal`). The ledger counts the moments of copies of one
     row (zero spread: the mean is the row) as one raw row.
     """
     refuse = fed.raw_rows == "refuse"

@@ -21,10 +21,10 @@ from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.sparsefuncs import inplace_column_scale
 from sklearn.utils.validation import FLOAT_DTYPES, check_is_fitted, validate_data
 
-from .._federation import FederatedMixin
-from .._remote import blockwise, is_dask_collection, is_remote
-from .._secure_aggregation import FRACTION_BITS
-from .._validation import check_magnitude
+from .._engine._federation import FederatedMixin
+from .._engine._remote import blockwise, is_dask_collection, is_remote
+from ..privacy._secure_aggregation import FRACTION_BITS
+from .._engine._validation import check_magnitude
 from ..privacy import DifferentialPrivacy, check_privacy, feature_bounds
 from ._scaler_protocol import private_sensitivity, run_scaler
 

@@ -19,7 +19,7 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.svm import SVC
 
 from skfed import FederatedRKHSClassifier
-from skfed._federation import ClientData, Federation
+from skfed._engine._federation import ClientData, Federation
 from skfed._testing import rkhs_paper_data
 from skfed.classification import _rkhs_protocol as rkhs_protocol
 from skfed.classification._rkhs_protocol import (

@@ -15,7 +15,7 @@ from sklearn.svm import SVC
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from skfed import FederatedRKHSClassifier
-from skfed._ledger import SUM_ONLY
+from skfed._engine._ledger import SUM_ONLY
 from skfed.classification._rkhs_features import (
     gcv_score,
     multiwidth_map,

@@ -18,10 +18,10 @@ from sklearn.pipeline import make_pipeline
 from sklearn.utils import check_random_state
 
 from skfed import ClientValueError, DistributedKMeans
-from skfed._federation import Federation
-from skfed._protocol import PUBLIC, client_step, collectable
+from skfed._engine._federation import Federation
+from skfed._engine._protocol import PUBLIC, client_step, collectable
 from skfed._testing import gathered_outputs
-from skfed._validation import check_partitions
+from skfed._engine._validation import check_partitions
 from skfed.cluster._coreset import (
     _weighted_kmeans_plusplus,
     _weighted_lloyd,
@@ -976,7 +976,7 @@ def test_client_error_names_the_client(blobs):
 def test_steps_travel_by_name_with_data_options():
     import pickle
 
-    from skfed._protocol import as_step_call
+    from skfed._engine._protocol import as_step_call
     from skfed.cluster._coreset import _coreset_step
 
     call = as_step_call(partial(_coreset_step, rows=("other", "H"), weighted=False))
@@ -1157,7 +1157,7 @@ def test_duplicated_centers_warn_without_labels():
 def test_fit_predict_without_labels_refuses_rows_it_cannot_predict(monkeypatch):
     # Rows held by Flower nodes cannot be predicted here: refused before
     # any round, rather than after a fit whose labels stayed on the nodes.
-    from skfed._remote import RemoteArray
+    from skfed._engine._remote import RemoteArray
 
     class Nodes(RemoteArray):
         shape, dtype = (100, 3), np.dtype(np.float64)

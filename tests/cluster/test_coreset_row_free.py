@@ -17,7 +17,7 @@ from sklearn.metrics import pairwise_distances
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import skfed
-from skfed._ledger import PER_CLIENT, SUM_ONLY
+from skfed._engine._ledger import PER_CLIENT, SUM_ONLY
 from skfed._testing import rows_found
 from skfed.partition import iid, label_dirichlet
 

@@ -19,7 +19,7 @@ from sklearn.metrics import normalized_mutual_info_score as nmi
 from sklearn.metrics.pairwise import euclidean_distances, rbf_kernel
 
 from skfed import FederatedKernelKMeans
-from skfed._federation import ClientData
+from skfed._engine._federation import ClientData
 from skfed._testing import iteration_round_uploads, iteration_uploads
 from skfed.cluster import _kernel_kmeans_protocol as kkm
 from skfed.cluster._kernel_kmeans_protocol import replay_eigenvectors

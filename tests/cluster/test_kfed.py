@@ -25,7 +25,7 @@ from threadpoolctl import threadpool_info
 import skfed.cluster._coreset as coreset_module
 import skfed.cluster._kfed_protocol as kfed_module
 from skfed import ClientStepError, ClientValueError, KFed
-from skfed._protocol import run_alone
+from skfed._engine._protocol import run_alone
 from skfed._testing import gathered_outputs
 from skfed.cluster._lloyd import lloyd_rows
 from skfed.partition import labels_per_client

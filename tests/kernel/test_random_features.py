@@ -6,8 +6,8 @@ from hypothesis import strategies as st
 from sklearn.datasets import make_blobs
 from sklearn.metrics import euclidean_distances
 
-from skfed._federation import Federation
-from skfed._validation import check_partitions
+from skfed._engine._federation import Federation
+from skfed._engine._validation import check_partitions
 from skfed.kernel import (
     gamma_from_moments,
     mean_from_moments,

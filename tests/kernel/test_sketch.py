@@ -10,7 +10,7 @@ from numpy.testing import assert_allclose, assert_array_equal
 from scipy.spatial.distance import pdist
 from sklearn.metrics.pairwise import polynomial_kernel
 
-from skfed._protocol import stream_key
+from skfed._engine._protocol import stream_key
 from skfed.kernel import (
     allocate_quota,
     canonical_row_order,
@@ -216,7 +216,7 @@ def test_canonical_row_order_depends_on_values_only():
 def test_canonical_row_order_sorts_by_rounded_then_exact_hashes(float32_ties):
     # Rows equal in float32 but not in float64 tie on the rounded hashes;
     # the exact hashes order them, whatever order they come in.
-    from skfed._rows import rounded_row_hashes, row_hashes
+    from skfed._numerics._rows import rounded_row_hashes, row_hashes
 
     rng = np.random.RandomState(1)
     X = rng.randn(30, 4)

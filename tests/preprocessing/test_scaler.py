@@ -16,7 +16,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from skfed import KFed, partition
-from skfed._secure_aggregation import FRACTION_BITS
+from skfed.privacy._secure_aggregation import FRACTION_BITS
 from skfed.preprocessing import FederatedStandardScaler, _scaler_protocol
 from skfed.privacy import Accountant, DifferentialPrivacy, PrivacyLeakWarning
 

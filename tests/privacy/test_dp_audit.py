@@ -17,7 +17,7 @@ import pytest
 from scipy.stats import norm
 
 from skfed import KFed
-from skfed._dp_audit import (
+from skfed.privacy._audit import (
     RELEASES,
     audit,
     clopper_pearson_upper,

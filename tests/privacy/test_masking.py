@@ -15,11 +15,11 @@ import pytest
 import skfed
 from skfed import ClientStepError
 from skfed import _secure_aggregation as secagg
-from skfed._federation import Federation, client_config
-from skfed._ledger import PER_CLIENT, SUM_ONLY
-from skfed._protocol import client_step
+from skfed._engine._federation import Federation, client_config
+from skfed._engine._ledger import PER_CLIENT, SUM_ONLY
+from skfed._engine._protocol import client_step
 from skfed._testing import statistics
-from skfed._validation import check_partitions
+from skfed._engine._validation import check_partitions
 from skfed.cluster._coreset import _cluster_sums_step
 
 

@@ -19,11 +19,11 @@ from sklearn.datasets import make_blobs
 from sklearn.metrics import adjusted_rand_score
 
 import skfed
-from skfed._federation import ClientStepError, Federation, client_config
-from skfed._refusal import MIN_ROWS, n_distinct_rows
-from skfed._rows import row_hashes
+from skfed._engine._federation import ClientStepError, Federation, client_config
+from skfed.privacy._refusal import MIN_ROWS, n_distinct_rows
+from skfed._numerics._rows import row_hashes
 from skfed._testing import rows_found
-from skfed._validation import check_partitions
+from skfed._engine._validation import check_partitions
 from skfed.cluster._kfed_protocol import _few_row_clusters, _local_step
 from skfed.decomposition._kernel_pca_features import _statistics_step
 from skfed.kernel import federated_gamma

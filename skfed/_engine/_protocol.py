@@ -10,7 +10,7 @@ steps are registered here under a dotted name, ``"<namespace>.<step>"``::
         return new_state, upload
 
 and a round names the step to run, with keyword options that are plain data
-(:class:`~skfed._protocol.StepCall`). Whatever runs the clients (joblib in
+(:class:`~skfed._engine._protocol.StepCall`). Whatever runs the clients (joblib in
 this process, dask workers, later Flower nodes) looks the step up by name in
 its own copy of skfed: code never travels, only the name and the options do.
 
@@ -89,7 +89,7 @@ def client_step(
         with 1,000 small clients two threads ran KFed's local round 1.5
         times slower than one. The joblib transport then runs rounds of
         this step over small clients in worker processes (see
-        :class:`~skfed._transport.JoblibTransport`); the state the step
+        :class:`~skfed._engine._transport.JoblibTransport`); the state the step
         returns travels back, so it should be O(n_m) at most.
     in_processes : bool, default=True
         Whether a ``python_bound`` step may run in worker processes. False
@@ -107,7 +107,7 @@ def client_step(
         times themselves). Its rounds over clients of at least 4,096 rows
         on average run with the process's BLAS threads; every other round
         with one, whose small products would otherwise wait for cores that
-        other processes hold (see ``skfed._threads``).
+        other processes hold (see ``skfed._numerics._threads``).
     sum_only : bool, default=False
         The step's upload is only ever used summed over clients (it runs in
         ``"sum_only"`` rounds). A client whose own configuration says it
@@ -167,7 +167,7 @@ def resolve_step(name, module=None):
     except KeyError:
         raise KeyError(
             f"No client step is registered as {name!r}; register it with "
-            "skfed._protocol.client_step in a module the clients import."
+            "skfed._engine._protocol.client_step in a module the clients import."
         ) from None
 
 
@@ -208,7 +208,7 @@ class StepCall(NamedTuple):
         if _MASK_OPTION in options:
             # A sum-only round under secure aggregation: the client masks
             # what the step uploads before it leaves (see
-            # skfed._secure_aggregation); the step itself does not know.
+            # skfed.privacy._secure_aggregation); the step itself does not know.
             options = dict(options)
             spec = options.pop(_MASK_OPTION)
             started = step(client, state, message, **options)
@@ -226,7 +226,7 @@ _MASK_OPTION = "_secure_aggregation"
 def _masked(started, client, spec):
     """The called step's ``(new_state, upload)`` with the upload masked, as
     a generator step so that shared work it hands over still passes."""
-    from ._secure_aggregation import mask_upload
+    from ..privacy._secure_aggregation import mask_upload
 
     if inspect.isgenerator(started):
         new_state, upload = yield from started
@@ -466,7 +466,7 @@ def resume(step, answer):
 
 
 def as_step_call(step):
-    """A :class:`~skfed._protocol.StepCall` from a registered step, a
+    """A :class:`~skfed._engine._protocol.StepCall` from a registered step, a
     ``functools.partial`` of one with keyword options only, a registered
     name or a StepCall."""
     if isinstance(step, StepCall):
@@ -485,7 +485,7 @@ def as_step_call(step):
     if name is None or _REGISTRY.get(name) is not step:
         raise TypeError(
             f"{step!r} is not a registered client step: decorate it with "
-            "skfed._protocol.client_step(name). Steps travel by name, never as "
+            "skfed._engine._protocol.client_step(name). Steps travel by name, never as "
             "code."
         )
     for key, value in options.items():

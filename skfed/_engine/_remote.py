@@ -6,7 +6,7 @@ Flower nodes (:class:`skfed.flower.NodeData`). Such data is *remote*: the
 estimator reads its shape, builds the federation's transport from it, and
 never computes it here. The clients check their own rows with the checks
 the in-memory fit would run (:func:`validate_client_rows`) and build their
-:class:`~skfed._federation.ClientData` where they are
+:class:`~skfed._engine._federation.ClientData` where they are
 (:func:`make_client`).
 """
 
@@ -16,7 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.utils import check_array
 
-from ._blocks import row_blocks
+from .._numerics._blocks import row_blocks
 
 __all__ = [
     "RemoteArray",

@@ -133,7 +133,7 @@ def lanczos(
     Examples
     --------
     >>> import numpy as np
-    >>> from skfed._lanczos import lanczos
+    >>> from skfed._numerics._lanczos import lanczos
     >>> G = np.diag([5.0, 4.0, 1.0, 0.5])
     >>> res = lanczos(G.__matmul__, 4, threshold=2.0, random_state=0)
     >>> np.round(res.eigenvalues, 6)
@@ -257,7 +257,7 @@ def block_lanczos(
     Examples
     --------
     >>> import numpy as np
-    >>> from skfed._lanczos import block_lanczos
+    >>> from skfed._numerics._lanczos import block_lanczos
     >>> G = np.diag([5.0, 4.0, 1.0, 0.5])
     >>> res = block_lanczos(
     ...     G.__matmul__, 4, block_size=2, threshold=2.0, random_state=0

@@ -33,7 +33,7 @@ that server is what ``privacy=`` is for (noise calibrated to one row).
 
 import numpy as np
 
-from ._rows import row_hashes
+from .._numerics._rows import row_hashes
 
 __all__ = [
     "MIN_ROWS",
@@ -57,7 +57,7 @@ class RawRowsRefused(ValueError):
 def n_distinct_rows(X, weights=None):
     """How many distinct rows of X take part (positive weight, if given).
 
-    Equal rows always hash alike (:func:`skfed._rows.row_hashes`), so a hash
+    Equal rows always hash alike (:func:`skfed._numerics._rows.row_hashes`), so a hash
     collision can only lower the count: the check errs on refusing.
     """
     if weights is not None:

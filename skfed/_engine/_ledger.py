@@ -1,6 +1,6 @@
 """The communication ledger: what crossed the simulated network, round by round.
 
-Every message a :class:`~skfed._federation.Federation` delivers is measured
+Every message a :class:`~skfed._engine._federation.Federation` delivers is measured
 here from the payload itself (array sizes, scalars), never estimated from a
 formula, so ``communication_`` on a fitted estimator is the ground truth that
 the formulas in the documentation are tested against.
@@ -45,7 +45,7 @@ class Disclosure(NamedTuple):
         ``"raw_rows"``: uploads carry rows of X or y as they are;
         ``"per_client"``: a statistic of one client's rows that the server
         sees individually; ``"sum_only"``: the server step uses only the
-        sum over clients, and :meth:`~skfed._federation.Federation.run_round`
+        sum over clients, and :meth:`~skfed._engine._federation.Federation.run_round`
         hands it only that sum.
     rows : callable, default=None
         ``rows(upload) -> int``: the rows of X (or samples of y) one upload
@@ -243,7 +243,7 @@ class CommunicationLog:
 
     Every fitted skfed estimator exposes one as ``communication_``. Records
     are appended by the federation as messages are delivered; counts are taken
-    from the payloads themselves (see :func:`skfed._ledger.count_payload`).
+    from the payloads themselves (see :func:`skfed._engine._ledger.count_payload`).
 
     Attributes
     ----------
@@ -356,7 +356,7 @@ class CommunicationLog:
         round : int, default=None
             Index of the round; a new round is opened when omitted.
         disclosure : str, default=""
-            What the round's uploads reveal (see ``skfed._ledger.Disclosure``).
+            What the round's uploads reveal (see ``skfed._engine._ledger.Disclosure``).
         raw_rows : dict, default=None
             Mapping client id -> rows of X or y sent by (upload) or
             forwarded to (download) that client; none when omitted.

@@ -2,7 +2,7 @@
 
 A fit cuts the data once into :class:`ClientData` pieces that live for the
 whole fit. Client steps are module-level functions registered by name
-(:func:`skfed._protocol.client_step`)::
+(:func:`skfed._engine._protocol.client_step`)::
 
     @client_step("myalgo.local")
     def step(client, state, message, **options):
@@ -17,7 +17,7 @@ are plain functions of uploads: they never see a :class:`ClientData`, which
 is the privacy boundary of the code.
 
 Where the clients live and their steps run is the federation's transport
-(``skfed._transport``); by default one reused
+(``skfed._engine._transport``); by default one reused
 ``sklearn.utils.parallel.Parallel`` pool serves all rounds, so the backend
 (sequential, threads, loky, dask) is chosen by ``n_jobs`` and any enclosing
 ``joblib.parallel_config``. Per-client random streams are fixed before the
@@ -39,8 +39,8 @@ from joblib.parallel import get_active_backend
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import validate_data
 
-from . import _secure_aggregation as secagg
-from ._budget import carry_open_budgets, charge_fit, settle_fit
+from ..privacy import _secure_aggregation as secagg
+from ..privacy._budget import carry_open_budgets, charge_fit, settle_fit
 from ._ledger import (
     DOWNLOAD,
     NO_UPLOAD,
@@ -55,13 +55,13 @@ from ._ledger import (
 )
 from ._processes import ProcessTransport, resident_workers
 from ._protocol import as_step_call, check_collectable, client_step, stream_key
-from ._reduce import content_sorted
+from .._numerics._reduce import content_sorted
 from ._remote import RemoteArray, is_dask_collection, is_remote
-from ._rows import rounded_row_hashes
-from ._threads import close_fit, open_fit
+from .._numerics._rows import rounded_row_hashes
+from .._numerics._threads import close_fit, open_fit
 from ._transport import JoblibTransport, StepFailure, worker_count
 from ._validation import check_partitions
-from .privacy import Accountant, check_privacy
+from ..privacy import Accountant, check_privacy
 
 __all__ = [
     "ClientData",
@@ -72,7 +72,7 @@ __all__ = [
 ]
 
 _SEED_MAX = np.iinfo(np.int32).max
-# What a client keeps of its key exchange (skfed._secure_aggregation's
+# What a client keeps of its key exchange (skfed.privacy._secure_aggregation's
 # namespace): never readable by a step.
 _SECRET_NAMESPACE = "secure_aggregation"
 
@@ -125,7 +125,7 @@ class WorkerLostError(RuntimeError):
 def _fingerprint(X):
     """An order-free fingerprint of a client's rows.
 
-    The row hashes (:func:`skfed._rows.rounded_row_hashes`) are sorted and
+    The row hashes (:func:`skfed._numerics._rows.rounded_row_hashes`) are sorted and
     digested with the shape. Reordering rows or renaming the client does not
     change it, and neither does passing the data as float32 instead of
     float64, so a client draws the same random numbers for both.
@@ -308,7 +308,7 @@ class ClientData:
     def masking_keys(self):
         """What this client's secure-aggregation key exchange kept (None
         before it ran): for its own masking only
-        (``skfed._secure_aggregation.mask_upload``)."""
+        (``skfed.privacy._secure_aggregation.mask_upload``)."""
         storage = getattr(self, "_storage", None) or {}
         return storage.get(_SECRET_NAMESPACE)
 
@@ -340,10 +340,10 @@ class Federation:
     ----------
     clients : list of ClientData, default=None
         In canonical order, held in this process (a
-        :class:`~skfed._transport.JoblibTransport` is built for them).
+        :class:`~skfed._engine._transport.JoblibTransport` is built for them).
     transport : transport, default=None
         Where the clients live and their steps run (see
-        ``skfed._transport``); replaces ``clients``.
+        ``skfed._engine._transport``); replaces ``clients``.
     n_jobs : int, default=None
         For the joblib transport built from ``clients``: passed to
         ``sklearn.utils.parallel.Parallel``; ``None`` lets an enclosing
@@ -379,7 +379,7 @@ class Federation:
         text.
     secure_aggregation : bool
         Whether the clients mask the uploads of ``"sum_only"`` rounds with
-        pairwise masks (``skfed._secure_aggregation``); False unless set
+        pairwise masks (``skfed.privacy._secure_aggregation``); False unless set
         (by ``FederatedMixin._federation`` from the estimator).
     raw_rows : {"allow", "refuse"}
         With "refuse", a round declared ``"raw_rows"`` raises before
@@ -459,14 +459,14 @@ class Federation:
             Rows of zero weight do not enter the clients' fingerprints, so
             their random streams are those of the clients without them.
         partitioning : Partitioning
-            From :func:`skfed._validation.check_partitions`.
+            From :func:`skfed._engine._validation.check_partitions`.
         random_state : int or RandomState
             One integer is drawn from it to seed every client's streams.
         n_jobs, verbose, log, on_client_error
             See :class:`Federation`.
         in_processes : bool, default=True
             Whether many small clients may be held by worker processes for
-            the fit (see ``skfed._processes``); False keeps them in this
+            the fit (see ``skfed._engine._processes``); False keeps them in this
             process, for a protocol whose uploads are large beside the
             clients' work (a worker process sends each upload back as a
             copy).
@@ -529,7 +529,7 @@ class Federation:
         n_workers = resident_workers(n_jobs, sizes) if in_processes else 0
         if n_workers:
             # Many small clients: each worker process receives its clients
-            # once and keeps them (see skfed._processes).
+            # once and keeps them (see skfed._engine._processes).
             return cls(
                 transport=ProcessTransport(clients, n_jobs=n_workers),
                 n_jobs=n_jobs,
@@ -575,7 +575,7 @@ class Federation:
             model.
         input_checks : dict
             What each client checks on its rows (see
-            ``skfed._remote.validate_client_rows``).
+            ``skfed._engine._remote.validate_client_rows``).
         min_samples : int, default=1
         verbose, log, on_client_error
             See :class:`Federation`.
@@ -622,7 +622,7 @@ class Federation:
 
     def __enter__(self):
         # The fit's BLAS calls are small: one thread, so that they do not
-        # wait for a core another process holds (see skfed._threads).
+        # wait for a core another process holds (see skfed._numerics._threads).
         open_fit()
         try:
             self.transport.__enter__()
@@ -744,7 +744,7 @@ class Federation:
         name : str
             Name of the round in the ledger.
         step : callable, functools.partial or str
-            A registered client step (:func:`skfed._protocol.client_step`),
+            A registered client step (:func:`skfed._engine._protocol.client_step`),
             a ``functools.partial`` of one giving keyword options (plain
             data), or its registered name. Only the name and the options
             reach the clients.
@@ -760,9 +760,9 @@ class Federation:
             ``on_client_error``.
         disclosure : {"raw_rows", "per_client", "sum_only"} or Disclosure
             What the uploads reveal to the server
-            (``skfed._ledger.Disclosure``), recorded in the ledger with
+            (``skfed._engine._ledger.Disclosure``), recorded in the ledger with
             the raw rows per client. For ``"sum_only"`` the round returns
-            only the sum over clients (``skfed._secure_aggregation.sum_uploads``),
+            only the sum over clients (``skfed.privacy._secure_aggregation.sum_uploads``),
             masked by the clients when ``secure_aggregation`` is on. None
             records the round as undeclared (toy steps in tests).
 
@@ -1020,7 +1020,7 @@ class Federation:
         """Gather something each client keeps, for fitted attributes.
 
         Only entries a protocol declared collectable
-        (``skfed._protocol.collectable``) can be gathered, and only as the
+        (``skfed._engine._protocol.collectable``) can be gathered, and only as the
         fit's settings and each client's own allow (never a client's keys;
         no exact per-client statistic under differential privacy). Each
         collection is recorded in the ledger's ``collections``.
@@ -1081,7 +1081,7 @@ def client_config(estimator):
     """The settings every client of a fit of ``estimator`` holds as its own
     (``ClientData.config``): ``secure_aggregation`` (mask every sum-only
     upload, and refuse to send one unmasked), ``raw_rows`` and ``private``
-    (what may be collected from it; see ``skfed._protocol.check_collectable``).
+    (what may be collected from it; see ``skfed._engine._protocol.check_collectable``).
     """
     return {
         "secure_aggregation": bool(getattr(estimator, "secure_aggregation", False)),
@@ -1116,7 +1116,7 @@ class FederatedMixin:
     __metadata_request__partial_fit = {"partitions": True}
 
     # Whether a fit over many small clients with n_jobs > 1 may hold them in
-    # worker processes (see skfed._processes); False for a protocol whose
+    # worker processes (see skfed._engine._processes); False for a protocol whose
     # uploads outweigh the clients' work.
     _clients_in_processes = True
 
@@ -1265,7 +1265,7 @@ class FederatedMixin:
         ----------
         X, y : validated arrays
         partitions : None, int or array-like
-            See :func:`skfed._validation.check_partitions`.
+            See :func:`skfed._engine._validation.check_partitions`.
         random_state : RandomState
             The fit's generator: used for an int ``partitions`` and to seed
             the clients.
@@ -1382,5 +1382,5 @@ class FederatedMixin:
 
     def __getstate__(self):
         # Unpickled in another process, a private fit refuses instead of
-        # spending outside the PrivacyBudgets open here (skfed._budget).
+        # spending outside the PrivacyBudgets open here (skfed.privacy._budget).
         return carry_open_budgets(self, super().__getstate__())

@@ -5,7 +5,7 @@ Flower deployment, say) must not unpickle what arrives: unpickling runs
 code. :func:`encode` turns a round's message, upload or a client's kept
 state into a *skeleton* that JSON can carry and a list of numpy arrays of
 non-object dtype; :func:`decode` rebuilds the value from them. The types
-are those the ledger measures (:func:`skfed._ledger.count_payload`):
+are those the ledger measures (:func:`skfed._engine._ledger.count_payload`):
 numpy arrays, scipy sparse matrices, numbers, strings, None, and tuples,
 lists and dicts of those. Anything else raises ``TypeError``.
 """
@@ -35,7 +35,7 @@ def encode(obj):
 
 
 def decode(skeleton, arrays):
-    """The value :func:`~skfed._codec.encode` took apart."""
+    """The value :func:`~skfed._engine._codec.encode` took apart."""
     return _decode(skeleton, arrays)
 
 
@@ -46,7 +46,7 @@ def dumps(obj):
 
 
 def loads(text, arrays):
-    """The value :func:`~skfed._codec.dumps` took apart."""
+    """The value :func:`~skfed._engine._codec.dumps` took apart."""
     return decode(json.loads(text), arrays)
 
 

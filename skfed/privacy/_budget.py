@@ -48,7 +48,7 @@ _RTOL = 1e-9
 
 def _budget_error():
     # Imported late: skfed.privacy re-exports this module.
-    from .privacy import PrivacyBudgetError
+    from . import PrivacyBudgetError
 
     return PrivacyBudgetError
 

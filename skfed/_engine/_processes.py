@@ -7,7 +7,7 @@ rounds sent every client's rows, and what it keeps, to a worker and back
 on each round. Here each worker process receives its share of the clients
 once, when the fit opens its federation, and keeps their rows and their
 state until the fit closes its federation, as a dask worker does
-(``skfed._dask``): a round sends a worker the step's name and options and
+(``skfed._engine._dask``): a round sends a worker the step's name and options and
 its clients' messages, and only the uploads come back.
 
 :func:`resident_workers` decides, in ``Federation.from_arrays``,
@@ -25,7 +25,7 @@ scikit-learn) and kept for later fits with as many workers; they stop
 after ``_IDLE_SECONDS`` without an open fit, as joblib's do. Their OpenMP
 pools run as many threads as this process's do at each fit, and their BLAS
 as many as the round's step has here (one, or this process's for a step
-of large products: see ``skfed._threads``), so that a step computes what
+of large products: see ``skfed._numerics._threads``), so that a step computes what
 it would compute here: the same seed gives the same model whatever
 ``n_jobs``.
 """
@@ -44,7 +44,7 @@ from joblib.parallel import LokyBackend, get_active_backend
 from sklearn import config_context, get_config
 
 from ._protocol import resolve_step
-from ._threads import blas_limits, round_uses_process_threads, thread_pools
+from .._numerics._threads import blas_limits, round_uses_process_threads, thread_pools
 from ._transport import (
     _MIN_PROCESS_ROWS,
     _SMALL_CLIENT,
@@ -276,7 +276,7 @@ def _shares(sizes, n_workers):
 class ProcessTransport:
     """Clients held by worker processes of this machine for the whole fit.
 
-    The transport interface of ``skfed._transport``. The clients' rows go
+    The transport interface of ``skfed._engine._transport``. The clients' rows go
     to the workers when the federation is entered; this process keeps only
     their sizes and sample positions (for the fitted attributes).
 
@@ -307,7 +307,7 @@ class ProcessTransport:
         return dict(self._sizes)
 
     def client(self, client_id):
-        """The :class:`~skfed._federation.ClientData` of one client (a copy
+        """The :class:`~skfed._engine._federation.ClientData` of one client (a copy
         fetched from its worker once the fit has started)."""
         if self._home is None:
             return self._clients[client_id]
@@ -414,7 +414,7 @@ class ProcessTransport:
         (or ``StepFailure``). A worker's messages travel as one pickle, so
         a broadcast goes to each worker once."""
         # BLAS threads as the round has them in this process (see
-        # skfed._threads): one, or the process's for large products.
+        # skfed._numerics._threads): one, or the process's for large products.
         large = round_uses_process_threads(
             resolve_step(call.name, call.module), [self._sizes[c] for c in client_ids]
         )
@@ -429,7 +429,7 @@ class ProcessTransport:
 
     def server_map(self, func, items):
         """``[func(item) for item in items]`` in this transport's threads
-        (``skfed._transport.server_thread_map``)."""
+        (``skfed._engine._transport.server_thread_map``)."""
         return server_thread_map(self._threads, func, items)
 
     def local_values(self, namespace, key, client_ids):

@@ -1,7 +1,7 @@
 """Sums over clients, in the clear or under pairwise masks (secure aggregation).
 
 A round whose server step needs only the sum of the clients' uploads is
-declared ``"sum_only"`` (:class:`skfed._ledger.Disclosure`); the federation
+declared ``"sum_only"`` (:class:`skfed._engine._ledger.Disclosure`); the federation
 then hands the server :func:`sum_uploads` of the uploads, never the list.
 With ``secure_aggregation=True`` the clients also hide their uploads from
 the server itself, as in SecAgg (Bonawitz et al., 2017) and SecAgg+ (Bell
@@ -49,7 +49,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import (
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from ._protocol import client_step
+from .._engine._protocol import client_step
 
 __all__ = [
     "FRACTION_BITS",

@@ -41,7 +41,7 @@ from joblib import parallel_config
 from ._federation import WorkerLostError
 from ._protocol import resolve_step
 from ._remote import aligned, make_client
-from ._threads import round_uses_process_threads, thread_pools
+from .._numerics._threads import round_uses_process_threads, thread_pools
 from ._transport import collected, kept_after, run_step
 from ._validation import _canonical_order
 
@@ -291,7 +291,7 @@ def _remote_steps(call, token, clients, messages, one_blas_thread=True):
     """The clients of one worker, one after the other (one task).
 
     BLAS runs on one thread unless the round is one of large products (see
-    ``skfed._threads``), whatever the worker's own setting: a product can
+    ``skfed._numerics._threads``), whatever the worker's own setting: a product can
     round differently on another number of threads, and the model must
     not depend on how the workers were started.
     """
@@ -313,7 +313,7 @@ def _blas_on_one_thread(wanted):
 
 def _read(client, token, namespace, key):
     """What the client sends back of its kept state (checked on the worker
-    against what it may send, ``skfed._transport.collected``)."""
+    against what it may send, ``skfed._engine._transport.collected``)."""
     storage = _STORE.get((token, client.client_id), {})
     return collected(client, storage, namespace, key)
 
@@ -468,7 +468,7 @@ class DaskTransport:
             The fit's base seed of every client's random streams.
         spec : dict
             The input checks each client runs (see
-            ``skfed._remote.validate_client_rows``).
+            ``skfed._engine._remote.validate_client_rows``).
         """
         import dask
 

@@ -1,6 +1,6 @@
 """Where client steps run: the transports under a Federation.
 
-A :class:`~skfed._federation.Federation` keeps the ledger, the order of the
+A :class:`~skfed._engine._federation.Federation` keeps the ledger, the order of the
 clients and the failure policy; a transport holds the clients' data and the
 state they keep between rounds, and runs registered client steps on them.
 Its interface is small:
@@ -12,7 +12,7 @@ Its interface is small:
     Opens whatever serves every round of one fit (a worker pool, a dask
     client) and releases it.
 ``run(call, client_ids, messages) -> results``
-    Runs the :class:`~skfed._protocol.StepCall` on each named client with its
+    Runs the :class:`~skfed._engine._protocol.StepCall` on each named client with its
     message, keeps the state the step returns under the step's namespace,
     and returns per client the upload or a ``StepFailure``; it never
     raises for one client's error.
@@ -25,9 +25,9 @@ Its interface is small:
 
 :class:`JoblibTransport` runs the clients in this process's joblib pool
 (the default: threads, or processes with ``parallel_config(backend="loky")``);
-``skfed._processes.ProcessTransport`` keeps many small clients in worker
+``skfed._engine._processes.ProcessTransport`` keeps many small clients in worker
 processes for the whole fit (with ``n_jobs`` > 1);
-``skfed._dask.DaskTransport`` keeps them on dask workers (used for dask
+``skfed._engine._dask.DaskTransport`` keeps them on dask workers (used for dask
 collections and under joblib's dask backend);
 ``skfed.flower.FlowerTransport`` reaches them as Flower nodes.
 """
@@ -44,7 +44,7 @@ from sklearn import config_context, get_config
 from sklearn.utils.parallel import Parallel, delayed
 
 from ._protocol import check_collectable, resolve_step, resume, run_together
-from ._threads import blas_limits, round_uses_process_threads, thread_pools
+from .._numerics._threads import blas_limits, round_uses_process_threads, thread_pools
 
 __all__ = ["JoblibTransport", "StepFailure", "worker_count"]
 
@@ -134,7 +134,7 @@ def _run_sequential_step(call, client, storage, message):
     sequential (entering the configuration costs about 6 us, which a
     Lanczos fit over 1,000 clients paid three million times): its result,
     a ``StepFailure``, or the generator of a step that hands over shared
-    work (see :mod:`skfed._protocol`)."""
+    work (see :mod:`skfed._engine._protocol`)."""
     try:
         view = client.with_storage(storage)
         return call.start(view, storage.get(call.namespace), message)
@@ -143,7 +143,7 @@ def _run_sequential_step(call, client, storage, message):
 
 
 def _resumed(step, answer):
-    """:func:`~skfed._protocol.resume` that turns what the step raises
+    """:func:`~skfed._engine._protocol.resume` that turns what the step raises
     into its ``(True, StepFailure)``."""
     try:
         return resume(step, answer)
@@ -155,7 +155,7 @@ def _run_sequential_steps(calls):
     """Several clients' steps in this thread, joblib configured sequential.
 
     Steps that hand over shared work advance side by side, and the items
-    of each turn are solved together (:func:`~skfed._protocol.run_together`):
+    of each turn are solved together (:func:`~skfed._engine._protocol.run_together`):
     a small client's k-means is then one slice of a few large numpy calls
     instead of a few hundred small ones of its own. A suspended step holds
     its intermediate arrays, so clients advance together in waves of about
@@ -246,7 +246,7 @@ def collected(client, storage, namespace, key):
     """What a client sends back of its kept state when the server collects
     ``key`` of ``namespace``: checked against the entries protocols declare
     and the client's own configuration (``client.config``), on the client,
-    in every transport (``skfed._protocol.check_collectable``)."""
+    in every transport (``skfed._engine._protocol.check_collectable``)."""
     check_collectable(namespace, key, getattr(client, "config", None))
     return picked(storage[namespace], key)
 
@@ -352,7 +352,7 @@ class JoblibTransport:
         return first.X.shape[1], first.X.dtype
 
     def client(self, client_id):
-        """The :class:`~skfed._federation.ClientData` of one client (the
+        """The :class:`~skfed._engine._federation.ClientData` of one client (the
         simulation's own access, e.g. for tests)."""
         return self._clients[client_id]
 
@@ -437,7 +437,7 @@ class JoblibTransport:
         elif round_uses_process_threads(
             resolve_step(call.name, call.module), [a[1].n_samples for a in calls]
         ):
-            # The fit runs BLAS on one thread (see skfed._threads); this
+            # The fit runs BLAS on one thread (see skfed._numerics._threads); this
             # round's products are large enough for the process's threads.
             with thread_pools().limit(limits=blas_limits(True)):
                 results = self._run_open(call, calls)

@@ -32,8 +32,8 @@ from typing import NamedTuple
 import numpy as np
 from scipy.stats import beta
 
-from ._federation import ClientData
-from .privacy import Accountant, DifferentialPrivacy
+from .._engine._federation import ClientData
+from . import Accountant, DifferentialPrivacy
 
 __all__ = ["AuditResult", "RELEASES", "audit", "epsilon_lower_bound"]
 
@@ -177,8 +177,8 @@ def kfed_release(epsilon=1.0, delta=1e-5, n_samples=200, n_features=2):
     """KFed's upload (one DP Lloyd iteration, one cluster): D holds a row
     at the box's lower corner, D' the canary at its upper corner, beyond
     the bound (clipped to the corner)."""
-    from .cluster import KFed
-    from .cluster._kfed_private import dp_lloyd_step
+    from ..cluster import KFed
+    from ..cluster._kfed_private import dp_lloyd_step
 
     lower, upper, D, D_prime = _box_neighbours(n_samples, n_features)
     dp = DifferentialPrivacy(epsilon=epsilon, delta=delta, bounds=(lower, upper))
@@ -204,7 +204,7 @@ def kfed_release(epsilon=1.0, delta=1e-5, n_samples=200, n_features=2):
 
 
 def _feature_statistics_release(name, estimator, step, message, n_random, delta):
-    from .kernel._private_features import (
+    from ..kernel._private_features import (
         count_sum_sensitivity,
         feature_norm_bound,
         gram_sensitivity,
@@ -228,8 +228,8 @@ def _feature_statistics_release(name, estimator, step, message, n_random, delta)
 def kernel_pca_release(epsilon=1.0, delta=1e-5, n_random=20):
     """DistributedKernelPCA's one upload: the noised Gram triangle of the
     random features and [feature sums, count] (two releases)."""
-    from .decomposition import DistributedKernelPCA
-    from .decomposition._kernel_pca_features import _statistics_step
+    from ..decomposition import DistributedKernelPCA
+    from ..decomposition._kernel_pca_features import _statistics_step
 
     dp = DifferentialPrivacy(epsilon=epsilon, delta=delta)
     est = DistributedKernelPCA(2, gamma=0.5, n_random_features=n_random, privacy=dp)
@@ -244,7 +244,7 @@ def kernel_pca_release(epsilon=1.0, delta=1e-5, n_random=20):
 
 
 def _kernel_kmeans(epsilon, delta, n_random, refine_iter=1):
-    from .cluster import FederatedKernelKMeans
+    from ..cluster import FederatedKernelKMeans
 
     dp = DifferentialPrivacy(epsilon=epsilon, delta=delta)
     return FederatedKernelKMeans(
@@ -259,7 +259,7 @@ def _kernel_kmeans(epsilon, delta, n_random, refine_iter=1):
 def kernel_kmeans_statistics_release(epsilon=1.0, delta=1e-5, n_random=20):
     """FederatedKernelKMeans' first upload: as kernel PCA's (two releases
     of the fit's 3 + ``refine_iter``)."""
-    from .cluster._kernel_kmeans_one_shot import _statistics_step
+    from ..cluster._kernel_kmeans_one_shot import _statistics_step
 
     return _feature_statistics_release(
         "FederatedKernelKMeans: random feature statistics",
@@ -276,8 +276,8 @@ def kernel_kmeans_sums_release(epsilon=1.0, delta=1e-5, n_random=20, n_component
     per-center sums of the embedding's rows G and counts (one release
     each). D holds a row of G at the bound R on one side, D' the canary
     beyond it on the other (clipped to R)."""
-    from .cluster._kernel_kmeans_private import _private_sums_step
-    from .kernel._private_features import count_sum_sensitivity, feature_norm_bound
+    from ..cluster._kernel_kmeans_private import _private_sums_step
+    from ..kernel._private_features import count_sum_sensitivity, feature_norm_bound
 
     est = _kernel_kmeans(epsilon, delta, n_random)
     accountant, claimed = _claimed(est, 1)
@@ -315,8 +315,8 @@ def scaler_release(epsilon=1.0, delta=1e-5, n_samples=200, n_features=2):
     """FederatedStandardScaler's one upload: the noised Σ v and Σ v² of the
     rows in box coordinates (and the public count). D holds a row at the
     box's lower corner, D' the canary beyond its upper corner (clipped)."""
-    from .preprocessing import FederatedStandardScaler
-    from .preprocessing._scaler_protocol import _private_step, private_sensitivity
+    from ..preprocessing import FederatedStandardScaler
+    from ..preprocessing._scaler_protocol import _private_step, private_sensitivity
 
     lower, upper, D, D_prime = _box_neighbours(n_samples, n_features)
     dp = DifferentialPrivacy(epsilon=epsilon, delta=delta, bounds=(lower, upper))
@@ -336,9 +336,9 @@ def classifier_release(epsilon=1.0, delta=1e-5, n_random=20):
     """FederatedRKHSClassifier's row-free upload: the noised Gram triangle
     of the random features and [class sums, class counts] (two releases).
     D' replaces a row of class 0 by a canary of class 1 far from every row."""
-    from .classification import FederatedRKHSClassifier
-    from .classification._rkhs_features import _statistics_step
-    from .kernel._private_features import (
+    from ..classification import FederatedRKHSClassifier
+    from ..classification._rkhs_features import _statistics_step
+    from ..kernel._private_features import (
         count_sum_sensitivity,
         feature_norm_bound,
         gram_sensitivity,

@@ -1,0 +1,1 @@
+"""The federation engine: clients, rounds, transports and the ledger."""
