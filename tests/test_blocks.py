@@ -4,7 +4,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sklearn.utils import gen_batches
 
-from skfed import _remote as remote_module
+from skfed._engine import _remote as remote_module
 from skfed._numerics._blocks import row_blocks
 
 

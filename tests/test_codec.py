@@ -9,11 +9,11 @@ from hypothesis.extra import numpy as hnp
 from sklearn.datasets import make_blobs
 
 import skfed
-from skfed import _federation
+from skfed._engine import _federation
 from skfed._engine._codec import dumps, loads
 from skfed._engine._protocol import StepCall
-from skfed._testing import INTEGRATION_CASES
 from skfed._engine._transport import JoblibTransport, StepFailure
+from skfed._testing import INTEGRATION_CASES
 
 
 def _round_trip(value):

@@ -11,13 +11,13 @@ from threadpoolctl import threadpool_limits
 
 import skfed
 from skfed._engine._federation import Federation
+from skfed._engine._validation import check_partitions
 from skfed._testing import (
     INTEGRATION_CASES,
     noisy_sum,
     settled_receipts,
     shipped_since,
 )
-from skfed._engine._validation import check_partitions
 
 distributed = pytest.importorskip("distributed")
 
@@ -239,7 +239,7 @@ def test_per_sample_outputs_arrive_in_slices_of_large_clients(
     # cut by a partitions array.
     import dask
 
-    from skfed import _dask as dask_module
+    from skfed._engine import _dask as dask_module
 
     monkeypatch.setattr(dask_module, "_ASSEMBLY_ROWS", 150)
     X, _ = _resident_blobs()
@@ -256,7 +256,7 @@ def test_per_sample_outputs_arrive_in_slices_of_large_clients(
 
 
 def test_per_sample_fetches_cover_every_row_once_in_bounded_batches(monkeypatch):
-    from skfed import _dask as dask_module
+    from skfed._engine import _dask as dask_module
 
     monkeypatch.setattr(dask_module, "_ASSEMBLY_ROWS", 256)
     sizes = {"a": 5, "b": 600, "c": 3, "d": 256, "e": 1}
@@ -672,7 +672,7 @@ def test_a_long_round_leaves_no_waiter_per_poll(dask_client, monkeypatch):
     # waiter per future on the dask client's loop until the round ended:
     # memory that grew with the round's length, hence with the clients'
     # rows (1.4 MiB more at 16M rows than at 1.6M for KFed).
-    from skfed import _dask
+    from skfed._engine import _dask
 
     counts = []
     check = _dask._check_workers
@@ -692,13 +692,13 @@ def test_a_long_round_leaves_no_waiter_per_poll(dask_client, monkeypatch):
 
 
 def _store_tokens(token):
-    from skfed import _dask
+    from skfed._engine import _dask
 
     return sorted(k[1] for k in _dask._STORE if k[0] == token)
 
 
 def _store_put(token):
-    from skfed import _dask
+    from skfed._engine import _dask
 
     _dask._STORE[token, 0] = {}
     _dask._STORE[token, 1] = {}

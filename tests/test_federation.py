@@ -12,9 +12,10 @@ from joblib import parallel_config
 from threadpoolctl import threadpool_info
 
 from skfed import ClientStepError, ClientValueError
-from skfed import _transport as transport_module
+from skfed._engine import _transport as transport_module
 from skfed._engine._federation import Federation, _fingerprint
 from skfed._engine._protocol import client_step, run_alone
+from skfed._engine._validation import check_partitions
 from skfed._testing import (
     SharedSum,
     fail_on,
@@ -27,7 +28,6 @@ from skfed._testing import (
     where,
     where_not_in_processes,
 )
-from skfed._engine._validation import check_partitions
 
 
 def _run(X, ids, n_rounds=3, *, random_state=0, n_jobs=None):

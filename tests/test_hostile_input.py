@@ -24,7 +24,8 @@ from sklearn.metrics import adjusted_rand_score
 from sklearn.utils._param_validation import Interval, InvalidParameterError
 
 import skfed
-from skfed import ClientStepError, ClientValueError, _transport
+from skfed import ClientStepError, ClientValueError
+from skfed._engine import _transport
 from skfed._testing import HOSTILE_MINIMUM
 
 MINIMUM = HOSTILE_MINIMUM

@@ -22,8 +22,8 @@ from sklearn.metrics import adjusted_rand_score
 import skfed
 import skfed._engine._transport as transport_module
 from skfed._engine._processes import resident_workers
-from skfed._testing import HOSTILE_MINIMUM
 from skfed._engine._transport import worker_count
+from skfed._testing import HOSTILE_MINIMUM
 
 MINIMUM = HOSTILE_MINIMUM
 NAMES = list(MINIMUM)

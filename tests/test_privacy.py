@@ -10,13 +10,19 @@ from sklearn.datasets import make_blobs
 from sklearn.metrics import adjusted_rand_score
 
 import skfed
-from skfed import _secure_aggregation as secagg
 from skfed._engine._codec import dumps, loads
 from skfed._engine._federation import ClientStepError, Federation
-from skfed._engine._ledger import PER_CLIENT, RAW_ROWS, SUM_ONLY, Disclosure, raw_rows_of
-from skfed._testing import fail_on, first_rows, statistics
+from skfed._engine._ledger import (
+    PER_CLIENT,
+    RAW_ROWS,
+    SUM_ONLY,
+    Disclosure,
+    raw_rows_of,
+)
 from skfed._engine._validation import check_partitions
+from skfed._testing import fail_on, first_rows, statistics
 from skfed.kernel import federated_gamma
+from skfed.privacy import _secure_aggregation as secagg
 
 ESTIMATORS = {
     "KFed": lambda **kw: skfed.KFed(n_clusters=3, random_state=0, **kw),

@@ -17,7 +17,8 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import FunctionTransformer
 
-from skfed import DistributedKMeans, FederatedRKHSClassifier, KFed, _federation
+from skfed import DistributedKMeans, FederatedRKHSClassifier, KFed
+from skfed._engine import _federation
 from skfed._engine._codec import dumps, loads
 from skfed._engine._protocol import StepCall
 from skfed._engine._transport import JoblibTransport, StepFailure

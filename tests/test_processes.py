@@ -22,6 +22,8 @@ from skfed._engine._processes import (
     _shares,
     resident_processes_pay,
 )
+from skfed._engine._transport import JoblibTransport
+from skfed._engine._validation import check_partitions
 from skfed._testing import (
     INTEGRATION_CASES,
     TwoArgumentError,
@@ -37,8 +39,6 @@ from skfed._testing import (
     where,
     where_not_in_processes,
 )
-from skfed._engine._transport import JoblibTransport
-from skfed._engine._validation import check_partitions
 
 N_CLIENTS = 64
 

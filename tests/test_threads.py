@@ -9,9 +9,9 @@ from threadpoolctl import threadpool_info, threadpool_limits
 
 from skfed import DistributedKMeans
 from skfed._engine._federation import Federation
-from skfed._testing import blas_threads, blas_threads_large
-from skfed._numerics._threads import LARGE_ROWS, blas_limits, close_fit, open_fit
 from skfed._engine._validation import check_partitions
+from skfed._numerics._threads import LARGE_ROWS, blas_limits, close_fit, open_fit
+from skfed._testing import blas_threads, blas_threads_large
 
 
 def _blas():

@@ -38,10 +38,10 @@ import numpy as np
 import scipy.sparse as sp
 from joblib import parallel_config
 
+from .._numerics._threads import round_uses_process_threads, thread_pools
 from ._federation import WorkerLostError
 from ._protocol import resolve_step
 from ._remote import aligned, make_client
-from .._numerics._threads import round_uses_process_threads, thread_pools
 from ._transport import collected, kept_after, run_step
 from ._validation import _canonical_order
 

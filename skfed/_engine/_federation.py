@@ -39,6 +39,11 @@ from joblib.parallel import get_active_backend
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import validate_data
 
+from .._numerics._reduce import content_sorted
+from .._numerics._rows import rounded_row_hashes
+from .._numerics._seeds import SEED_MAX
+from .._numerics._threads import close_fit, open_fit
+from ..privacy import Accountant, check_privacy
 from ..privacy import _secure_aggregation as secagg
 from ..privacy._budget import carry_open_budgets, charge_fit, settle_fit
 from ._ledger import (
@@ -55,13 +60,16 @@ from ._ledger import (
 )
 from ._processes import ProcessTransport, resident_workers
 from ._protocol import as_step_call, check_collectable, client_step, stream_key
-from .._numerics._reduce import content_sorted
 from ._remote import RemoteArray, is_dask_collection, is_remote
-from .._numerics._rows import rounded_row_hashes
-from .._numerics._threads import close_fit, open_fit
+from ._rounds import (
+    Round,
+    masked_rounds,
+    refused_rounds,
+    releases,
+    unnoised_rounds,
+)
 from ._transport import JoblibTransport, StepFailure, worker_count
 from ._validation import check_partitions
-from ..privacy import Accountant, check_privacy
 
 __all__ = [
     "ClientData",
@@ -71,7 +79,6 @@ __all__ = [
     "Federation",
 ]
 
-_SEED_MAX = np.iinfo(np.int32).max
 # What a client keeps of its key exchange (skfed.privacy._secure_aggregation's
 # namespace): never readable by a step.
 _SECRET_NAMESPACE = "secure_aggregation"
@@ -270,7 +277,7 @@ class ClientData:
         Drawn from the stream's seed sequence directly, without a
         generator.
         """
-        return int(self._stream(name, keys).generate_state(1)[0] % _SEED_MAX)
+        return int(self._stream(name, keys).generate_state(1)[0] % SEED_MAX)
 
     def _stream(self, name, keys):
         if not isinstance(name, str):
@@ -474,7 +481,7 @@ class Federation:
             Every client's own settings (``ClientData.config``; see
             ``client_config``).
         """
-        base = int(check_random_state(random_state).randint(_SEED_MAX))
+        base = int(check_random_state(random_state).randint(SEED_MAX))
         if sp.issparse(X):
             X = X.tocsr()
         clients = []
@@ -580,7 +587,7 @@ class Federation:
         verbose, log, on_client_error
             See :class:`Federation`.
         """
-        base = int(check_random_state(random_state).randint(_SEED_MAX))
+        base = int(check_random_state(random_state).randint(SEED_MAX))
         if isinstance(X, RemoteArray):
             if partitions is not None:
                 raise ValueError(
@@ -741,8 +748,11 @@ class Federation:
 
         Parameters
         ----------
-        name : str
-            Name of the round in the ledger.
+        name : Round or str
+            The round as its protocol declares it
+            (:class:`skfed._engine._rounds.Round`: its name in the ledger
+            and what its uploads reveal), or a bare name together with
+            ``disclosure`` (toy steps in tests).
         step : callable, functools.partial or str
             A registered client step (:func:`skfed._engine._protocol.client_step`),
             a ``functools.partial`` of one giving keyword options (plain
@@ -762,7 +772,8 @@ class Federation:
             What the uploads reveal to the server
             (``skfed._engine._ledger.Disclosure``), recorded in the ledger with
             the raw rows per client. For ``"sum_only"`` the round returns
-            only the sum over clients (``skfed.privacy._secure_aggregation.sum_uploads``),
+            only the sum over clients
+            (``skfed.privacy._secure_aggregation.sum_uploads``),
             masked by the clients when ``secure_aggregation`` is on. None
             records the round as undeclared (toy steps in tests).
 
@@ -786,6 +797,13 @@ class Federation:
             Before anything is sent, under differential privacy, for a round
             whose uploads depend on the rows and declare no noised release.
         """
+        if isinstance(name, Round):
+            if disclosure is not None:
+                raise TypeError(
+                    f"Round {name.name!r} is declared: its disclosure comes "
+                    "from the declaration, not from the call."
+                )
+            name, disclosure = name.name, name.disclosure
         disclosure = as_disclosure(disclosure)
         kind = None if disclosure is None else disclosure.kind
         if kind == RAW_ROWS and self.raw_rows == "refuse":
@@ -1120,10 +1138,10 @@ class FederatedMixin:
     # uploads outweigh the clients' work.
     _clients_in_processes = True
 
-    # The rounds that send rows of X as they are (raw_rows="refuse" raises
-    # before the first round, naming them) and what to use instead.
-    _raw_row_rounds = ()
+    # What to use instead, named when raw_rows="refuse" or differential
+    # privacy refuses a fit with these parameters.
     _raw_rows_alternative = ""
+    _private_alternative = ""
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -1134,46 +1152,72 @@ class FederatedMixin:
             tags.non_deterministic = True
         return tags
 
-    def _has_sum_only_rounds(self):
-        """Whether a fit with these parameters has a round that
-        ``secure_aggregation`` masks (an estimator without says False)."""
-        return True
+    def _rounds(self):
+        """The declared rounds (:class:`skfed._engine._rounds.Round`) a fit
+        with these parameters runs, a repeated round once per run, or None
+        for an estimator that still answers the older per-estimator hooks.
 
-    # Why the estimator refuses differential privacy, and what to use
-    # instead; empty for an estimator whose rounds can all be noised.
+        The refusals before the first round (``raw_rows``, ``privacy``,
+        ``secure_aggregation`` with nothing to mask) and the privacy
+        accounting are read from them.
+        """
+        return None
+
+    def _has_sum_only_rounds(self):
+        rounds = self._rounds()
+        return True if rounds is None else bool(masked_rounds(rounds))
+
     _privacy_refusal = ""
+    _raw_row_rounds = ()
 
     def _privacy_releases(self):
         """How many noised releases each client makes in a fit with these
         parameters (see ``skfed.privacy.Accountant``)."""
-        raise NotImplementedError
+        rounds = self._rounds()
+        if rounds is None:
+            raise NotImplementedError
+        return releases(rounds)
 
     def _check_privacy_settings(self):
         """Refuse a fit that would send raw rows against ``raw_rows``, or
         that differential privacy cannot cover, and say when
         ``secure_aggregation`` has nothing to mask, before any round."""
         privacy = check_privacy(getattr(self, "privacy", None))
-        if privacy is not None and self._privacy_refusal:
+        rounds = self._rounds()
+        name = type(self).__name__
+        if rounds is not None:
+            unnoised = unnoised_rounds(rounds)
+            refused = refused_rounds(rounds)
+        else:
+            unnoised = ("",) if self._privacy_refusal else ()
+            refused = tuple(self._raw_row_rounds)
+        if privacy is not None and unnoised:
+            if rounds is None:
+                reason = self._privacy_refusal
+            else:
+                reason = (
+                    f"round(s) {', '.join(map(repr, unnoised))} upload what "
+                    "no noise of bounded sensitivity covers. "
+                    f"{self._private_alternative}"
+                )
             raise ValueError(
-                f"{type(self).__name__} cannot fit under differential privacy: "
-                f"{self._privacy_refusal}"
+                f"{name} cannot fit under differential privacy with these "
+                f"parameters: {reason}".rstrip()
             )
-        if getattr(self, "raw_rows", "allow") == "refuse" and self._raw_row_rounds:
-            rounds = ", ".join(repr(r) for r in self._raw_row_rounds)
+        if getattr(self, "raw_rows", "allow") == "refuse" and refused:
             raise ValueError(
-                f"{type(self).__name__} sends rows of X, or uploads that "
-                f"determine them, in round(s) {rounds}, which "
+                f"{name} sends rows of X, or uploads that determine them, in "
+                f"round(s) {', '.join(map(repr, refused))}, which "
                 "raw_rows='refuse' forbids. "
-                f"{self._raw_rows_alternative}"
+                f"{self._raw_rows_alternative}".rstrip()
             )
         if getattr(self, "secure_aggregation", False) and not (
             self._has_sum_only_rounds()
         ):
             warnings.warn(
-                f"secure_aggregation=True has no effect on {type(self).__name__} "
-                "with these parameters: none of its rounds uploads only a sum "
-                "(see communication_.disclosure()), so there is nothing to "
-                "mask.",
+                f"secure_aggregation=True has no effect on {name} with these "
+                "parameters: none of its rounds uploads only a sum (see "
+                "communication_.disclosure()), so there is nothing to mask.",
                 UserWarning,
                 stacklevel=4,
             )

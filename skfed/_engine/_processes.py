@@ -43,8 +43,8 @@ from joblib.externals.loky.process_executor import BrokenProcessPool
 from joblib.parallel import LokyBackend, get_active_backend
 from sklearn import config_context, get_config
 
-from ._protocol import resolve_step
 from .._numerics._threads import blas_limits, round_uses_process_threads, thread_pools
+from ._protocol import resolve_step
 from ._transport import (
     _MIN_PROCESS_ROWS,
     _SMALL_CLIENT,

@@ -43,8 +43,8 @@ from joblib.parallel import ThreadingBackend, get_active_backend
 from sklearn import config_context, get_config
 from sklearn.utils.parallel import Parallel, delayed
 
-from ._protocol import check_collectable, resolve_step, resume, run_together
 from .._numerics._threads import blas_limits, round_uses_process_threads, thread_pools
+from ._protocol import check_collectable, resolve_step, resume, run_together
 
 __all__ = ["JoblibTransport", "StepFailure", "worker_count"]
 

@@ -24,7 +24,6 @@ from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._numerics._blocks import row_blocks
 from .._engine._federation import FederatedMixin
 from .._engine._remote import (
     blockwise,
@@ -34,6 +33,7 @@ from .._engine._remote import (
     is_remote,
 )
 from .._engine._validation import StrictInterval, check_magnitude, clip_to_data
+from .._numerics._blocks import row_blocks
 from ..privacy import DifferentialPrivacy
 from ._rkhs_features import feature_scores, run_feature_ridge
 from ._rkhs_protocol import run_rkhs
@@ -537,7 +537,8 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         y : array-like of shape (n_samples,)
             Class labels (any two or more values).
         partitions : None, int or array-like of shape (n_samples,)
-            Client of each sample; see :func:`skfed._engine._validation.check_partitions`.
+            Client of each sample; see
+            :func:`skfed._engine._validation.check_partitions`.
 
         Returns
         -------

@@ -52,7 +52,7 @@ from scipy.optimize import minimize_scalar
 
 from .._engine._ledger import SUM_ONLY, Disclosure
 from .._engine._protocol import client_step
-from ..privacy._refusal import MIN_ROWS, n_distinct_rows, require_distinct_rows
+from .._numerics._seeds import SEED_MAX
 from ..kernel._private_features import (
     clip_rows,
     count_sum_sensitivity,
@@ -64,11 +64,11 @@ from ..kernel._private_features import (
 )
 from ..kernel._random_features import feature_min_rows
 from ..privacy import gaussian_noise
+from ..privacy._refusal import MIN_ROWS, n_distinct_rows, require_distinct_rows
 from ._rkhs_protocol import _data_scale, _server_widths
 
 __all__ = ["FeatureRidgeResult", "feature_scores", "run_feature_ridge"]
 
-_SEED_MAX = np.iinfo(np.int32).max
 # The GCV search: a log grid over λ / s_max, then a bounded refinement
 # around its best point (so that the chosen λ moves continuously with the
 # sums: masking's rounding cannot flip it between grid points).
@@ -135,7 +135,7 @@ def multiwidth_map(seed, n_features, n_random_features, widths):
     omegas, offsets = [], []
     for i, width in enumerate(widths):
         omega, offset = paired_fourier_map(
-            (int(seed) + i) % _SEED_MAX, n_features, per_width, 0.5 / width**2
+            (int(seed) + i) % SEED_MAX, n_features, per_width, 0.5 / width**2
         )
         omegas.append(omega)
         offsets.append(offset)
@@ -174,7 +174,7 @@ def run_feature_ridge(fed, *, n_classes, widths, n_random_features, random_state
         widths = _server_widths(_data_scale(fed), widths)
     widths = tuple(float(w) for w in widths)
     D = len(widths) * features_per_width(n_random_features, len(widths))
-    seed = int(random_state.randint(_SEED_MAX))
+    seed = int(random_state.randint(SEED_MAX))
     message = (seed, widths)
     step = partial(_statistics_step, n_random_features=D, n_classes=n_classes)
     floor = 0.0

@@ -14,10 +14,10 @@ from sklearn.base import TransformerMixin
 from sklearn.metrics.pairwise import euclidean_distances
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._sklearn_compat import check_sample_weight as _check_sample_weight
 from .._engine._remote import blockwise, blockwise_sum, is_dask_collection, is_remote
-from .._numerics._shift import shift_point, shifted_rows
 from .._engine._validation import check_magnitude
+from .._numerics._shift import shift_point, shifted_rows
+from .._sklearn_compat import check_sample_weight as _check_sample_weight
 
 __all__ = ["KMeansCentersMixin"]
 

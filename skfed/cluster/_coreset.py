@@ -36,17 +36,18 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.extmath import row_norms, safe_sparse_dot
 
-from .._numerics._blocks import row_blocks
 from .._engine._federation import FederatedMixin
-from .._sklearn_compat import check_sample_weight as _check_sample_weight
 from .._engine._ledger import NO_UPLOAD, PER_CLIENT, RAW_ROWS, SUM_ONLY, Disclosure
 from .._engine._protocol import PER_ROW, client_step, collectable
-from ..privacy._refusal import n_distinct_rows
 from .._engine._remote import distinct_values, is_remote
-from .._numerics._rows import canonical_row_order, row_hashes, rows_equal
-from .._numerics._shift import shift_point, shifted_rows
 from .._engine._validation import StrictInterval, as_id_array, clip_to_data
+from .._numerics._blocks import row_blocks
+from .._numerics._rows import canonical_row_order, row_hashes, rows_equal
+from .._numerics._seeds import SEED_MAX
+from .._numerics._shift import shift_point, shifted_rows
+from .._sklearn_compat import check_sample_weight as _check_sample_weight
 from ..privacy import DifferentialPrivacy
+from ..privacy._refusal import n_distinct_rows
 from ._batched_kmeans import (
     SMALL_ROWS,
     WEIGHT_EPS,
@@ -64,7 +65,6 @@ __all__ = [
     "federated_coreset_kmeans",
 ]
 
-_SEED_MAX = np.iinfo(np.int32).max
 
 # Rows per block when computing distances to the centers, so that memory
 # stays O(block * k) instead of O(n_m * k).
@@ -1434,7 +1434,7 @@ def weighted_kmeans(
     x_sq = _sq_norms(X)
     tol_abs = _tolerance(X, sample_weight, tol)
     best, runs = None, []
-    for seed in rng.randint(_SEED_MAX, size=n_init):
+    for seed in rng.randint(SEED_MAX, size=n_init):
         init = _weighted_kmeans_plusplus(
             X, sample_weight, n_clusters, x_sq, np.random.RandomState(seed), noise=noise
         )

@@ -56,7 +56,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from .._engine._ledger import NO_UPLOAD, SUM_ONLY, Disclosure
 from .._engine._protocol import client_step
-from ..privacy._refusal import MIN_ROWS, require_distinct_rows
+from .._numerics._seeds import SEED_MAX
 from ..kernel import federated_gamma
 from ..kernel._private_features import (
     feature_blocks,
@@ -74,9 +74,10 @@ from ..kernel._random_features import (
     feature_statistics_raw_rows,
 )
 from ..privacy import gaussian_noise
+from ..privacy._refusal import MIN_ROWS, require_distinct_rows
 from ._coreset import federated_coreset_kmeans
 from ._kernel_kmeans_private import private_kmeans
-from ._kernel_kmeans_protocol import _CHUNK, _ROUNDOFF, _SEED_MAX, _signs
+from ._kernel_kmeans_protocol import _CHUNK, _ROUNDOFF, _signs
 
 __all__ = ["OneShotResult", "one_shot_embedding", "run_one_shot"]
 
@@ -172,7 +173,7 @@ def run_one_shot(
     result : OneShotResult
     """
     # Drawn first, so that the map does not depend on whether γ is given.
-    seed = int(random_state.randint(_SEED_MAX))
+    seed = int(random_state.randint(SEED_MAX))
     if gamma is None:
         # Each client's mean and spread, or their sums when masked.
         gamma = federated_gamma(fed, "kernel width")

@@ -26,10 +26,11 @@ from scipy.linalg import eigh
 from scipy.linalg.blas import dspmv
 from sklearn.exceptions import ConvergenceWarning
 
-from .._numerics._blocks import row_blocks
-from .._numerics._lanczos import block_lanczos, lanczos
 from .._engine._ledger import NO_UPLOAD, PER_CLIENT, SUM_ONLY
 from .._engine._protocol import PER_ROW, client_step, collectable
+from .._numerics._blocks import row_blocks
+from .._numerics._lanczos import block_lanczos, lanczos
+from .._numerics._seeds import SEED_MAX
 from .._numerics._signs import vector_signs
 from ..kernel import (
     federated_gamma,
@@ -48,7 +49,6 @@ __all__ = [
     "run_kernel_kmeans",
 ]
 
-_SEED_MAX = np.iinfo(np.int32).max
 # Rows per block when clients or the replay map many points to many features.
 _CHUNK = 4096
 # Rows per block of W @ basis (see projected_features): 1,024 rows of
@@ -204,8 +204,8 @@ verbose
     # Separate streams, so that the features of iteration t do not depend
     # on how many Lanczos vectors earlier iterations drew: with and without
     # CEM the same R_t is decomposed.
-    feature_seeds = random_state.randint(_SEED_MAX, size=max_iter)
-    lanczos_rng = np.random.RandomState(random_state.randint(_SEED_MAX))
+    feature_seeds = random_state.randint(SEED_MAX, size=max_iter)
+    lanczos_rng = np.random.RandomState(random_state.randint(SEED_MAX))
 
     if gamma is None:
         # Each client's mean and spread, or their sums when masked.

@@ -35,9 +35,9 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import StrOptions
 
 from .._engine._federation import FederatedMixin
-from .._sklearn_compat import check_sample_weight as _check_sample_weight
 from .._engine._remote import is_remote
 from .._engine._validation import StrictInterval
+from .._sklearn_compat import check_sample_weight as _check_sample_weight
 from ..privacy import DifferentialPrivacy, check_privacy, feature_bounds
 from ._centers import KMeansCentersMixin, labels_where_held
 from ._kfed_protocol import (

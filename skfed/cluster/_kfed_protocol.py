@@ -34,11 +34,11 @@ from sklearn.utils.extmath import randomized_svd, row_norms
 from .._engine._federation import ClientStepError, ClientValueError
 from .._engine._ledger import NO_UPLOAD, PER_CLIENT, SUM_ONLY, Disclosure
 from .._engine._protocol import PER_ROW, PUBLIC, client_step, collectable
-from ..privacy._refusal import MIN_ROWS
+from .._engine._validation import clip_to_data
 from .._numerics._rows import row_hashes, rows_equal
 from .._numerics._shift import shift_point, shifted_rows
 from .._numerics._threads import thread_pools
-from .._engine._validation import clip_to_data
+from ..privacy._refusal import MIN_ROWS
 from ._batched_kmeans import SMALL_ROWS, KMeansProblem
 from ._coreset import (
     _SAME_COST,

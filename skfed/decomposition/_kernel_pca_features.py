@@ -29,7 +29,7 @@ import numpy as np
 
 from .._engine._ledger import SUM_ONLY, Disclosure
 from .._engine._protocol import client_step
-from ..privacy._refusal import require_distinct_rows
+from .._numerics._seeds import SEED_MAX
 from ..cluster._kernel_kmeans_one_shot import (
     feature_covariance_basis,
     one_shot_embedding,
@@ -45,11 +45,10 @@ from ..kernel._random_features import (
     feature_statistics_raw_rows,
 )
 from ..privacy import gaussian_noise
+from ..privacy._refusal import require_distinct_rows
 from ._kernel_pca_protocol import _server_gamma
 
 __all__ = ["FeaturePCAResult", "feature_projection", "run_feature_pca"]
-
-_SEED_MAX = np.iinfo(np.int32).max
 
 
 class FeaturePCAResult(NamedTuple):
@@ -120,7 +119,7 @@ def run_feature_pca(
     -------
     result : FeaturePCAResult
     """
-    seed = int(random_state.randint(_SEED_MAX))
+    seed = int(random_state.randint(SEED_MAX))
     if gamma is None:
         # The representatives' solver's median heuristic reads these three.
         options = SimpleNamespace(

@@ -20,10 +20,11 @@ import scipy.sparse as sp
 from sklearn.metrics.pairwise import pairwise_kernels
 from sklearn.utils import check_random_state
 
-from .._numerics._blocks import row_blocks
 from .._engine._ledger import PER_CLIENT, SUM_ONLY, Disclosure, raw_rows_of
 from .._engine._protocol import client_step
+from .._numerics._blocks import row_blocks
 from .._numerics._reduce import content_sorted, order_free_sum
+from .._numerics._seeds import SEED_MAX
 from .._numerics._shift import shift_point, shifted_rows
 from .._numerics._signs import extreme_signs, vector_signs
 from ..kernel._median import (
@@ -43,7 +44,6 @@ from ..kernel._sketch import (
 
 __all__ = ["KernelPCAResult", "kernel_matrix", "run_kernel_pca"]
 
-_SEED_MAX = np.iinfo(np.int32).max
 # Rows per block when a client evaluates kernels or features, so that memory
 # stays O(block * |Y|) instead of O(n_m * |Y|).
 _BLOCK = 2048
@@ -301,7 +301,7 @@ def _server_gamma(fed, opts, rng):
     metric = "manhattan" if opts.kernel == "laplacian" else "euclidean"
     sizes = fed.client_sizes
     quota = allocate_quota(_MEDIAN_SAMPLES, sizes, sizes)
-    seed = int(rng.randint(_SEED_MAX))
+    seed = int(rng.randint(SEED_MAX))
     uploads = fed.run_round(
         "median sample",
         partial(
@@ -337,7 +337,7 @@ def _uniform_sample(fed, opts):
 
 def _leverage_adaptive_sample(fed, opts, rng, spec, n_rep):
     """disLS then RepSample (Algorithms 1 and 2)."""
-    seed = int(rng.randint(_SEED_MAX))
+    seed = int(rng.randint(SEED_MAX))
     sizes = fed.client_sizes
     m1 = int(np.ceil(opts.leverage_fraction * n_rep))
     m2 = n_rep - m1

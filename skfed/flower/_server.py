@@ -22,9 +22,9 @@ from sklearn.base import clone, is_classifier
 
 from .._engine._protocol import resolve_step
 from .._engine._remote import RemoteArray
-from .._numerics._threads import round_uses_process_threads
 from .._engine._transport import StepFailure, assembled
 from .._engine._validation import _canonical_order
+from .._numerics._threads import round_uses_process_threads
 from ._client import ACTION, client_app
 from ._records import from_records, to_records, wire_bytes
 

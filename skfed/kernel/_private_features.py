@@ -17,8 +17,8 @@ from functools import lru_cache, partial
 
 import numpy as np
 
-from .._numerics._blocks import row_blocks
 from .._engine._ledger import SUM_ONLY, Disclosure
+from .._numerics._blocks import row_blocks
 from ._random_features import random_fourier_features, sample_fourier_weights
 
 __all__ = [

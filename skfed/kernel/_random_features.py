@@ -8,9 +8,9 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.utils import check_random_state
 
-from .._numerics._blocks import row_blocks
 from .._engine._ledger import PER_CLIENT, SUM_ONLY, Disclosure
 from .._engine._protocol import client_step
+from .._numerics._blocks import row_blocks
 from ..privacy._refusal import MIN_ROWS, MIN_SPREAD_ROWS, require_distinct_rows
 
 

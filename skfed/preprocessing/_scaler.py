@@ -23,9 +23,9 @@ from sklearn.utils.validation import FLOAT_DTYPES, check_is_fitted, validate_dat
 
 from .._engine._federation import FederatedMixin
 from .._engine._remote import blockwise, is_dask_collection, is_remote
-from ..privacy._secure_aggregation import FRACTION_BITS
 from .._engine._validation import check_magnitude
 from ..privacy import DifferentialPrivacy, check_privacy, feature_bounds
+from ..privacy._secure_aggregation import FRACTION_BITS
 from ._scaler_protocol import private_sensitivity, run_scaler
 
 __all__ = ["FederatedStandardScaler"]

@@ -40,9 +40,9 @@ from typing import NamedTuple
 import numpy as np
 import scipy.sparse as sp
 
-from .._numerics._blocks import row_blocks
 from .._engine._ledger import SUM_ONLY, Disclosure
 from .._engine._protocol import client_step
+from .._numerics._blocks import row_blocks
 from ..privacy import gaussian_noise
 
 __all__ = ["ScalerResult", "private_sensitivity", "run_scaler"]

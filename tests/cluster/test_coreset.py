@@ -20,8 +20,8 @@ from sklearn.utils import check_random_state
 from skfed import ClientValueError, DistributedKMeans
 from skfed._engine._federation import Federation
 from skfed._engine._protocol import PUBLIC, client_step, collectable
-from skfed._testing import gathered_outputs
 from skfed._engine._validation import check_partitions
+from skfed._testing import gathered_outputs
 from skfed.cluster._coreset import (
     _weighted_kmeans_plusplus,
     _weighted_lloyd,

@@ -16,9 +16,9 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from skfed import KFed, partition
-from skfed.privacy._secure_aggregation import FRACTION_BITS
 from skfed.preprocessing import FederatedStandardScaler, _scaler_protocol
 from skfed.privacy import Accountant, DifferentialPrivacy, PrivacyLeakWarning
+from skfed.privacy._secure_aggregation import FRACTION_BITS
 
 pytest.importorskip("dp_accounting")
 
@@ -246,7 +246,7 @@ def test_masking_gives_the_same_statistics_within_its_precision():
 
 
 def test_a_failing_client_is_left_out_with_drop(monkeypatch):
-    from skfed import _transport
+    from skfed._engine import _transport
 
     X, _ = _data()
     ids = np.arange(len(X)) % 4

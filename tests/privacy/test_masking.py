@@ -14,13 +14,13 @@ import pytest
 
 import skfed
 from skfed import ClientStepError
-from skfed import _secure_aggregation as secagg
 from skfed._engine._federation import Federation, client_config
 from skfed._engine._ledger import PER_CLIENT, SUM_ONLY
 from skfed._engine._protocol import client_step
-from skfed._testing import statistics
 from skfed._engine._validation import check_partitions
+from skfed._testing import statistics
 from skfed.cluster._coreset import _cluster_sums_step
+from skfed.privacy import _secure_aggregation as secagg
 
 
 @client_step("test_masking.unmarked_sum")

@@ -15,8 +15,13 @@ from sklearn.base import clone
 from sklearn.datasets import make_blobs
 from sklearn.model_selection import GridSearchCV
 
-from skfed import DistributedKernelPCA, KFed, _budget
-from skfed.privacy import DifferentialPrivacy, PrivacyBudget, PrivacyBudgetError
+from skfed import DistributedKernelPCA, KFed
+from skfed.privacy import (
+    DifferentialPrivacy,
+    PrivacyBudget,
+    PrivacyBudgetError,
+    _budget,
+)
 
 BOUNDS = (-15.0, 15.0)
 

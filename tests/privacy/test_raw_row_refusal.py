@@ -20,10 +20,9 @@ from sklearn.metrics import adjusted_rand_score
 
 import skfed
 from skfed._engine._federation import ClientStepError, Federation, client_config
-from skfed.privacy._refusal import MIN_ROWS, n_distinct_rows
+from skfed._engine._validation import check_partitions
 from skfed._numerics._rows import row_hashes
 from skfed._testing import rows_found
-from skfed._engine._validation import check_partitions
 from skfed.cluster._kfed_protocol import _few_row_clusters, _local_step
 from skfed.decomposition._kernel_pca_features import _statistics_step
 from skfed.kernel import federated_gamma
@@ -37,6 +36,7 @@ from skfed.kernel._random_features import (
     moments_raw_rows,
 )
 from skfed.privacy import DifferentialPrivacy
+from skfed.privacy._refusal import MIN_ROWS, n_distinct_rows
 
 
 def _blobs(n=300, d=4):
