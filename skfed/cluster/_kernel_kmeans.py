@@ -3,9 +3,9 @@
 Two protocols, each followed by the distributed coreset k-means on the
 spectral embedding: the one-shot random-feature statistics (ours, the
 default), driven by :func:`run_one_shot` in
-:mod:`skfed.cluster._kernel_kmeans_one_shot`, and the paper's DSPGD with
+:mod:`skfed.cluster._protocols._kernel_kmeans_one_shot`, and the paper's DSPGD with
 the communication efficient mechanism, driven by :func:`run_kernel_kmeans`
-in :mod:`skfed.cluster._kernel_kmeans_protocol` with the replay of DSPGD
+in :mod:`skfed.cluster._protocols._kernel_kmeans` with the replay of DSPGD
 for new points. Paper: "A Communication Efficient Federated Kernel
 k-Means" (ICLR 2021 submission)."""
 
@@ -28,9 +28,13 @@ from .._engine._remote import blockwise, is_dask_collection, is_remote
 from .._engine._validation import StrictInterval, check_magnitude, clip_to_data
 from ..privacy import DifferentialPrivacy, check_privacy
 from ._centers import KMeansCentersMixin
-from ._kernel_kmeans_one_shot import centred_map, one_shot_embedding, run_one_shot
-from ._kernel_kmeans_private import _CELL_ROUNDS
-from ._kernel_kmeans_protocol import _CHUNK, replay_eigenvectors, run_kernel_kmeans
+from ._protocols._kernel_kmeans import CHUNK, replay_eigenvectors, run_kernel_kmeans
+from ._protocols._kernel_kmeans_one_shot import (
+    centred_map,
+    one_shot_embedding,
+    run_one_shot,
+)
+from ._protocols._kernel_kmeans_private import CELL_ROUNDS
 
 __all__ = ["FederatedKernelKMeans"]
 
@@ -592,7 +596,7 @@ class FederatedKernelKMeans(
     def _privacy_releases(self):
         # The statistics round (triangle; feature sums and count), the
         # cells' round and every Lloyd round.
-        return 2 + _CELL_ROUNDS + self.refine_iter
+        return 2 + CELL_ROUNDS + self.refine_iter
 
     def _check_private_fit(self):
         """Refuse, before any round, what differential privacy cannot cover
@@ -808,11 +812,11 @@ class FederatedKernelKMeans(
                     "more than the triangle). Pass a sketch_size in that "
                     "range, or None for the triangle."
                 )
-        # A client holds a block of up to _CHUNK rows of D (or D') random
+        # A client holds a block of up to CHUNK rows of D (or D') random
         # features, the server a D x D Gram matrix: refuse sizes that would
         # allocate gigabytes instead of trying (10**7 features asked for
         # hundreds of GiB).
-        rows = min(n_samples, _CHUNK)
+        rows = min(n_samples, CHUNK)
         floats = D * max(rows, min(D, _GRAM_MAX))
         if floats > _MAX_FLOATS:
             raise ValueError(

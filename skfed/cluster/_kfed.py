@@ -13,7 +13,7 @@ Optional distributed Lloyd rounds (``refine_iter``) move the merged
 centers to the means of the rows they label.
 
 The protocol (client steps, server steps, :func:`run_kfed`) lives in
-:mod:`skfed.cluster._kfed_protocol`; this module is the estimator.
+:mod:`skfed.cluster._protocols._kfed`; this module is the estimator.
 """
 
 import numbers
@@ -40,7 +40,7 @@ from .._engine._validation import StrictInterval
 from .._sklearn_compat import check_sample_weight as _check_sample_weight
 from ..privacy import DifferentialPrivacy, check_privacy, feature_bounds
 from ._centers import KMeansCentersMixin, labels_where_held
-from ._kfed_protocol import (
+from ._protocols._kfed import (
     KFedLocalOptions,
     KFedPrivateOptions,
     run_kfed,

@@ -26,13 +26,13 @@ from scipy.linalg import eigh
 from scipy.linalg.blas import dspmv
 from sklearn.exceptions import ConvergenceWarning
 
-from .._engine._ledger import NO_UPLOAD, PER_CLIENT, SUM_ONLY
-from .._engine._protocol import PER_ROW, client_step, collectable
-from .._numerics._blocks import row_blocks
-from .._numerics._lanczos import block_lanczos, lanczos
-from .._numerics._seeds import SEED_MAX
-from .._numerics._signs import vector_signs
-from ..kernel import (
+from ..._engine._ledger import NO_UPLOAD, PER_CLIENT, SUM_ONLY
+from ..._engine._protocol import PER_ROW, client_step, collectable
+from ..._numerics._blocks import row_blocks
+from ..._numerics._lanczos import block_lanczos, lanczos
+from ..._numerics._seeds import SEED_MAX
+from ..._numerics._signs import vector_signs
+from ...kernel import (
     federated_gamma,
     random_fourier_features,
     sample_fourier_weights,
@@ -50,14 +50,14 @@ __all__ = [
 ]
 
 # Rows per block when clients or the replay map many points to many features.
-_CHUNK = 4096
+CHUNK = 4096
 # Rows per block of W @ basis (see projected_features): 1,024 rows of
 # D + r = 335 features (2.7 MB) stay near the core between the features'
 # writing and the product's reading; 4,096 rows (11 MB) did not, and the
 # product took 2.1-2.2 us a row against 1.7 (100,000 rows, 37 columns).
 _PROJECT_CHUNK = 1024
 # Eigenvalues below this fraction of the largest are numerically zero.
-_ROUNDOFF = 1e-10
+ROUNDOFF = 1e-10
 # An iteration sums G in float32 (see _feature_gram) when its threshold η_t λ
 # is at least this fraction of the previous iteration's largest eigenvalue.
 # The float32 sums' errors leave eigenvalues of up to about 1e-6 of the
@@ -448,7 +448,7 @@ def _dspgd_no_cem(fed, opts, n_samples, feature_seeds, lanczos_rng):
         BtU = np.sqrt(1.0 - eta) * (B.T @ U)
         basis = np.vstack([WtU, BtU]) / mu_kept
         # The sign convention of soft_threshold, on v = basis √μ.
-        flip = _signs(basis)
+        flip = signs(basis)
         basis, U = basis * flip, U * flip
         shrink = np.sqrt(mu_kept - eta * lam)
         replay.append((int(feature_seeds[t - 1]), eta, basis, shrink))
@@ -552,10 +552,10 @@ def _feature_gram(X, omega, offset, eta, B, *, float32=False):
     scale = np.sqrt(2.0 * eta / n_features)
     G = None
     W = np.empty(
-        (min(_CHUNK, X.shape[0]), n_features + rank),
+        (min(CHUNK, X.shape[0]), n_features + rank),
         np.float32 if float32 else np.float64,
     )
-    for block in row_blocks(X.shape[0], _CHUNK):
+    for block in row_blocks(X.shape[0], CHUNK):
         rows = W[: block.stop - block.start]
         random_fourier_features(
             X[block], omega, offset, scale=1.0, out=rows[:, :n_features]
@@ -787,11 +787,11 @@ def soft_threshold(mu, V, shift):
     """
     keep = _above(mu, shift)
     mu, V = mu[keep], V[:, keep]
-    V = V * _signs(V)
+    V = V * signs(V)
     return V / np.sqrt(mu), np.sqrt(mu - shift), mu
 
 
-def _signs(V):
+def signs(V):
     """Server: ±1 per column making its entry of largest magnitude positive
     (:func:`skfed._numerics._signs.vector_signs`, kernel PCA's convention).
 
@@ -810,7 +810,7 @@ def _above(mu, shift):
     With λ = 0 (e.g. a rank-one kernel) eigenvalues of order 1e-16 would
     otherwise pass as signal.
     """
-    floor = _ROUNDOFF * max(float(np.max(mu, initial=0.0)), 0.0)
+    floor = ROUNDOFF * max(float(np.max(mu, initial=0.0)), 0.0)
     return mu > max(shift, floor)
 
 

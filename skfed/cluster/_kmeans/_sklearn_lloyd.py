@@ -39,8 +39,8 @@ from typing import NamedTuple
 import numpy as np
 import scipy.sparse as sp
 
-from .._numerics._blocks import row_blocks
-from ._coreset import _tolerance
+from ..._numerics._blocks import row_blocks
+from ._assign import labelled_sq_distances, tolerance
 
 try:
     from sklearn.cluster._k_means_lloyd import (
@@ -49,7 +49,7 @@ try:
 except ImportError:  # pragma: no cover - depends on the installed release
     _compiled_iteration = None
 
-__all__ = ["LloydRows", "lloyd", "lloyd_rows", "weighted_cost"]
+__all__ = ["LloydRows", "lloyd", "lloyd_rows"]
 
 # Rows per block of the distance computation: a (block, k) array of 512 kB,
 # which stays in cache while it is reduced (a product of 1,000 rows with 64
@@ -86,7 +86,7 @@ def lloyd_rows(X, weights, tol):
     """
     X = np.ascontiguousarray(X)
     w = np.asarray(weights, dtype=np.float64)
-    return LloydRows(X, w, _tolerance(X, w, tol))
+    return LloydRows(X, w, tolerance(X, w, tol))
 
 
 def lloyd(rows, centers, *, max_iter):
@@ -201,22 +201,8 @@ def _with_ones(X):
     return X_ones
 
 
-def weighted_cost(X, w, centers, labels):
-    """Σ_i w_i ‖x_i − c_{labels_i}‖², from the differences (no cancellation)."""
-    return float(w @ _sq_distances(X, centers, labels))
-
-
 def _block_rows(width):
     return max(1, _BLOCK_ELEMENTS // max(width, 1))
-
-
-def _sq_distances(X, centers, labels):
-    """‖x_i − c_{labels_i}‖² of every row, a block of rows at a time."""
-    d2 = np.empty(X.shape[0], dtype=np.float64)
-    for block in row_blocks(X.shape[0], _block_rows(X.shape[1])):
-        diff = X[block] - centers[labels[block]]
-        d2[block] = np.einsum("ij,ij->i", diff, diff)
-    return d2
 
 
 def _nearest(X_ones, centers, buffer=None):
@@ -284,7 +270,7 @@ def _updated_centers(rows, X_ones, members, centers, labels):
     empty = np.flatnonzero(np.bincount(labels, minlength=len(centers)) == 0)
     if empty.size:
         X = rows.X
-        d2 = _sq_distances(X, centers, labels)
+        d2 = labelled_sq_distances(X, centers, labels)
         far = np.argsort(-d2, kind="stable")[: empty.size]
         for cluster, row in zip(empty, far):
             moved = w[row] * X_ones[row]

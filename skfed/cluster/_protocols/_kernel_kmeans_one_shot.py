@@ -54,11 +54,11 @@ import numpy as np
 from scipy.linalg import LinAlgError, cholesky, eigh, solve_triangular, svd
 from sklearn.exceptions import ConvergenceWarning
 
-from .._engine._ledger import NO_UPLOAD, SUM_ONLY, Disclosure
-from .._engine._protocol import client_step
-from .._numerics._seeds import SEED_MAX
-from ..kernel import federated_gamma
-from ..kernel._private_features import (
+from ..._engine._ledger import NO_UPLOAD, SUM_ONLY, Disclosure
+from ..._engine._protocol import client_step
+from ..._numerics._seeds import SEED_MAX
+from ...kernel import federated_gamma
+from ...kernel._private_features import (
     feature_blocks,
     feature_gram_statistics,
     feature_norm_bound,
@@ -66,18 +66,18 @@ from ..kernel._private_features import (
     private_statistics,
     symmetric_from_upper,
 )
-from ..kernel._random_features import (
+from ...kernel._random_features import (
     FEATURE_REMEDY,
     count_and_sum_raw_rows,
     count_and_sum_step,
     feature_min_rows,
     feature_statistics_raw_rows,
 )
-from ..privacy import gaussian_noise
-from ..privacy._refusal import MIN_ROWS, require_distinct_rows
+from ...privacy import gaussian_noise
+from ...privacy._refusal import MIN_ROWS, require_distinct_rows
 from ._coreset import federated_coreset_kmeans
+from ._kernel_kmeans import CHUNK, ROUNDOFF, signs
 from ._kernel_kmeans_private import private_kmeans
-from ._kernel_kmeans_protocol import _CHUNK, _ROUNDOFF, _signs
 
 __all__ = ["OneShotResult", "one_shot_embedding", "run_one_shot"]
 
@@ -216,7 +216,7 @@ def run_one_shot(
             # masked).
             total = fed.run_round(
                 "random feature statistics",
-                partial(_statistics_step, n_features=n_random_features, **gram_refuse),
+                partial(statistics_step, n_features=n_random_features, **gram_refuse),
                 (seed, gamma),
                 disclosure=Disclosure(
                     SUM_ONLY,
@@ -229,7 +229,7 @@ def run_one_shot(
             n_samples = fed.n_samples
         else:
             total, n_samples = private_statistics(
-                fed, _statistics_step, (seed, gamma), n_random_features
+                fed, statistics_step, (seed, gamma), n_random_features
             )
         eigenvalues, basis, shift = feature_covariance_basis(
             total, n_samples, n_random_features, n_components
@@ -318,7 +318,7 @@ def one_shot_embedding(X, omega, offset, basis, shift):
     :meth:`~skfed.FederatedKernelKMeans.transform` share it, so that new
     points follow the training rows' arithmetic exactly."""
     H = np.empty((X.shape[0], basis.shape[1]))
-    for block, rows in feature_blocks(X, omega, offset, chunk=_CHUNK):
+    for block, rows in feature_blocks(X, omega, offset, chunk=CHUNK):
         np.matmul(rows, basis, out=H[block])
     H -= shift
     return H
@@ -329,7 +329,7 @@ def one_shot_embedding(X, omega, offset, basis, shift):
 
 
 @client_step("kernel_kmeans.one_shot_statistics", sum_only=True)
-def _statistics_step(client, state, message, *, n_features, noise=None, min_rows=None):
+def statistics_step(client, state, message, *, n_features, noise=None, min_rows=None):
     """Client step: the upper triangle of Z[m]ᵀZ[m] (row by row) followed by
     Z[m]ᵀ1, D(D+1)/2 + D floats in one vector, so that the server's sum over
     clients is a plain vector sum.
@@ -353,7 +353,7 @@ def _statistics_step(client, state, message, *, n_features, noise=None, min_rows
         require_distinct_rows(X, min_rows, "random-feature statistics", FEATURE_REMEDY)
     omega, offset = feature_map(seed, X.shape[1], n_features, gamma)
     radius = None if noise is None else noise[0]
-    upper, sums = feature_gram_statistics(X, omega, offset, radius=radius, chunk=_CHUNK)
+    upper, sums = feature_gram_statistics(X, omega, offset, radius=radius, chunk=CHUNK)
     state = dict(state or {})
     state["one_shot_map"] = (int(seed), float(gamma), n_features, None)
     if noise is None:
@@ -379,7 +379,7 @@ def _sketch_step(client, state, message, *, n_features, min_rows=None):
     around which the features are taken (:func:`centred_map`); Ω comes
     from the seed (:func:`sketch_matrix`). Z[m] is held a block of rows at
     a time and not kept: the embedding round recomputes it from the seed.
-    ``min_rows`` as in :func:`_statistics_step`.
+    ``min_rows`` as in :func:`statistics_step`.
     """
     seed, gamma, sketch_size, center = message
     X = client.X
@@ -389,7 +389,7 @@ def _sketch_step(client, state, message, *, n_features, min_rows=None):
     test = sketch_matrix(seed, n_features, sketch_size)
     sketch = np.zeros((n_features, sketch_size))
     sums = np.zeros(n_features)
-    for _, rows in feature_blocks(X, omega, offset, chunk=_CHUNK):
+    for _, rows in feature_blocks(X, omega, offset, chunk=CHUNK):
         # Zᵀ(Z Ω): 2 n_m D l flops, never the D x D Gram matrix.
         sketch += rows.T @ (rows @ test)
         sums += rows.sum(axis=0)
@@ -458,14 +458,14 @@ def feature_covariance_basis(total, n_samples, n_random_features, n_components):
     # Round-off relative to the features' total square, trace(Σ ZᵀZ) ≈ N
     # (‖z(x)‖² ≈ 1), not to the largest eigenvalue of C, which is itself
     # round-off when every row has the same features.
-    keep = mu > _ROUNDOFF * np.trace(gram)
+    keep = mu > ROUNDOFF * np.trace(gram)
     if not keep.any():
         # No direction in which the features vary: one zero column, so that
         # every row of H is exactly 0 and k-means puts them in one cluster
         # (a round-off eigenvector would scatter them by 1e-17).
         return np.zeros(1), np.zeros((D, 1)), np.zeros(1)
     mu, V = mu[keep], V[:, keep]
-    V = V * _signs(V)
+    V = V * signs(V)
     return mu, V, mean @ V
 
 
@@ -520,9 +520,9 @@ def sketched_covariance_basis(total, n_samples, test, n_components):
     mu, V = np.maximum(sigma[:s] ** 2 - nu, 0.0), U[:, :s]
     # Round-off relative to the features' total square, N R² (‖z(x)‖ ≤ R
     # for every x, 1 for even D), as trace(Σ ZᵀZ) is for the triangle.
-    keep = mu > _ROUNDOFF * n_samples * feature_norm_bound(D) ** 2
+    keep = mu > ROUNDOFF * n_samples * feature_norm_bound(D) ** 2
     if not keep.any():
         return np.zeros(1), np.zeros((D, 1)), np.zeros(1)
     mu, V = mu[keep], V[:, keep]
-    V = V * _signs(V)
+    V = V * signs(V)
     return mu, V, mean @ V

@@ -35,14 +35,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._engine._ledger import NO_UPLOAD, SUM_ONLY, Disclosure
-from .._engine._protocol import client_step
-from ..kernel._private_features import clip_rows, count_sum_sensitivity
-from ..privacy import gaussian_noise
+from ..._engine._ledger import NO_UPLOAD, SUM_ONLY, Disclosure
+from ..._engine._protocol import client_step
+from ...kernel._private_features import clip_rows, count_sum_sensitivity
+from ...privacy import gaussian_noise
+from .._kmeans import assign_around_centers, cluster_sums
 from ._coreset import (
-    _assign_around_centers,
-    _cluster_sums,
-    _label_step,
+    label_step,
     weighted_kmeans,
 )
 
@@ -58,7 +57,7 @@ __all__ = ["PrivateKMeansResult", "private_kmeans"]
 # noise deviations leave means that are mostly noise.
 _ROWS_PER_NOISE = 5.0
 # Rounds of cells.
-_CELL_ROUNDS = 1
+CELL_ROUNDS = 1
 # Least restarts of the server's weighted k-means on the cells, which are
 # few: restarts cost the clients nothing and no privacy.
 _SERVER_RESTARTS = 100
@@ -134,11 +133,11 @@ def private_kmeans(
     spread = np.sqrt(np.maximum(eigenvalues, 0.0) / n_samples)
     n_cells = cell_count(n_clusters, n_samples, std * np.sqrt(len(fed.client_ids)))
     seeds = shift + random_state.standard_normal((n_cells, len(shift))) * spread
-    for r in range(_CELL_ROUNDS):
+    for r in range(CELL_ROUNDS):
         stats = _noised_sums(fed, "private cells", seeds, shift, radius, std)
         means, counts = noised_means(seeds, stats, radius, floor)
         kept = counts > 0
-        if r + 1 < _CELL_ROUNDS and kept.any():
+        if r + 1 < CELL_ROUNDS and kept.any():
             # The next round's cells around the means: on the data.
             seeds = means[kept]
     if kept.sum() > n_clusters:
@@ -159,7 +158,7 @@ def private_kmeans(
     fed.run_round(
         "coreset labels",
         partial(
-            _label_step,
+            label_step,
             rows=("kernel_kmeans", "H"),
             weighted=False,
             exact_inertia=False,
@@ -175,7 +174,7 @@ def _noised_sums(fed, name, centers, shift, radius, std):
     release per client)."""
     return fed.run_round(
         name,
-        partial(_private_sums_step, radius=radius, std=std),
+        partial(private_sums_step, radius=radius, std=std),
         (centers, shift),
         disclosure=Disclosure(SUM_ONLY, noised=1),
     )
@@ -186,7 +185,7 @@ def _noised_sums(fed, name, centers, shift, radius, std):
 
 
 @client_step("kernel_kmeans.private_sums", sum_only=True)
-def _private_sums_step(client, state, message, *, radius, std):
+def private_sums_step(client, state, message, *, radius, std):
     """Client: noised per-center sums of its rows G = H + z̄ᵀV and counts.
 
     The message: the centers (in G's coordinates) and z̄ᵀV. Each row of G
@@ -196,8 +195,8 @@ def _private_sums_step(client, state, message, *, radius, std):
     """
     centers, shift = message
     G = clip_rows(state["H"] + shift, radius)
-    labels, _ = _assign_around_centers(G, centers, d2=None)
-    sums, counts = _cluster_sums(G, np.ones(G.shape[0]), labels, centers.shape[0])
+    labels, _ = assign_around_centers(G, centers, d2=None)
+    sums, counts = cluster_sums(G, np.ones(G.shape[0]), labels, centers.shape[0])
     return state, gaussian_noise(np.append(sums.ravel(), counts), std)
 
 
