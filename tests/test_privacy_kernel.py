@@ -249,9 +249,9 @@ def test_lloyd_rounds_noise_at_the_multiplier_times_the_sensitivity(monkeypatch)
     seen = []
     original = _kernel_kmeans_private._noised_sums
 
-    def recording(fed, name, centers, shift, radius, std):
-        seen.append((name, radius, std, fed.accountant.noise_multiplier))
-        return original(fed, name, centers, shift, radius, std)
+    def recording(fed, declared, centers, shift, radius, std):
+        seen.append((declared.name, radius, std, fed.accountant.noise_multiplier))
+        return original(fed, declared, centers, shift, radius, std)
 
     monkeypatch.setattr(_kernel_kmeans_private, "_noised_sums", recording)
     km = _kmeans(refine_iter=2, privacy=DifferentialPrivacy(epsilon=5.0))

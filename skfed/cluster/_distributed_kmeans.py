@@ -26,8 +26,12 @@ from .._engine._validation import StrictInterval, as_id_array, clip_to_data
 from .._sklearn_compat import check_sample_weight as _check_sample_weight
 from ..privacy import DifferentialPrivacy
 from ._centers import KMeansCentersMixin, labels_where_held
-from ._protocols._coreset import auto_coreset_size, federated_coreset_kmeans
-from ._protocols._kfed import KFedLocalOptions, run_kfed
+from ._protocols._coreset import (
+    auto_coreset_size,
+    coreset_rounds,
+    federated_coreset_kmeans,
+)
+from ._protocols._kfed import KFedLocalOptions, kfed_rounds, run_kfed
 
 __all__ = ["DistributedKMeans"]
 
@@ -364,21 +368,19 @@ class DistributedKMeans(
     3
     """
 
-    @property
-    def _raw_row_rounds(self):
-        # Under raw_rows="refuse" the fit takes its row-free path.
-        return () if self.raw_rows == "refuse" else ("coreset sampling",)
+    def _rounds(self):
+        if self.raw_rows == "refuse":
+            # The row-free path: k-FED's local centers, then distributed
+            # Lloyd (the only rounds secure aggregation masks there).
+            return kfed_rounds(refine_iter=self._row_free_refine_iter())
+        return coreset_rounds(self.refine_iter)
 
-    _privacy_refusal = (
-        "its coreset is made of rows of X drawn by D² sampling (round "
+    _private_alternative = (
+        "Its coreset is made of rows of X drawn by D² sampling (round "
         "'coreset sampling'), and a row has no noisy version of bounded "
         "sensitivity. Use KFed(privacy=DifferentialPrivacy(...)): its clients "
         "upload noisy local centers and counts (DP Lloyd)."
     )
-
-    def _has_sum_only_rounds(self):
-        # The row-free path masks only its Lloyd rounds' sums.
-        return self.raw_rows != "refuse" or self.refine_iter != 0
 
     _parameter_constraints: dict = {
         "n_clusters": [StrictInterval(numbers.Integral, 1, None, closed="left")],
@@ -582,6 +584,10 @@ class DistributedKMeans(
                 stacklevel=3,
             )
 
+    def _row_free_refine_iter(self):
+        """Distributed Lloyd rounds of the row-free path, at most."""
+        return self.max_iter if self.refine_iter == "auto" else self.refine_iter
+
     def _fit_row_free(self, X, fed, rng, n_init, weighted):
         """Fit under ``raw_rows="refuse"``: k-FED's local centers merged by
         the server's weighted k-means, then distributed Lloyd on the
@@ -614,9 +620,7 @@ class DistributedKMeans(
                 allow_raw_upload=False,
                 client_dropout=0.0,
             )
-            refine_iter = (
-                self.max_iter if self.refine_iter == "auto" else self.refine_iter
-            )
+            refine_iter = self._row_free_refine_iter()
             with warnings.catch_warnings():
                 # The local restarts are ours, not the user's n_init: a
                 # client of fewer rows runs fewer, without a warning.

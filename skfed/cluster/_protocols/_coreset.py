@@ -23,8 +23,9 @@ from typing import NamedTuple
 import numpy as np
 import scipy.sparse as sp
 
-from ..._engine._ledger import NO_UPLOAD, PER_CLIENT, RAW_ROWS, SUM_ONLY, Disclosure
+from ..._engine._ledger import PER_CLIENT, Disclosure
 from ..._engine._protocol import PER_ROW, client_step, collectable
+from ..._engine._rounds import Round, download, per_client, raw_rows, sum_only
 from ..._numerics._rows import canonical_row_order, row_hashes, rows_equal
 from ...privacy._refusal import n_distinct_rows
 from .._kmeans import (
@@ -50,15 +51,80 @@ from .._kmeans import (
 collectable("coreset", "labels", PER_ROW)
 
 __all__ = [
+    "EMBEDDED_SAMPLING",
+    "LABELS",
+    "LABELS_ONLY",
+    "LOCAL_COST",
+    "REFINEMENT",
+    "SAMPLING",
     "CoresetKMeansResult",
     "allocate_samples",
     "auto_coreset_size",
     "cluster_sums_step",
+    "coreset_rounds",
+    "embedded_sampling",
     "federated_coreset_kmeans",
     "label_step",
     "lloyd_update",
     "merge_coresets",
 ]
+
+
+def _coreset_rows(upload):
+    """Rows of X in a coreset upload (local centers, sample, weights)."""
+    return int(upload[1].shape[0])
+
+
+def _embedded_rows(upload, n_features):
+    """Rows of X determined by a coreset upload of embedded rows: the drawn
+    rows, when they have at least as many columns as X (see
+    :func:`federated_coreset_kmeans`)."""
+    drawn = upload[1]
+    return int(drawn.shape[0]) if drawn.shape[1] >= n_features else 0
+
+
+# The rounds, in the order they run (see federated_coreset_kmeans).
+LOCAL_COST = per_client("coreset local cost")
+# The drawn rows are rows of X...
+SAMPLING = raw_rows("coreset sampling", rows=_coreset_rows)
+# ... or per-sample rows of another protocol's output (kernel k-means'
+# spectral embedding: not X, but one row per sample, so a statistic of one
+# client seen alone). Embedded rows of at least d columns determine their
+# rows of X for a server that made the embedding (it solves z(x)ᵀV = h for
+# x): counted in the ledger (see embedded_sampling), and refused with raw
+# rows.
+EMBEDDED_SAMPLING = Round(
+    "coreset sampling", Disclosure(PER_CLIENT), determines_rows=True
+)
+# Distributed Lloyd (k-FED's refinement runs it too).
+REFINEMENT = sum_only("lloyd refinement")
+# The labels, with each client's cost against the final centers...
+LABELS = sum_only("coreset labels")
+# ... or without (nothing uploaded).
+LABELS_ONLY = download("coreset labels")
+
+
+def embedded_sampling(n_features):
+    """:data:`EMBEDDED_SAMPLING` counting, in the ledger, the uploads whose
+    embedded rows determine rows of X (of ``n_features`` columns)."""
+    disclosure = EMBEDDED_SAMPLING.disclosure._replace(
+        rows=partial(_embedded_rows, n_features=n_features)
+    )
+    return EMBEDDED_SAMPLING._replace(disclosure=disclosure)
+
+
+def coreset_rounds(refine_iter=0, *, embedded=False, exact_inertia=True):
+    """The rounds :func:`federated_coreset_kmeans` runs with these options,
+    the refinement once per run (``"auto"``: at most
+    ``_AUTO_REFINE_ITER``)."""
+    if refine_iter == "auto":
+        refine_iter = _AUTO_REFINE_ITER
+    return (
+        LOCAL_COST,
+        EMBEDDED_SAMPLING if embedded else SAMPLING,
+        *(REFINEMENT,) * int(refine_iter),
+        LABELS if exact_inertia else LABELS_ONLY,
+    )
 
 
 class CoresetKMeansResult(NamedTuple):
@@ -193,21 +259,11 @@ def federated_coreset_kmeans(
         stay on the clients: ``fed.assemble("coreset", "labels", n_samples)``.
     """
     common = {"rows": None if rows is None else tuple(rows), "weighted": weighted}
-    # The drawn rows are rows of X, or per-sample rows of another protocol's
-    # output (kernel k-means' spectral embedding: not X, but one row per
-    # sample, so a statistic of one client seen alone).
-    # Embedded rows of at least d columns determine their rows of X for a
-    # server that made the embedding (it solves z(x)ᵀV = h for x): counted.
-    sampled = Disclosure(
-        RAW_ROWS if rows is None else PER_CLIENT,
-        rows=_coreset_rows
-        if rows is None
-        else partial(_embedded_rows, n_features=fed.n_features),
-    )
+    sampling = SAMPLING if rows is None else embedded_sampling(fed.n_features)
 
     # The allocation t_m ∝ cost_m needs each client's cost.
     costs = fed.run_round(
-        "coreset local cost",
+        LOCAL_COST,
         partial(
             _local_solution_step,
             n_clusters=n_clusters,
@@ -215,15 +271,13 @@ def federated_coreset_kmeans(
             tol=tol,
             **common,
         ),
-        disclosure=PER_CLIENT,
     )
     sample_counts = allocate_samples(np.asarray(costs, dtype=np.float64), coreset_size)
     asked = list(fed.client_ids)
     coresets = fed.run_round(
-        "coreset sampling",
+        sampling,
         partial(_coreset_step, **common),
         messages=[int(t) for t in sample_counts],
-        disclosure=sampled,
     )
     # A client dropped in this round (on_client_error="drop") sent nothing.
     answered = [c in fed.client_ids for c in asked]
@@ -269,12 +323,7 @@ def federated_coreset_kmeans(
     )
     n_refine_iter = 0
     for _ in range(refine_iter):
-        stats = fed.run_round(
-            "lloyd refinement",
-            partial(cluster_sums_step, **common),
-            centers,
-            disclosure=SUM_ONLY,
-        )
+        stats = fed.run_round(REFINEMENT, partial(cluster_sums_step, **common), centers)
         centers, shift = lloyd_update(centers, stats)
         n_refine_iter += 1
         if verbose > 1:
@@ -292,10 +341,9 @@ def federated_coreset_kmeans(
     scale = float(coreset_inertia) / max(fed.n_samples, 1)
     scale = scale if np.isfinite(scale) and scale > 0 else 1.0
     inertia = fed.run_round(
-        "coreset labels",
+        LABELS if exact_inertia else LABELS_ONLY,
         partial(label_step, exact_inertia=exact_inertia, cost_scale=scale, **common),
         centers,
-        disclosure=SUM_ONLY if exact_inertia else NO_UPLOAD,
     )
     inertia = inertia * scale if exact_inertia else coreset_inertia
     return CoresetKMeansResult(
@@ -567,19 +615,6 @@ def _coreset_is_exact(costs, coresets):
         cost == 0 or centers.shape[0] == 0
         for cost, (centers, _, _) in zip(costs, coresets)
     )
-
-
-def _coreset_rows(upload):
-    """Rows of X in a coreset upload (local centers, sample, weights)."""
-    return int(upload[1].shape[0])
-
-
-def _embedded_rows(upload, n_features):
-    """Rows of X determined by a coreset upload of embedded rows: the drawn
-    rows, when they have at least as many columns as X (see
-    :func:`federated_coreset_kmeans`)."""
-    drawn = upload[1]
-    return int(drawn.shape[0]) if drawn.shape[1] >= n_features else 0
 
 
 def merge_coresets(coresets):

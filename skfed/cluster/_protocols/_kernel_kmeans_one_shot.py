@@ -54,8 +54,8 @@ import numpy as np
 from scipy.linalg import LinAlgError, cholesky, eigh, solve_triangular, svd
 from sklearn.exceptions import ConvergenceWarning
 
-from ..._engine._ledger import NO_UPLOAD, SUM_ONLY, Disclosure
 from ..._engine._protocol import client_step
+from ..._engine._rounds import sum_only
 from ..._numerics._seeds import SEED_MAX
 from ...kernel import federated_gamma
 from ...kernel._private_features import (
@@ -75,15 +75,76 @@ from ...kernel._random_features import (
 )
 from ...privacy import gaussian_noise
 from ...privacy._refusal import MIN_ROWS, require_distinct_rows
-from ._coreset import federated_coreset_kmeans
-from ._kernel_kmeans import CHUNK, ROUNDOFF, signs
-from ._kernel_kmeans_private import private_kmeans
+from ._coreset import coreset_rounds, federated_coreset_kmeans
+from ._kernel_kmeans import (
+    CHUNK,
+    EMBEDDING,
+    KERNEL_WIDTH,
+    ROUNDOFF,
+    kernel_width_rounds,
+    signs,
+)
+from ._kernel_kmeans_private import private_kmeans, private_rounds
 
-__all__ = ["OneShotResult", "one_shot_embedding", "run_one_shot"]
+__all__ = [
+    "FEATURE_STATISTICS",
+    "KERNEL_CENTRE",
+    "PRIVATE_FEATURE_STATISTICS",
+    "SKETCH_STATISTICS",
+    "OneShotResult",
+    "one_shot_embedding",
+    "one_shot_rounds",
+    "run_one_shot",
+]
 
 # The stream of the sketch's test matrix Ω beside the map's seed: another
 # stream than the map's frequencies, drawn by the server and every client.
 _SKETCH_STREAM = 1
+
+
+# The rounds (see run_one_shot); the kernel width's, when not given, and
+# the embedding are DSPGD's (skfed.cluster._protocols._kernel_kmeans).
+# With a sketch: the data's mean, then the sketched statistics around it.
+KERNEL_CENTRE = sum_only("kernel centre", rows=count_and_sum_raw_rows)
+SKETCH_STATISTICS = sum_only("random feature statistics")
+# Without: the upper triangle of Σ_m Z[m]ᵀZ[m] and Z[m]ᵀ1 (the ledger
+# counts a client whose statistics give its rows away, see
+# feature_statistics_uploaded)...
+FEATURE_STATISTICS = sum_only("random feature statistics")
+# ... or, under differential privacy, both noised (two releases, of
+# skfed.kernel._private_features.gram_sensitivity and
+# feature_sum_sensitivity; skfed.kernel's private_statistics runs it).
+PRIVATE_FEATURE_STATISTICS = FEATURE_STATISTICS.noised(2)
+
+
+def feature_statistics_uploaded(n_random_features):
+    """:data:`FEATURE_STATISTICS` counting, in the ledger, the uploads that
+    determine rows of X (see
+    :func:`~skfed.kernel._random_features.feature_statistics_raw_rows`)."""
+    rows = partial(feature_statistics_raw_rows, n_random_features=n_random_features)
+    disclosure = FEATURE_STATISTICS.disclosure._replace(rows=rows)
+    return FEATURE_STATISTICS._replace(disclosure=disclosure)
+
+
+def one_shot_rounds(*, gamma, secure_aggregation, sketch, private, refine_iter):
+    """The rounds :func:`run_one_shot` runs, a repeated round once per run
+    (the coreset's refinement at most ``refine_iter`` times)."""
+    if sketch:
+        statistics = (KERNEL_CENTRE, SKETCH_STATISTICS)
+    elif private:
+        statistics = (PRIVATE_FEATURE_STATISTICS,)
+    else:
+        statistics = (FEATURE_STATISTICS,)
+    if private:
+        clustering = private_rounds(refine_iter)
+    else:
+        clustering = coreset_rounds(refine_iter, embedded=True)
+    return (
+        *kernel_width_rounds(gamma, secure_aggregation),
+        *statistics,
+        EMBEDDING,
+        *clustering,
+    )
 
 
 class OneShotResult(NamedTuple):
@@ -176,7 +237,7 @@ def run_one_shot(
     seed = int(random_state.randint(SEED_MAX))
     if gamma is None:
         # Each client's mean and spread, or their sums when masked.
-        gamma = federated_gamma(fed, "kernel width")
+        gamma = federated_gamma(fed, KERNEL_WIDTH.name)
     else:
         gamma = float(gamma)
 
@@ -190,18 +251,15 @@ def run_one_shot(
     center = None
     if sketch_size is not None:
         n_total, x_total = fed.run_round(
-            "kernel centre",
-            partial(count_and_sum_step, **refuse),
-            disclosure=Disclosure(SUM_ONLY, rows=count_and_sum_raw_rows),
+            KERNEL_CENTRE, partial(count_and_sum_step, **refuse)
         )
         center = np.asarray(x_total, dtype=np.float64) / n_total
         # Linear in each client's rows like the triangle, and read only as
         # a sum by the server step: sum-only as well (and may be masked).
         total = fed.run_round(
-            "random feature statistics",
+            SKETCH_STATISTICS,
             partial(_sketch_step, n_features=n_random_features, **gram_refuse),
             (seed, gamma, sketch_size, center),
-            disclosure=SUM_ONLY,
         )
         eigenvalues, basis, shift = sketched_covariance_basis(
             total,
@@ -215,16 +273,9 @@ def run_one_shot(
             # clients' statistics, so the round is sum-only (and may be
             # masked).
             total = fed.run_round(
-                "random feature statistics",
+                feature_statistics_uploaded(n_random_features),
                 partial(statistics_step, n_features=n_random_features, **gram_refuse),
                 (seed, gamma),
-                disclosure=Disclosure(
-                    SUM_ONLY,
-                    rows=partial(
-                        feature_statistics_raw_rows,
-                        n_random_features=n_random_features,
-                    ),
-                ),
             )
             n_samples = fed.n_samples
         else:
@@ -244,7 +295,7 @@ def run_one_shot(
             ConvergenceWarning,
             stacklevel=3,
         )
-    fed.run_round("embedding", _embedding_step, (basis, shift), disclosure=NO_UPLOAD)
+    fed.run_round(EMBEDDING, _embedding_step, (basis, shift))
 
     if fed.accountant is None:
         coreset = federated_coreset_kmeans(

@@ -20,10 +20,12 @@ import numpy as np
 from sklearn.metrics import euclidean_distances
 
 from ..._engine._federation import ClientStepError, ClientValueError
-from ..._engine._ledger import NO_UPLOAD, PER_CLIENT, SUM_ONLY, Disclosure
+from ..._engine._ledger import PER_CLIENT, Disclosure
+from ..._engine._rounds import Round, download, per_client
 from ..._engine._validation import clip_to_data
 from ...privacy._refusal import MIN_ROWS
 from .._kmeans import nearest, rounding_noise, tolerance, weighted_kmeans
+from . import _coreset as coreset
 from ._coreset import cluster_sums_step, lloyd_update
 from ._kfed_local import (
     RawUploadRefused,
@@ -31,15 +33,59 @@ from ._kfed_local import (
     induce_labels_step,
     local_step,
 )
-from ._kfed_private import dp_lloyd_step
+from ._kfed_private import dp_lloyd_step, release_sensitivity
 
 __all__ = [
+    "CLUSTER_MAP",
+    "LOCAL_CENTERS",
+    "NEW_LOCAL_CENTERS",
+    "PRIVATE_LOCAL_CENTERS",
+    "PRIVATE_NEW_LOCAL_CENTERS",
+    "REFINEMENT",
     "KFedLocalOptions",
     "KFedPrivateOptions",
     "KFedResult",
+    "kfed_rounds",
     "run_kfed",
     "run_kfed_update",
 ]
+
+
+def _raw_rows_uploaded(upload):
+    """Rows of X in a local-centers upload (a client's distinct rows, or
+    the centers of its clusters of fewer than ``MIN_ROWS`` distinct rows)."""
+    return int(upload["rows"].shape[0]) if "rows" in upload else 0
+
+
+# The rounds, in the order they run (see run_kfed). Local centers are a
+# per-client statistic, except on a client with at most k(z) distinct rows,
+# which uploads those rows (under "rows"): the ledger counts them as raw
+# rows (and the client refuses to under raw_rows="refuse").
+LOCAL_CENTERS = per_client("local centers", rows=_raw_rows_uploaded)
+NEW_LOCAL_CENTERS = per_client("local centers (new)", rows=_raw_rows_uploaded)
+# Under differential privacy the local step is DP Lloyd: private_iter noised
+# releases per client (``.noised(n_iter)`` at fit time), never a raw row.
+PRIVATE_LOCAL_CENTERS = Round(
+    "local centers", Disclosure(PER_CLIENT), sensitivity=release_sensitivity
+)
+PRIVATE_NEW_LOCAL_CENTERS = PRIVATE_LOCAL_CENTERS._replace(name=NEW_LOCAL_CENTERS.name)
+# Distributed Lloyd after the merge: the coreset protocol's round.
+REFINEMENT = coreset.REFINEMENT
+CLUSTER_MAP = download("cluster map")
+
+
+def kfed_rounds(*, refine_iter=0, private_iter=None, new=False):
+    """The rounds :func:`run_kfed` (``new``: :func:`run_kfed_update`) runs,
+    the refinement once per run (at most ``refine_iter``); under
+    differential privacy (``private_iter`` given) the local step's noised
+    releases."""
+    if private_iter is None:
+        local = NEW_LOCAL_CENTERS if new else LOCAL_CENTERS
+    else:
+        private = PRIVATE_NEW_LOCAL_CENTERS if new else PRIVATE_LOCAL_CENTERS
+        local = private.noised(int(private_iter))
+    refinement = () if new else (REFINEMENT,) * int(refine_iter)
+    return (local, *refinement, CLUSTER_MAP)
 
 
 class KFedResult(NamedTuple):
@@ -163,9 +209,7 @@ def run_kfed(
     """
     n_clusters = local.n_clusters
     n_samples = fed.n_samples
-    ids, centers, weights, n_requested = _local_round(
-        fed, "local centers", local, private
-    )
+    ids, centers, weights, n_requested = _local_round(fed, local, private)
     # Σ k(z) < k cannot give k clusters whatever the data. Fewer distinct
     # samples than k only duplicates centers, as in KMeans.
     if n_requested < n_clusters:
@@ -246,7 +290,7 @@ def _refine(fed, centers, refine_iter, tol_abs, weighted):
     )
     n_rounds = 0
     for _ in range(refine_iter):
-        stats = fed.run_round("lloyd refinement", step, centers, disclosure=SUM_ONLY)
+        stats = fed.run_round(REFINEMENT, step, centers)
         centers, shift = lloyd_update(centers, stats)
         n_rounds += 1
         if shift <= tol_abs:
@@ -284,7 +328,7 @@ def run_kfed_update(
         model's.
     """
     n_samples = fed.n_samples
-    ids, centers, weights, _ = _local_round(fed, "local centers (new)", local, private)
+    ids, centers, weights, _ = _local_round(fed, local, private, new=True)
     if not ids:
         raise ValueError(
             "No new client took part in partial_fit."
@@ -348,9 +392,7 @@ def _finish(fed, ids, centers, center_labels, cluster_centers, weights, n_sample
         {"center_labels": labels, "cluster_centers": cluster_centers}
         for labels in center_labels
     ]
-    fed.run_round(
-        "cluster map", induce_labels_step, messages=messages, disclosure=NO_UPLOAD
-    )
+    fed.run_round(CLUSTER_MAP, induce_labels_step, messages=messages)
     # Under differential privacy a client's exact cost and iterations stay
     # on it (un-noised statistics of its rows), and under privacy or
     # raw_rows="refuse" its labels do (one value per row): the estimator
@@ -383,8 +425,9 @@ def _finish(fed, ids, centers, center_labels, cluster_centers, weights, n_sample
     )
 
 
-def _local_round(fed, name, options, private=None):
-    """Run the local step on every client of ``fed``; gather its centers."""
+def _local_round(fed, options, private=None, *, new=False):
+    """Run the local step on every client of ``fed`` (``new``: clients that
+    join a fitted model); gather its centers."""
     local = options.n_local_clusters
     if local is None:
         local = options.n_clusters
@@ -432,10 +475,7 @@ def _local_round(fed, name, options, private=None):
     )
     # Simulated dropout must pass whatever on_client_error says, so the
     # round tolerates every failure and the exceptions' types decide.
-    # Local centers are a per-client statistic, except on a client with at
-    # most k(z) distinct rows, which uploads those rows (under "rows"): the
-    # ledger counts them as raw rows.
-    disclosure = Disclosure(PER_CLIENT, rows=_raw_rows_uploaded)
+    declared = NEW_LOCAL_CENTERS if new else LOCAL_CENTERS
     if private is not None:
         # DP Lloyd: T noisy releases per client, never a raw row.
         step = functools.partial(
@@ -447,8 +487,9 @@ def _local_round(fed, name, options, private=None):
             noise_multiplier=private.noise_multiplier,
             dropout=float(options.client_dropout),
         )
-        disclosure = Disclosure(PER_CLIENT, noised=private.n_iter)
-    uploads = fed.run_round(name, step, tolerate=True, disclosure=disclosure)
+        declared = PRIVATE_NEW_LOCAL_CENTERS if new else PRIVATE_LOCAL_CENTERS
+        declared = declared.noised(private.n_iter)
+    uploads = fed.run_round(declared, step, tolerate=True)
     errors = fed.client_errors
     refused = [c for c, e in errors.items() if isinstance(e, RawUploadRefused)]
     if refused:
@@ -462,7 +503,7 @@ def _local_round(fed, name, options, private=None):
     if fed.on_client_error == "raise":
         for cid, exc in errors.items():  # the first in canonical order
             if not isinstance(exc, SimulatedDropout):
-                raise _client_step_error(cid, name, exc) from exc
+                raise _client_step_error(cid, declared.name, exc) from exc
     centers = [_uploaded_centers(u) for u in uploads]
     if options.center_weighting == "size" or private is not None:
         weights = [np.asarray(u["sizes"], dtype=np.float64) for u in uploads]
@@ -470,12 +511,6 @@ def _local_round(fed, name, options, private=None):
         weights = [np.ones(len(c)) for c in centers]
     ids = list(fed.client_ids)
     return ids, centers, weights, sum(k_local[c] for c in ids)
-
-
-def _raw_rows_uploaded(upload):
-    """Rows of X in a local-centers upload (a client's distinct rows, or
-    the centers of its clusters of fewer than ``MIN_ROWS`` distinct rows)."""
-    return int(upload["rows"].shape[0]) if "rows" in upload else 0
 
 
 def _uploaded_centers(upload):

@@ -5,7 +5,10 @@ client's rows by the global clusters (the induced clustering).
 
 A large dense client's Lloyd iterations run on its rows prepared once
 (:mod:`skfed.cluster._kmeans._sklearn_lloyd`); sparse clients' reuse
-scikit-learn's ``KMeans``; the projection uses ``randomized_svd``.
+scikit-learn's ``KMeans``; the projection uses ``randomized_svd``. Which of
+these a client runs depends on its rows (dense or sparse, small or large)
+and on the step's options, so the choice stays beside the step (the
+arithmetic itself is :mod:`skfed.cluster._kmeans`'s): about 800 lines.
 """
 
 import contextlib

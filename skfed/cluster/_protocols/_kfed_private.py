@@ -60,11 +60,23 @@ def release_scales(lower, upper, noise_multiplier):
     sums' does not move, so c = R. (Above R both errors of a mean S_j/n_j,
     z·Δ·√d/n_j through its sum and z·Δ·R/(c·n_j) through its count, grow.)
     """
+    sensitivity = release_sensitivity(lower, upper)
+    return _count_scale(lower, upper), sensitivity, noise_multiplier * sensitivity
+
+
+def release_sensitivity(lower, upper):
+    """Δ, the L2 sensitivity of one release for rows clipped to the box
+    ``[lower, upper]`` (see :func:`release_scales`)."""
     radius = box_radius(lower, upper)
-    # A box of zero width (every row the same point): counts alone move.
-    count_scale = radius if radius > 0 else 1.0
-    sensitivity = max(2.0 * radius, float(np.sqrt(2.0 * (radius**2 + count_scale**2))))
-    return count_scale, sensitivity, noise_multiplier * sensitivity
+    count_scale = _count_scale(lower, upper)
+    return max(2.0 * radius, float(np.sqrt(2.0 * (radius**2 + count_scale**2))))
+
+
+def _count_scale(lower, upper):
+    """c = R, the counts' scale; a box of zero width (every row the same
+    point): 1, counts alone move."""
+    radius = box_radius(lower, upper)
+    return radius if radius > 0 else 1.0
 
 
 def release_statistics(X_clipped, centers, count_scale):
