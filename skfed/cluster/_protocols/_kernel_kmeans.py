@@ -234,7 +234,7 @@ def run_kernel_kmeans(
     ``"random features"``, the Lanczos rounds (``"lanczos"``, or
     ``"lanczos project"``/``"lanczos expand"`` without CEM) and
     ``"eigenpairs"``; then ``"embedding"`` and the coreset k-means rounds
-    on H (see :func:`~skfed.cluster._coreset.federated_coreset_kmeans`).
+    on H (see :func:`~skfed.cluster._protocols._coreset.federated_coreset_kmeans`).
 
     Parameters
     ----------

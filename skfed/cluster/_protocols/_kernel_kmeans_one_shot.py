@@ -14,7 +14,7 @@ matrix; so H = (Z − 1 z̄ᵀ) V = U Λ^½ is the top-s kernel PCA embedding of
 the random-feature kernel. The server sends V and the shift z̄ᵀV, each
 client forms its rows of H, and k-means runs on H as with DSPGD.
 
-Unlike DSPGD (see :mod:`skfed.cluster._kernel_kmeans_protocol`), which
+Unlike DSPGD (see :mod:`skfed.cluster._protocols._kernel_kmeans`), which
 solves an eigen-problem of fresh features every iteration, the Gram sums are
 paid once: D(D+1)/2 + D floats up per client in all.
 
@@ -39,7 +39,7 @@ x̄ the features, and so the model, do not depend on where the data sit.
 Under differential privacy (the federation has an accountant) each client
 clips its features to their norm bound and noises its triangle and
 [Z[m]ᵀ1, n_m] (:func:`~skfed.kernel._private_features.private_statistics`),
-and the private Lloyd of :mod:`skfed.cluster._kernel_kmeans_private`
+and the private Lloyd of :mod:`skfed.cluster._protocols._kernel_kmeans_private`
 replaces the coreset k-means, whose clients would upload rows of H.
 
 :func:`run_one_shot` drives the rounds; the client steps and the server
@@ -208,7 +208,7 @@ def run_one_shot(
     the seed, γ, l and x̄, up D l + D),
     ``"embedding"`` (down V and z̄ᵀV, D s + s), then the
     coreset k-means rounds on H (see
-    :func:`~skfed.cluster._coreset.federated_coreset_kmeans`).
+    :func:`~skfed.cluster._protocols._coreset.federated_coreset_kmeans`).
 
     Parameters
     ----------

@@ -166,7 +166,8 @@ def run_kfed(
        many times) — the server broadcasts the centers (k·d floats down);
        each client uploads, per cluster, the weighted sum of its rows'
        displacements from the center and their weight (k(d + 1) floats up,
-       sum-only, as in :func:`~skfed.cluster._coreset.federated_coreset_kmeans`);
+       sum-only, as in
+       :func:`~skfed.cluster._protocols._coreset.federated_coreset_kmeans`);
        the server moves the centers to the means.
     4. ``"cluster map"`` — the server sends each client the k global centers
        and the cluster of each of its local centers (k·d + k(z) floats
@@ -188,7 +189,7 @@ def run_kfed(
         Of the returned centers; None means the clients' (``fed.dtype``).
     private : KFedPrivateOptions or None, default=None
         Under differential privacy, the clients' DP Lloyd (see
-        ``skfed.cluster._kfed_private``) replaces the local step, and
+        ``skfed.cluster._protocols._kfed_private``) replaces the local step, and
         its noisy counts weight the merge.
     gather_labels : bool, default=True
         Whether the clients' labels are gathered into ``result.labels`` and

@@ -339,7 +339,7 @@ def _few_row_clusters(rows, weights, hashes, centers, offsets, labels, mean, *, 
 def _moves_client(rows, local_step):
     """Whether ``local_step="auto"`` takes the large-client path here:
     Algorithm 1 with one seeding, then split-and-merge moves
-    (:func:`~skfed.cluster._kfed_moves.improve_by_moves`), instead of
+    (:func:`~skfed.cluster._protocols._kfed_moves.improve_by_moves`), instead of
     ``"best"``'s restarts.
 
     Dense clients of more than ``SMALL_ROWS`` (2,048) rows. On 10,000
@@ -609,7 +609,7 @@ def _kmeans(
     client's rows: a generator returning (centers, labels, n_iter).
 
     A small dense client hands its k-means over as a
-    :class:`~skfed.cluster._batched_kmeans.KMeansProblem` (``yield``), which
+    :class:`~skfed.cluster._kmeans.KMeansProblem` (``yield``), which
     the transport solves together with the other clients' (restarts and
     clients side by side as arrays): a scikit-learn ``KMeans.fit`` costs
     about 8 ms of fixed overhead (validation, thread-pool control), which

@@ -59,7 +59,7 @@ def improve_by_moves(rows, centers, labels, *, max_iter):
     rows : LloydRows
         The client's dense rows (centered on its mean by the caller) and
         positive sample weights, with Lloyd's tolerance, as
-        :func:`~skfed.cluster._lloyd.lloyd_rows` prepares them.
+        :func:`~skfed.cluster._kmeans.lloyd_rows` prepares them.
     centers : ndarray of shape (n_clusters, n_features)
         The means of the clusters ``labels`` defines (a cluster of no row
         keeps any center).
