@@ -19,7 +19,6 @@ import numpy as np
 import scipy.linalg
 import scipy.sparse as sp
 from sklearn.cluster import KMeans, kmeans_plusplus
-from sklearn.metrics import pairwise_distances_argmin
 from sklearn.utils.extmath import randomized_svd, row_norms
 
 from ..._engine._ledger import PER_CLIENT
@@ -39,6 +38,7 @@ from .._kmeans import (
     labelled_sq_distances,
     lloyd,
     lloyd_rows,
+    nearest,
     rounding_noise,
     sq_dist,
     sq_norms,
@@ -242,7 +242,7 @@ def local_step(
         # Dense: these rows need not store the columns the mean shifts.
         X_zero = X[zero].toarray() if sp.issparse(X) else X[zero]
         X_zero = X_zero - mean
-        sorted_labels[zero] = pairwise_distances_argmin(X_zero, offsets)
+        sorted_labels[zero] = nearest(X_zero, offsets)
     local_labels = np.empty(X.shape[0], dtype=np.intp)
     local_labels[order] = sorted_labels
 
@@ -699,7 +699,7 @@ def _restarts(rows, n_clusters, *, n_init, max_iter, seed):
     # The seedings' distances in float32: they only decide which row is
     # drawn, and a float32 product is four times faster than a float64 one.
     X_f32 = X.astype(np.float32)
-    x_sq = np.einsum("ij,ij->i", X_f32, X_f32)
+    x_sq = sq_norms(X_f32)
     best, best_cost = None, np.inf
     for _ in range(max(n_init, 1)):
         seeds = X[weighted_kmeans_plusplus(X_f32, w, n_clusters, rng, x_sq=x_sq)]
