@@ -35,6 +35,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..._sklearn_compat import lloyd_iter_chunked_dense as _compiled_iteration
 from ._assign import (
     assign,
     cluster_sums,
@@ -42,13 +43,6 @@ from ._assign import (
     sq_norms,
     tolerance,
 )
-
-try:
-    from sklearn.cluster._k_means_lloyd import (
-        lloyd_iter_chunked_dense as _compiled_iteration,
-    )
-except ImportError:  # pragma: no cover - depends on the installed release
-    _compiled_iteration = None
 
 __all__ = ["LloydRows", "lloyd", "lloyd_rows"]
 
