@@ -25,8 +25,7 @@ from ..._engine._rounds import Round, download, per_client
 from ..._engine._validation import clip_to_data
 from ...privacy._refusal import MIN_ROWS
 from .._kmeans import nearest, rounding_noise, tolerance, weighted_kmeans
-from . import _coreset as coreset
-from ._coreset import cluster_sums_step, lloyd_update
+from ._coreset import REFINEMENT, cluster_sums_step, lloyd_update
 from ._kfed_local import (
     RawUploadRefused,
     SimulatedDropout,
@@ -69,8 +68,7 @@ PRIVATE_LOCAL_CENTERS = Round(
     "local centers", Disclosure(PER_CLIENT), sensitivity=release_sensitivity
 )
 PRIVATE_NEW_LOCAL_CENTERS = PRIVATE_LOCAL_CENTERS._replace(name=NEW_LOCAL_CENTERS.name)
-# Distributed Lloyd after the merge: the coreset protocol's round.
-REFINEMENT = coreset.REFINEMENT
+# Distributed Lloyd after the merge is the coreset protocol's REFINEMENT.
 CLUSTER_MAP = download("cluster map")
 
 
