@@ -14,10 +14,19 @@ from sklearn.utils._param_validation import (
 )
 from sklearn.utils.validation import _check_sample_weight
 
+try:
+    # scikit-learn's compiled Lloyd iteration, private to it: None on a
+    # release that moved it (skfed.cluster._kmeans._sklearn_lloyd then runs
+    # its NumPy pass).
+    from sklearn.cluster._k_means_lloyd import lloyd_iter_chunked_dense
+except ImportError:  # pragma: no cover - depends on the installed release
+    lloyd_iter_chunked_dense = None
+
 __all__ = [
     "Interval",
     "StrOptions",
     "check_sample_weight",
+    "lloyd_iter_chunked_dense",
     "validate_params",
 ]
 

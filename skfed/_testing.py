@@ -348,7 +348,8 @@ def rounds_run(monkeypatch):
     run_round = Federation.run_round
 
     def recording(self, name, *args, **kwargs):
-        names.append(name)
+        # A declared round (skfed._engine._rounds.Round) by its name.
+        names.append(getattr(name, "name", name))
         return run_round(self, name, *args, **kwargs)
 
     monkeypatch.setattr(Federation, "run_round", recording)
@@ -366,7 +367,8 @@ def server_received(monkeypatch):
     log = {"uploads": [], "messages": []}
     original = Federation.run_round
 
-    def spying(self, name, step, message=None, **kwargs):
+    def spying(self, declared, step, message=None, **kwargs):
+        name = getattr(declared, "name", declared)
         transport = self.transport
         answer = type(transport).run.__get__(transport)
         previous = vars(transport).get("run")
@@ -383,7 +385,7 @@ def server_received(monkeypatch):
 
         transport.run = recording
         try:
-            return original(self, name, step, message, **kwargs)
+            return original(self, declared, step, message, **kwargs)
         finally:
             if previous is None:
                 del transport.run

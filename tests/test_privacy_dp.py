@@ -22,7 +22,7 @@ from skfed._engine import _federation
 from skfed._engine._codec import dumps, loads
 from skfed._engine._protocol import StepCall
 from skfed._engine._transport import JoblibTransport, StepFailure
-from skfed.cluster import _kfed_private
+from skfed.cluster._protocols import _kfed_private
 from skfed.privacy import (
     Accountant,
     DifferentialPrivacy,

@@ -20,8 +20,8 @@ from sklearn.preprocessing import FunctionTransformer
 
 from skfed import DistributedKernelPCA, FederatedKernelKMeans
 from skfed._engine._federation import ClientData, Federation
-from skfed.cluster import _kernel_kmeans_private
-from skfed.cluster._kernel_kmeans_private import _private_sums_step
+from skfed.cluster._protocols import _kernel_kmeans_private
+from skfed.cluster._protocols._kernel_kmeans_private import private_sums_step
 from skfed.decomposition._kernel_pca_features import _statistics_step
 from skfed.kernel._private_features import (
     count_sum_sensitivity,
@@ -204,7 +204,7 @@ def test_one_row_moves_the_lloyd_sums_by_at_most_the_sensitivity(H, shift, which
     )
     centers = np.random.RandomState(0).normal(size=(3, 4))
     client = ClientData("a", np.zeros((9, 1)), None, np.arange(9), (0,))
-    step = partial(_private_sums_step, radius=R, std=0.0)
+    step = partial(private_sums_step, radius=R, std=0.0)
     _, full = step(client, {"H": H}, (centers, shift))
     for other in (-H[which], centers[0] - shift, H[(which + 1) % 9]):
         changed = H.copy()
@@ -249,9 +249,9 @@ def test_lloyd_rounds_noise_at_the_multiplier_times_the_sensitivity(monkeypatch)
     seen = []
     original = _kernel_kmeans_private._noised_sums
 
-    def recording(fed, name, centers, shift, radius, std):
-        seen.append((name, radius, std, fed.accountant.noise_multiplier))
-        return original(fed, name, centers, shift, radius, std)
+    def recording(fed, declared, centers, shift, radius, std):
+        seen.append((declared.name, radius, std, fed.accountant.noise_multiplier))
+        return original(fed, declared, centers, shift, radius, std)
 
     monkeypatch.setattr(_kernel_kmeans_private, "_noised_sums", recording)
     km = _kmeans(refine_iter=2, privacy=DifferentialPrivacy(epsilon=5.0))
@@ -316,8 +316,8 @@ def test_same_seed_reproduces_the_clipped_fit_but_never_the_noise(make):
 
 
 _NOISING_MODULES = (
-    "skfed.cluster._kernel_kmeans_one_shot",
-    "skfed.cluster._kernel_kmeans_private",
+    "skfed.cluster._protocols._kernel_kmeans_one_shot",
+    "skfed.cluster._protocols._kernel_kmeans_private",
     "skfed.decomposition._kernel_pca_features",
 )
 

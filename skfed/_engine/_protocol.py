@@ -22,7 +22,7 @@ spectral embedding to the coreset k-means), never write it.
 
 A step may also be a generator that ``yield`` s *shared work*: an object
 whose class has a ``solve_all(items) -> answers`` classmethod (a small
-client's k-means, :class:`~skfed.cluster._batched_kmeans.KMeansProblem`),
+client's k-means, :class:`~skfed.cluster._kmeans.KMeansProblem`),
 and receives the answer back from the ``yield``. Run on one client
 (:meth:`StepCall.run`), each item is solved alone; a transport that holds
 many clients in one process advances their steps side by side and solves

@@ -13,7 +13,10 @@ Optional distributed Lloyd rounds (``refine_iter``) move the merged
 centers to the means of the rows they label.
 
 The protocol (client steps, server steps, :func:`run_kfed`) lives in
-:mod:`skfed.cluster._kfed_protocol`; this module is the estimator.
+:mod:`skfed.cluster._protocols._kfed`; this module is the estimator. It is
+long for its documentation: the parameters, attributes and examples of a
+one-shot protocol with options for the local step, the merge, the
+refinement, new clients and privacy take two thirds of it.
 """
 
 import numbers
@@ -40,9 +43,10 @@ from .._engine._validation import StrictInterval
 from .._sklearn_compat import check_sample_weight as _check_sample_weight
 from ..privacy import DifferentialPrivacy, check_privacy, feature_bounds
 from ._centers import KMeansCentersMixin, labels_where_held
-from ._kfed_protocol import (
+from ._protocols._kfed import (
     KFedLocalOptions,
     KFedPrivateOptions,
+    kfed_rounds,
     run_kfed,
     run_kfed_update,
 )
@@ -439,10 +443,19 @@ class KFed(
     1
     """
 
-    def _has_sum_only_rounds(self):
+    def _rounds(self):
         # The server needs each client's local centers; only the
         # refinement's sums can be masked.
-        return self.refine_iter > 0
+        private = getattr(self, "privacy", None) is not None
+        return kfed_rounds(
+            refine_iter=self.refine_iter,
+            private_iter=self.private_iter if private else None,
+        )
+
+    _private_alternative = (
+        "Pass refine_iter=0 (the DP Lloyd iterations are private_iter), or "
+        "fit without privacy."
+    )
 
     _parameter_constraints: dict = {
         "n_clusters": [StrictInterval(Integral, 1, None, closed="left")],
@@ -798,10 +811,6 @@ class KFed(
         return self
 
     # -- differential privacy ---------------------------------------------------
-
-    def _privacy_releases(self):
-        # One noisy release of (sums, counts) per DP Lloyd iteration.
-        return self.private_iter
 
     def _private_options(self, X, sample_weight):
         """The clients' DP Lloyd options under ``privacy`` (None without);

@@ -19,7 +19,7 @@ under that adjacency. Each release's L2 sensitivity Δ is derived for it:
   box's diameter; a row count: 0 (n_m is public; it is sent without noise);
 * per-cluster sums and counts (one row moves from one cluster to another):
   max(2R, √(2(R² + c²))) with the counts scaled by c, which is 2R for
-  c ≤ R (:func:`skfed.cluster._kfed_private.release_scales`);
+  c ≤ R (:func:`skfed.cluster._protocols._kfed_private.release_scales`);
 * the upper triangle (diagonal included) of Σ z zᵀ over random features of
   norm at most R and coordinates of square at most m²: R √(R² + m²)
   (:func:`skfed.kernel._private_features.gram_sensitivity`).

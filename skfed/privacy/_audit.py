@@ -178,7 +178,7 @@ def kfed_release(epsilon=1.0, delta=1e-5, n_samples=200, n_features=2):
     at the box's lower corner, D' the canary at its upper corner, beyond
     the bound (clipped to the corner)."""
     from ..cluster import KFed
-    from ..cluster._kfed_private import dp_lloyd_step
+    from ..cluster._protocols._kfed_private import dp_lloyd_step
 
     lower, upper, D, D_prime = _box_neighbours(n_samples, n_features)
     dp = DifferentialPrivacy(epsilon=epsilon, delta=delta, bounds=(lower, upper))
@@ -259,12 +259,12 @@ def _kernel_kmeans(epsilon, delta, n_random, refine_iter=1):
 def kernel_kmeans_statistics_release(epsilon=1.0, delta=1e-5, n_random=20):
     """FederatedKernelKMeans' first upload: as kernel PCA's (two releases
     of the fit's 3 + ``refine_iter``)."""
-    from ..cluster._kernel_kmeans_one_shot import _statistics_step
+    from ..cluster._protocols._kernel_kmeans_one_shot import statistics_step
 
     return _feature_statistics_release(
         "FederatedKernelKMeans: random feature statistics",
         _kernel_kmeans(epsilon, delta, n_random),
-        _statistics_step,
+        statistics_step,
         (12345, 0.5),
         n_random,
         delta,
@@ -276,7 +276,7 @@ def kernel_kmeans_sums_release(epsilon=1.0, delta=1e-5, n_random=20, n_component
     per-center sums of the embedding's rows G and counts (one release
     each). D holds a row of G at the bound R on one side, D' the canary
     beyond it on the other (clipped to R)."""
-    from ..cluster._kernel_kmeans_private import _private_sums_step
+    from ..cluster._protocols._kernel_kmeans_private import private_sums_step
     from ..kernel._private_features import count_sum_sensitivity, feature_norm_bound
 
     est = _kernel_kmeans(epsilon, delta, n_random)
@@ -292,7 +292,7 @@ def kernel_kmeans_sums_release(epsilon=1.0, delta=1e-5, n_random=20, n_component
     centers = np.vstack([-0.5 * axis, 0.5 * axis])
 
     def run(H, noise_scale):
-        step = partial(_private_sums_step, radius=radius)
+        step = partial(private_sums_step, radius=radius)
         _, upload = step(
             _client(np.zeros((H.shape[0], 1))),
             {"H": H},

@@ -20,7 +20,7 @@ from skfed._engine._protocol import check_collectable
 from skfed._engine._transport import StepFailure
 from skfed._engine._validation import check_partitions
 from skfed._testing import InProcessGrid, keep_message_as_labels
-from skfed.cluster._coreset import _cluster_sums_step
+from skfed.cluster._protocols._coreset import cluster_sums_step
 from skfed.privacy import DifferentialPrivacy
 from skfed.privacy._secure_aggregation import keys_step
 
@@ -195,7 +195,7 @@ def test_every_in_process_transport_refuses_keys_and_refused_outputs():
         clients = {c: fed.transport.client(c) for c in fed.client_ids}
         # Nor can a step a server names read them (as rows to cluster, say).
         steal = partial(
-            _cluster_sums_step,
+            cluster_sums_step,
             rows=("secure_aggregation", "private"),
             weighted=False,
             min_rows=2,

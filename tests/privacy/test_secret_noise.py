@@ -13,7 +13,7 @@ from sklearn.datasets import make_blobs
 
 from skfed import DistributedKernelPCA, KFed
 from skfed._engine._transport import JoblibTransport
-from skfed.cluster import _kfed_private
+from skfed.cluster._protocols import _kfed_private
 from skfed.kernel._private_features import (
     feature_gram_statistics,
     feature_norm_bound,

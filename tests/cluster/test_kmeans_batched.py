@@ -6,24 +6,22 @@ import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 from sklearn.datasets import make_blobs
 
-import skfed.cluster._batched_kmeans as batched_module
-from skfed.cluster._batched_kmeans import (
+import skfed.cluster._kmeans._batched as batched_module
+from skfed.cluster._kmeans import (
     KMeansProblem,
+    centered,
     kmeans_restarts,
     solve_kmeans_problems,
-)
-from skfed.cluster._coreset import (
-    _centered,
-    _tolerance,
-    _weighted_kmeans_plusplus,
-    _weighted_lloyd,
+    tolerance,
+    weighted_kmeans_plusplus,
+    weighted_lloyd,
 )
 
 
 def _data(n=300, seed=0):
     X, _ = make_blobs(n, centers=5, n_features=4, cluster_std=2.0, random_state=seed)
     w = np.random.RandomState(seed).uniform(0.5, 2.0, n)
-    Xc, _ = _centered(X, w)
+    Xc, _ = centered(X, w)
     return Xc, w
 
 
@@ -42,7 +40,7 @@ def test_lloyd_from_an_init_is_the_one_at_a_time_lloyd(max_iter, tol):
     X, w = _data()
     x_sq = (X**2).sum(axis=1)
     init = X[[0, 50, 100, 150, 200]]
-    tol_abs = _tolerance(X, w, tol)
+    tol_abs = tolerance(X, w, tol)
     centers, labels, d2, n_iter = kmeans_restarts(
         X,
         w,
@@ -53,7 +51,7 @@ def test_lloyd_from_an_init_is_the_one_at_a_time_lloyd(max_iter, tol):
         random_state=np.random.RandomState(0),
         init=init,
     )
-    ref = _weighted_lloyd(X, w, init.copy(), x_sq, max_iter, tol_abs)
+    ref = weighted_lloyd(X, w, init.copy(), x_sq, max_iter, tol_abs)
     assert_allclose(centers, ref[0], rtol=1e-10, atol=1e-10)
     assert_array_equal(labels, ref[1])
     assert_allclose(d2, ref[2], rtol=1e-10, atol=1e-10)
@@ -71,9 +69,9 @@ def test_best_restart_is_as_good_as_sequential_restarts():
             X, w, 5, n_init=10, max_iter=300, tol_abs=0.0, random_state=rng
         )
         sequential = min(
-            float(w @ _weighted_lloyd(X, w, init, x_sq, 300, 0.0)[2])
+            float(w @ weighted_lloyd(X, w, init, x_sq, 300, 0.0)[2])
             for init in (
-                _weighted_kmeans_plusplus(X, w, 5, x_sq, rng) for _ in range(10)
+                X[weighted_kmeans_plusplus(X, w, 5, rng, x_sq=x_sq)] for _ in range(10)
             )
         )
         assert float(w @ batched[2]) <= sequential * 1.01
@@ -164,7 +162,7 @@ def _problems():
                 5,
                 n_init=3,
                 max_iter=100,
-                tol_abs=_tolerance(X, w, 1e-4),
+                tol_abs=tolerance(X, w, 1e-4),
                 random_state=np.random.RandomState(i),
                 tie=1e-20,
                 same_cost=1e-9,

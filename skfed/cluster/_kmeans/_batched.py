@@ -12,7 +12,7 @@ times for the seeding and at most ``max_iter`` times for Lloyd, whatever
 ``n_init`` and however many clients.
 
 Each restart is the same algorithm as the one-at-a-time functions of
-:mod:`skfed.cluster._coreset` (greedy weighted k-means++, then weighted
+:mod:`skfed.cluster._kmeans` (greedy weighted k-means++, then weighted
 Lloyd that stops on unchanged labels, a small center shift, or an update
 that would raise the cost); only the random draws are taken in another
 order. A problem's rows are padded with rows of weight zero to a length
@@ -21,30 +21,23 @@ arithmetic is the same alone as beside any other problems: a client's
 answer does not depend on which clients share its batch, its worker, or
 its transport. Memory is O(n_init · n · max(k, d)) per problem and about
 ``_BATCH_ELEMENTS`` floats per batch: meant for clients' arrays of at most
-a few thousand rows (see ``SMALL_ROWS``), and for the server's restarts on
-points whose arrays stay within a bound (see
-:func:`~skfed.cluster._coreset.weighted_kmeans`).
+a few thousand rows (see ``skfed.cluster._kmeans.SMALL_ROWS``), and for
+the server's restarts on points whose arrays stay within a bound (see
+:func:`~skfed.cluster._kmeans.weighted_kmeans`).
 """
 
 from typing import NamedTuple
 
 import numpy as np
 
+from ._assign import WEIGHT_EPS
+
 __all__ = [
-    "SMALL_ROWS",
-    "WEIGHT_EPS",
     "KMeansProblem",
     "kmeans_restarts",
     "solve_kmeans_problems",
 ]
 
-# Rows up to which the batched path is used; above, compiled k-means wins
-# and the (n_init, n, k) arrays stop being small.
-SMALL_ROWS = 2048
-# A cluster whose total weight is at most this fraction of the total
-# absolute weight counts as empty: dividing by a weight that cancelled down
-# to rounding noise would throw its center far away.
-WEIGHT_EPS = 1e-10
 # Largest intermediate array of one batch, in floats (2 MB): about 70
 # clients of 100 rows with 3 restarts of k = 10. Batches of 32 MB arrays
 # were 15% slower: glibc maps arrays that large afresh on every call (page

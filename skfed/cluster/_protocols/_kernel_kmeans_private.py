@@ -35,16 +35,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._engine._ledger import NO_UPLOAD, SUM_ONLY, Disclosure
-from .._engine._protocol import client_step
-from ..kernel._private_features import clip_rows, count_sum_sensitivity
-from ..privacy import gaussian_noise
-from ._coreset import (
-    _assign_around_centers,
-    _cluster_sums,
-    _label_step,
-    weighted_kmeans,
-)
+from ..._engine._protocol import client_step
+from ..._engine._rounds import sum_only
+from ...kernel._private_features import clip_rows, count_sum_sensitivity
+from ...privacy import gaussian_noise
+from .._kmeans import assign_around_centers, cluster_sums, weighted_kmeans
+from ._coreset import LABELS_ONLY, label_step
 
 __all__ = ["PrivateKMeansResult", "private_kmeans"]
 
@@ -58,7 +54,7 @@ __all__ = ["PrivateKMeansResult", "private_kmeans"]
 # noise deviations leave means that are mostly noise.
 _ROWS_PER_NOISE = 5.0
 # Rounds of cells.
-_CELL_ROUNDS = 1
+CELL_ROUNDS = 1
 # Least restarts of the server's weighted k-means on the cells, which are
 # few: restarts cost the clients nothing and no privacy.
 _SERVER_RESTARTS = 100
@@ -66,6 +62,22 @@ _MAX_CELLS = 256
 # A cell or cluster whose noised count is below this many standard
 # deviations of the summed count's noise is left out (its mean is noise).
 _COUNT_FLOOR = 3.0
+
+
+# The rounds (see the module's docstring), each one noised release of the
+# per-center sums and counts, of sensitivity count_sum_sensitivity(R).
+PRIVATE_CELLS = sum_only("private cells", sensitivity=count_sum_sensitivity, noised=1)
+PRIVATE_LLOYD = sum_only("private lloyd", sensitivity=count_sum_sensitivity, noised=1)
+
+
+def private_rounds(n_iter):
+    """The rounds :func:`private_kmeans` runs, a repeated round once per
+    run."""
+    return (
+        ((PRIVATE_CELLS,) * CELL_ROUNDS)
+        + (PRIVATE_LLOYD,) * int(n_iter)
+        + (LABELS_ONLY,)
+    )
 
 
 class PrivateKMeansResult(NamedTuple):
@@ -128,17 +140,17 @@ def private_kmeans(
     -------
     result : PrivateKMeansResult
     """
-    std = fed.accountant.noise_std(count_sum_sensitivity(radius))
+    std = PRIVATE_CELLS.noise_std(fed.accountant, radius)
     # The summed counts' noise: every client adds its own.
     floor = _COUNT_FLOOR * std * np.sqrt(len(fed.client_ids))
     spread = np.sqrt(np.maximum(eigenvalues, 0.0) / n_samples)
     n_cells = cell_count(n_clusters, n_samples, std * np.sqrt(len(fed.client_ids)))
     seeds = shift + random_state.standard_normal((n_cells, len(shift))) * spread
-    for r in range(_CELL_ROUNDS):
-        stats = _noised_sums(fed, "private cells", seeds, shift, radius, std)
+    for r in range(CELL_ROUNDS):
+        stats = _noised_sums(fed, PRIVATE_CELLS, seeds, shift, radius, std)
         means, counts = noised_means(seeds, stats, radius, floor)
         kept = counts > 0
-        if r + 1 < _CELL_ROUNDS and kept.any():
+        if r + 1 < CELL_ROUNDS and kept.any():
             # The next round's cells around the means: on the data.
             seeds = means[kept]
     if kept.sum() > n_clusters:
@@ -153,31 +165,29 @@ def private_kmeans(
         # Too few cells above the noise: every one of them, and seeds.
         centers = np.vstack([means[kept], seeds[~kept]])[:n_clusters]
     for _ in range(n_iter):
-        stats = _noised_sums(fed, "private lloyd", centers, shift, radius, std)
+        stats = _noised_sums(fed, PRIVATE_LLOYD, centers, shift, radius, std)
         centers, _ = noised_means(centers, stats, radius, floor)
     centers = centers - shift
     fed.run_round(
-        "coreset labels",
+        LABELS_ONLY,
         partial(
-            _label_step,
+            label_step,
             rows=("kernel_kmeans", "H"),
             weighted=False,
             exact_inertia=False,
         ),
         centers,
-        disclosure=NO_UPLOAD,
     )
     return PrivateKMeansResult(centers, float("nan"), int(n_iter))
 
 
-def _noised_sums(fed, name, centers, shift, radius, std):
+def _noised_sums(fed, declared, centers, shift, radius, std):
     """One sum-only round of noised per-center sums and counts (one
     release per client)."""
     return fed.run_round(
-        name,
-        partial(_private_sums_step, radius=radius, std=std),
+        declared,
+        partial(private_sums_step, radius=radius, std=std),
         (centers, shift),
-        disclosure=Disclosure(SUM_ONLY, noised=1),
     )
 
 
@@ -186,7 +196,7 @@ def _noised_sums(fed, name, centers, shift, radius, std):
 
 
 @client_step("kernel_kmeans.private_sums", sum_only=True)
-def _private_sums_step(client, state, message, *, radius, std):
+def private_sums_step(client, state, message, *, radius, std):
     """Client: noised per-center sums of its rows G = H + z̄ᵀV and counts.
 
     The message: the centers (in G's coordinates) and z̄ᵀV. Each row of G
@@ -196,8 +206,8 @@ def _private_sums_step(client, state, message, *, radius, std):
     """
     centers, shift = message
     G = clip_rows(state["H"] + shift, radius)
-    labels, _ = _assign_around_centers(G, centers, d2=None)
-    sums, counts = _cluster_sums(G, np.ones(G.shape[0]), labels, centers.shape[0])
+    labels, _ = assign_around_centers(G, centers, d2=None)
+    sums, counts = cluster_sums(G, np.ones(G.shape[0]), labels, centers.shape[0])
     return state, gaussian_noise(np.append(sums.ravel(), counts), std)
 
 

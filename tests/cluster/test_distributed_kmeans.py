@@ -22,14 +22,13 @@ from skfed._engine._federation import Federation
 from skfed._engine._protocol import PUBLIC, client_step, collectable
 from skfed._engine._validation import check_partitions
 from skfed._testing import gathered_outputs
-from skfed.cluster._coreset import (
-    _weighted_kmeans_plusplus,
-    _weighted_lloyd,
-    allocate_samples,
-    federated_coreset_kmeans,
+from skfed.cluster._kmeans import (
     swap_centers,
     weighted_kmeans,
+    weighted_kmeans_plusplus,
+    weighted_lloyd,
 )
+from skfed.cluster._protocols._coreset import allocate_samples, federated_coreset_kmeans
 from skfed.partition import power_law
 
 K = 4
@@ -271,7 +270,7 @@ def test_swaps_move_a_center_out_of_a_cluster_it_shares():
     w = np.ones(X.shape[0])
     start = np.array([[-0.5, 0.0], [0.5, 0.0], [10, 0], [5, 10]])
     x_sq = (X**2).sum(axis=1)
-    stuck, _, _, _ = _weighted_lloyd(X, w, start, x_sq, 100, 0.0)
+    stuck, _, _, _ = weighted_lloyd(X, w, start, x_sq, 100, 0.0)
     stuck_cost = w @ ((X[:, None] - stuck[None]) ** 2).sum(-1).min(1)
     centers, cost = swap_centers(
         X, w, stuck, stuck_cost, n_swaps=8, random_state=np.random.RandomState(0)
@@ -484,7 +483,8 @@ def test_kmeans_plusplus_draws_only_positive_weights():
 
     x_sq = row_norms(X, squared=True)
     for seed in range(10):
-        centers = _weighted_kmeans_plusplus(X, w, 4, x_sq, np.random.RandomState(seed))
+        rng = np.random.RandomState(seed)
+        centers = X[weighted_kmeans_plusplus(X, w, 4, rng, x_sq=x_sq)]
         chosen = [np.flatnonzero((X == c).all(axis=1))[0] for c in centers]
         assert all(w[i] > 0 for i in chosen)
 
@@ -497,7 +497,7 @@ def test_lloyd_keeps_center_of_non_positive_cluster():
     X = np.array([[0.0], [1.0], [10.0], [11.0]])
     w = np.array([1.0, 1.0, 1.0, -2.0])
     init = np.array([[0.2], [10.4]])
-    centers, labels, d2, _ = _weighted_lloyd(
+    centers, labels, d2, _ = weighted_lloyd(
         X, w, init, row_norms(X, squared=True), 10, 0.0
     )
     assert centers[0, 0] == pytest.approx(0.5)
@@ -532,8 +532,8 @@ def test_lloyd_with_negative_weights_never_goes_uphill_or_cycles():
     x_sq = row_norms(points, squared=True)
     for seed in range(10):
         init = points[np.random.RandomState(seed).choice(300, 5, replace=False)]
-        _, init_d2 = _weighted_lloyd(points, w, init, x_sq, 0, 0.0)[1:3]
-        centers, labels, d2, n_iter = _weighted_lloyd(points, w, init, x_sq, 300, 0.0)
+        _, init_d2 = weighted_lloyd(points, w, init, x_sq, 0, 0.0)[1:3]
+        centers, labels, d2, n_iter = weighted_lloyd(points, w, init, x_sq, 300, 0.0)
         assert w @ d2 <= w @ init_d2 + 1e-9
         assert n_iter < 300
 
@@ -544,7 +544,7 @@ def test_weighted_kmeans_restarts_side_by_side_or_in_turn_are_alike(
 ):
     # Up to a size the server's restarts run side by side (batched), above
     # it one after another: the same algorithm, draws in another order.
-    import skfed.cluster._coreset as coreset_module
+    import skfed.cluster._kmeans._restarts as restarts_module
 
     rng = np.random.RandomState(0)
     X, _ = make_blobs(3000, n_features=5, centers=6, random_state=0)
@@ -555,7 +555,7 @@ def test_weighted_kmeans_restarts_side_by_side_or_in_turn_are_alike(
     # CSR points of few features are densified: the same model.
     from_csr = weighted_kmeans(sp.csr_matrix(X), w, 6, random_state=0, n_init=4)
     np.testing.assert_allclose(from_csr[0], batched[0])
-    monkeypatch.setattr(coreset_module, "_BATCHED_RESTARTS_FLOATS", 0)
+    monkeypatch.setattr(restarts_module, "_BATCHED_RESTARTS_FLOATS", 0)
     in_turn = weighted_kmeans(X, w, 6, random_state=0, n_init=4, verbose=1)
     assert batched[1] == pytest.approx(in_turn[1], rel=0.02)
     # The reported inertia is the weighted cost of the returned centers.
@@ -569,7 +569,7 @@ def test_weighted_kmeans_restarts_side_by_side_or_in_turn_are_alike(
 def test_server_sees_each_distinct_point_once_in_value_order(sparse):
     # A point sent several times (a repeated sample) is one point carrying
     # the total weight; the order does not depend on the uploads' order.
-    from skfed.cluster._coreset import _distinct_points
+    from skfed.cluster._protocols._coreset import _distinct_points
 
     rng = np.random.RandomState(0)
     base = rng.standard_normal((6, 3))
@@ -619,7 +619,7 @@ def test_weighted_samples_give_the_repeated_samples_model(blobs):
 
 def test_draw_is_randomstate_choice():
     # The coreset's D² sampling draws what RandomState.choice would.
-    from skfed.cluster._coreset import _draw
+    from skfed.cluster._kmeans import draw
 
     for seed in range(20):
         rng = np.random.RandomState(seed)
@@ -628,7 +628,7 @@ def test_draw_is_randomstate_choice():
         p[rng.randint(len(p))] = 1.0
         expected = np.random.RandomState(seed).choice(len(p), 17, p=p / p.sum())
         np.testing.assert_array_equal(
-            _draw(np.random.RandomState(seed), p, 17), expected
+            draw(np.random.RandomState(seed), p, 17), expected
         )
 
 
@@ -977,11 +977,11 @@ def test_steps_travel_by_name_with_data_options():
     import pickle
 
     from skfed._engine._protocol import as_step_call
-    from skfed.cluster._coreset import _coreset_step
+    from skfed.cluster._protocols._coreset import _coreset_step
 
     call = as_step_call(partial(_coreset_step, rows=("other", "H"), weighted=False))
     assert call.name == "coreset.sample" and call.namespace == "coreset"
-    assert call.module == "skfed.cluster._coreset"
+    assert call.module == "skfed.cluster._protocols._coreset"
     assert pickle.loads(pickle.dumps(call)) == call
     # Code never travels: an option that is a function is refused.
     with pytest.raises(TypeError, match="options are data"):

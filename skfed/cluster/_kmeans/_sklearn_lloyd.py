@@ -26,35 +26,25 @@ loop, on one thread (several threads would sum the clusters in an order
 that depends on their number, and the model must not depend on the
 machine). It is private to scikit-learn, with no promise of stability, so
 a release that moves it or changes its arguments sends every run to the
-NumPy pass kept here (:func:`_numpy_lloyd`: a product against the centers
-with −‖c‖²/2 appended, an argmax, and one sparse product for the sums, in
-blocks of at most 512 kB), which makes the same iterations. On a client
-of 10,000 rows in 20 features with 16 centers, one update with the
-assignments before and after it took 0.62 ms compiled and 1.40 ms in
-NumPy (``benchmarks/bench_vs_lloyd.py local-parts``).
+NumPy pass kept here (:func:`_numpy_lloyd`: the package's own assignment
+and cluster sums, with ``KMeans``' relocation of empty clusters), which
+makes the same iterations in float64 sums (slower: it is a fallback).
 """
 
 from typing import NamedTuple
 
 import numpy as np
-import scipy.sparse as sp
 
-from .._numerics._blocks import row_blocks
-from ._coreset import _tolerance
+from ..._sklearn_compat import lloyd_iter_chunked_dense as _compiled_iteration
+from ._assign import (
+    assign,
+    cluster_sums,
+    labelled_sq_distances,
+    sq_norms,
+    tolerance,
+)
 
-try:
-    from sklearn.cluster._k_means_lloyd import (
-        lloyd_iter_chunked_dense as _compiled_iteration,
-    )
-except ImportError:  # pragma: no cover - depends on the installed release
-    _compiled_iteration = None
-
-__all__ = ["LloydRows", "lloyd", "lloyd_rows", "weighted_cost"]
-
-# Rows per block of the distance computation: a (block, k) array of 512 kB,
-# which stays in cache while it is reduced (a product of 1,000 rows with 64
-# centers ran at up to twice the speed per row of one of 10,000 rows).
-_BLOCK_ELEMENTS = 2**16
+__all__ = ["LloydRows", "lloyd", "lloyd_rows"]
 
 
 class LloydRows(NamedTuple):
@@ -86,7 +76,7 @@ def lloyd_rows(X, weights, tol):
     """
     X = np.ascontiguousarray(X)
     w = np.asarray(weights, dtype=np.float64)
-    return LloydRows(X, w, _tolerance(X, w, tol))
+    return LloydRows(X, w, tolerance(X, w, tol))
 
 
 def lloyd(rows, centers, *, max_iter):
@@ -171,19 +161,19 @@ def _compiled_lloyd(rows, centers, max_iter):
 
 
 def _numpy_lloyd(rows, centers, max_iter):
-    """:func:`lloyd` in NumPy, for releases without the compiled iteration."""
-    X_ones = _with_ones(rows.X)
-    buffer = _block_buffer(X_ones.shape[0], len(centers), X_ones.dtype)
-    labels = _nearest(X_ones, centers, buffer)
-    # In the rows' dtype, as KMeans accumulates: a float64 membership matrix
-    # would have scipy copy float32 rows to float64 on every product.
-    members = _Members(rows.w.astype(X_ones.dtype, copy=False), len(centers))
+    """:func:`lloyd` in NumPy, for releases without the compiled iteration:
+    the package's assignment and cluster sums
+    (:mod:`skfed.cluster._kmeans._assign`), with ``KMeans``' relocation of
+    empty clusters."""
+    X = rows.X
+    x_sq = sq_norms(X)
+    labels, _ = assign(X, x_sq, centers, d2=None)
     n_iter = 0
     while n_iter < max_iter:
         n_iter += 1
-        new_centers = _updated_centers(rows, X_ones, members, centers, labels)
+        new_centers = _updated_centers(rows, centers, labels)
         shift = float(((new_centers - centers) ** 2).sum(dtype=np.float64))
-        new_labels = _nearest(X_ones, new_centers, buffer)
+        new_labels, _ = assign(X, x_sq, new_centers, d2=None)
         converged = shift <= rows.tol_abs or np.array_equal(new_labels, labels)
         centers, labels = new_centers, new_labels
         if converged:
@@ -191,87 +181,7 @@ def _numpy_lloyd(rows, centers, max_iter):
     return centers, labels, n_iter
 
 
-def _with_ones(X):
-    # With a column of ones, one product gives both what the assignment
-    # compares (x·c − ‖c‖²/2, against centers with −‖c‖²/2 appended) and
-    # the clusters' weighted sums with their total weights.
-    X_ones = np.empty((X.shape[0], X.shape[1] + 1), dtype=X.dtype)
-    X_ones[:, :-1] = X
-    X_ones[:, -1] = 1.0
-    return X_ones
-
-
-def weighted_cost(X, w, centers, labels):
-    """Σ_i w_i ‖x_i − c_{labels_i}‖², from the differences (no cancellation)."""
-    return float(w @ _sq_distances(X, centers, labels))
-
-
-def _block_rows(width):
-    return max(1, _BLOCK_ELEMENTS // max(width, 1))
-
-
-def _sq_distances(X, centers, labels):
-    """‖x_i − c_{labels_i}‖² of every row, a block of rows at a time."""
-    d2 = np.empty(X.shape[0], dtype=np.float64)
-    for block in row_blocks(X.shape[0], _block_rows(X.shape[1])):
-        diff = X[block] - centers[labels[block]]
-        d2[block] = np.einsum("ij,ij->i", diff, diff)
-    return d2
-
-
-def _nearest(X_ones, centers, buffer=None):
-    """Index of the nearest center of each row (the first one on ties).
-
-    ‖x − c‖² = ‖x‖² − 2 x·c + ‖c‖², and ‖x‖² is the same for every center
-    of a row, so the largest x·c − ‖c‖²/2 is the nearest: one product of
-    the rows with a column of ones and the centers with −‖c‖²/2 appended.
-    ``buffer`` (rows of a block by k, the rows' dtype) takes the products:
-    a run reuses one, since an array of this size allocated afresh on each
-    pass costs page faults comparable to the product itself.
-    """
-    n_samples, n_clusters = X_ones.shape[0], len(centers)
-    scores = np.empty((n_clusters, centers.shape[1] + 1), dtype=X_ones.dtype)
-    scores[:, :-1] = centers
-    scores[:, -1] = -0.5 * np.einsum("ij,ij->i", centers, centers)
-    scores = scores.T
-    if buffer is None:
-        buffer = _block_buffer(n_samples, n_clusters, X_ones.dtype)
-    labels = np.empty(n_samples, dtype=np.intp)
-    for block in row_blocks(n_samples, len(buffer)):
-        products = buffer[: block.stop - block.start]
-        np.matmul(X_ones[block], scores, out=products)
-        np.argmax(products, axis=1, out=labels[block])
-    return labels
-
-
-def _block_buffer(n_samples, n_clusters, dtype):
-    return np.empty((min(n_samples, _block_rows(n_clusters)), n_clusters), dtype)
-
-
-class _Members:
-    """The weighted one-hot memberships of a Lloyd run, as a (k, n) CSC
-    matrix with one entry per row: its product with the rows and their
-    column of ones gives each cluster's weighted sum and, in the last
-    column, its total weight. Built once per run, the labels written into
-    it each iteration (building a scipy matrix checks its arrays, which
-    cost as much as the product on a client of 10,000 rows).
-    """
-
-    def __init__(self, w, n_clusters):
-        n_samples = len(w)
-        self.matrix = sp.csc_matrix(
-            (w, np.zeros(n_samples, dtype=np.int32), np.arange(n_samples + 1)),
-            shape=(n_clusters, n_samples),
-        )
-
-    def sums(self, labels, X_ones):
-        # Each column holds one entry, so its indices stay sorted and
-        # canonical whatever the labels.
-        self.matrix.indices[:] = labels
-        return np.asarray(self.matrix @ X_ones, dtype=np.float64)
-
-
-def _updated_centers(rows, X_ones, members, centers, labels):
+def _updated_centers(rows, centers, labels):
     """The weighted mean of each cluster; an empty cluster takes a far row.
 
     As in ``KMeans``: the empty clusters take the rows farthest from their
@@ -279,19 +189,18 @@ def _updated_centers(rows, X_ones, members, centers, labels):
     leaving the cluster it was in. A cluster that then holds no weight
     keeps its center.
     """
-    w = rows.w
-    sums = members.sums(labels, X_ones)
+    X, w = rows.X, rows.w
+    sums, totals = cluster_sums(X, w, labels, len(centers))
     empty = np.flatnonzero(np.bincount(labels, minlength=len(centers)) == 0)
     if empty.size:
-        X = rows.X
-        d2 = _sq_distances(X, centers, labels)
+        d2 = labelled_sq_distances(X, centers, labels)
         far = np.argsort(-d2, kind="stable")[: empty.size]
         for cluster, row in zip(empty, far):
-            moved = w[row] * X_ones[row]
+            moved = w[row] * X[row]
             sums[labels[row]] -= moved
-            sums[cluster] = moved
-    totals = sums[:, -1]
+            totals[labels[row]] -= w[row]
+            sums[cluster], totals[cluster] = moved, w[row]
     new_centers = centers.copy()
     filled = totals > 0
-    new_centers[filled] = sums[filled, :-1] / totals[filled, None]
+    new_centers[filled] = sums[filled] / totals[filled, None]
     return new_centers

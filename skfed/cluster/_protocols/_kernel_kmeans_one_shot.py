@@ -14,7 +14,7 @@ matrix; so H = (Z − 1 z̄ᵀ) V = U Λ^½ is the top-s kernel PCA embedding of
 the random-feature kernel. The server sends V and the shift z̄ᵀV, each
 client forms its rows of H, and k-means runs on H as with DSPGD.
 
-Unlike DSPGD (see :mod:`skfed.cluster._kernel_kmeans_protocol`), which
+Unlike DSPGD (see :mod:`skfed.cluster._protocols._kernel_kmeans`), which
 solves an eigen-problem of fresh features every iteration, the Gram sums are
 paid once: D(D+1)/2 + D floats up per client in all.
 
@@ -39,7 +39,7 @@ x̄ the features, and so the model, do not depend on where the data sit.
 Under differential privacy (the federation has an accountant) each client
 clips its features to their norm bound and noises its triangle and
 [Z[m]ᵀ1, n_m] (:func:`~skfed.kernel._private_features.private_statistics`),
-and the private Lloyd of :mod:`skfed.cluster._kernel_kmeans_private`
+and the private Lloyd of :mod:`skfed.cluster._protocols._kernel_kmeans_private`
 replaces the coreset k-means, whose clients would upload rows of H.
 
 :func:`run_one_shot` drives the rounds; the client steps and the server
@@ -54,11 +54,11 @@ import numpy as np
 from scipy.linalg import LinAlgError, cholesky, eigh, solve_triangular, svd
 from sklearn.exceptions import ConvergenceWarning
 
-from .._engine._ledger import NO_UPLOAD, SUM_ONLY, Disclosure
-from .._engine._protocol import client_step
-from .._numerics._seeds import SEED_MAX
-from ..kernel import federated_gamma
-from ..kernel._private_features import (
+from ..._engine._protocol import client_step
+from ..._engine._rounds import sum_only
+from ..._numerics._seeds import SEED_MAX
+from ...kernel import federated_gamma
+from ...kernel._private_features import (
     feature_blocks,
     feature_gram_statistics,
     feature_norm_bound,
@@ -66,24 +66,85 @@ from ..kernel._private_features import (
     private_statistics,
     symmetric_from_upper,
 )
-from ..kernel._random_features import (
+from ...kernel._random_features import (
     FEATURE_REMEDY,
     count_and_sum_raw_rows,
     count_and_sum_step,
     feature_min_rows,
     feature_statistics_raw_rows,
 )
-from ..privacy import gaussian_noise
-from ..privacy._refusal import MIN_ROWS, require_distinct_rows
-from ._coreset import federated_coreset_kmeans
-from ._kernel_kmeans_private import private_kmeans
-from ._kernel_kmeans_protocol import _CHUNK, _ROUNDOFF, _signs
+from ...privacy import gaussian_noise
+from ...privacy._refusal import MIN_ROWS, require_distinct_rows
+from ._coreset import coreset_rounds, federated_coreset_kmeans
+from ._kernel_kmeans import (
+    CHUNK,
+    EMBEDDING,
+    KERNEL_WIDTH,
+    ROUNDOFF,
+    kernel_width_rounds,
+    signs,
+)
+from ._kernel_kmeans_private import private_kmeans, private_rounds
 
-__all__ = ["OneShotResult", "one_shot_embedding", "run_one_shot"]
+__all__ = [
+    "FEATURE_STATISTICS",
+    "KERNEL_CENTRE",
+    "PRIVATE_FEATURE_STATISTICS",
+    "SKETCH_STATISTICS",
+    "OneShotResult",
+    "one_shot_embedding",
+    "one_shot_rounds",
+    "run_one_shot",
+]
 
 # The stream of the sketch's test matrix Ω beside the map's seed: another
 # stream than the map's frequencies, drawn by the server and every client.
 _SKETCH_STREAM = 1
+
+
+# The rounds (see run_one_shot); the kernel width's, when not given, and
+# the embedding are DSPGD's (skfed.cluster._protocols._kernel_kmeans).
+# With a sketch: the data's mean, then the sketched statistics around it.
+KERNEL_CENTRE = sum_only("kernel centre", rows=count_and_sum_raw_rows)
+SKETCH_STATISTICS = sum_only("random feature statistics")
+# Without: the upper triangle of Σ_m Z[m]ᵀZ[m] and Z[m]ᵀ1 (the ledger
+# counts a client whose statistics give its rows away, see
+# feature_statistics_uploaded)...
+FEATURE_STATISTICS = sum_only("random feature statistics")
+# ... or, under differential privacy, both noised (two releases, of
+# skfed.kernel._private_features.gram_sensitivity and
+# feature_sum_sensitivity; skfed.kernel's private_statistics runs it).
+PRIVATE_FEATURE_STATISTICS = FEATURE_STATISTICS.noised(2)
+
+
+def feature_statistics_uploaded(n_random_features):
+    """:data:`FEATURE_STATISTICS` counting, in the ledger, the uploads that
+    determine rows of X (see
+    :func:`~skfed.kernel._random_features.feature_statistics_raw_rows`)."""
+    rows = partial(feature_statistics_raw_rows, n_random_features=n_random_features)
+    disclosure = FEATURE_STATISTICS.disclosure._replace(rows=rows)
+    return FEATURE_STATISTICS._replace(disclosure=disclosure)
+
+
+def one_shot_rounds(*, gamma, secure_aggregation, sketch, private, refine_iter):
+    """The rounds :func:`run_one_shot` runs, a repeated round once per run
+    (the coreset's refinement at most ``refine_iter`` times)."""
+    if sketch:
+        statistics = (KERNEL_CENTRE, SKETCH_STATISTICS)
+    elif private:
+        statistics = (PRIVATE_FEATURE_STATISTICS,)
+    else:
+        statistics = (FEATURE_STATISTICS,)
+    if private:
+        clustering = private_rounds(refine_iter)
+    else:
+        clustering = coreset_rounds(refine_iter, embedded=True)
+    return (
+        *kernel_width_rounds(gamma, secure_aggregation),
+        *statistics,
+        EMBEDDING,
+        *clustering,
+    )
 
 
 class OneShotResult(NamedTuple):
@@ -147,7 +208,7 @@ def run_one_shot(
     the seed, γ, l and x̄, up D l + D),
     ``"embedding"`` (down V and z̄ᵀV, D s + s), then the
     coreset k-means rounds on H (see
-    :func:`~skfed.cluster._coreset.federated_coreset_kmeans`).
+    :func:`~skfed.cluster._protocols._coreset.federated_coreset_kmeans`).
 
     Parameters
     ----------
@@ -176,7 +237,7 @@ def run_one_shot(
     seed = int(random_state.randint(SEED_MAX))
     if gamma is None:
         # Each client's mean and spread, or their sums when masked.
-        gamma = federated_gamma(fed, "kernel width")
+        gamma = federated_gamma(fed, KERNEL_WIDTH.name)
     else:
         gamma = float(gamma)
 
@@ -190,18 +251,15 @@ def run_one_shot(
     center = None
     if sketch_size is not None:
         n_total, x_total = fed.run_round(
-            "kernel centre",
-            partial(count_and_sum_step, **refuse),
-            disclosure=Disclosure(SUM_ONLY, rows=count_and_sum_raw_rows),
+            KERNEL_CENTRE, partial(count_and_sum_step, **refuse)
         )
         center = np.asarray(x_total, dtype=np.float64) / n_total
         # Linear in each client's rows like the triangle, and read only as
         # a sum by the server step: sum-only as well (and may be masked).
         total = fed.run_round(
-            "random feature statistics",
+            SKETCH_STATISTICS,
             partial(_sketch_step, n_features=n_random_features, **gram_refuse),
             (seed, gamma, sketch_size, center),
-            disclosure=SUM_ONLY,
         )
         eigenvalues, basis, shift = sketched_covariance_basis(
             total,
@@ -215,21 +273,14 @@ def run_one_shot(
             # clients' statistics, so the round is sum-only (and may be
             # masked).
             total = fed.run_round(
-                "random feature statistics",
-                partial(_statistics_step, n_features=n_random_features, **gram_refuse),
+                feature_statistics_uploaded(n_random_features),
+                partial(statistics_step, n_features=n_random_features, **gram_refuse),
                 (seed, gamma),
-                disclosure=Disclosure(
-                    SUM_ONLY,
-                    rows=partial(
-                        feature_statistics_raw_rows,
-                        n_random_features=n_random_features,
-                    ),
-                ),
             )
             n_samples = fed.n_samples
         else:
             total, n_samples = private_statistics(
-                fed, _statistics_step, (seed, gamma), n_random_features
+                fed, statistics_step, (seed, gamma), n_random_features
             )
         eigenvalues, basis, shift = feature_covariance_basis(
             total, n_samples, n_random_features, n_components
@@ -244,7 +295,7 @@ def run_one_shot(
             ConvergenceWarning,
             stacklevel=3,
         )
-    fed.run_round("embedding", _embedding_step, (basis, shift), disclosure=NO_UPLOAD)
+    fed.run_round(EMBEDDING, _embedding_step, (basis, shift))
 
     if fed.accountant is None:
         coreset = federated_coreset_kmeans(
@@ -318,7 +369,7 @@ def one_shot_embedding(X, omega, offset, basis, shift):
     :meth:`~skfed.FederatedKernelKMeans.transform` share it, so that new
     points follow the training rows' arithmetic exactly."""
     H = np.empty((X.shape[0], basis.shape[1]))
-    for block, rows in feature_blocks(X, omega, offset, chunk=_CHUNK):
+    for block, rows in feature_blocks(X, omega, offset, chunk=CHUNK):
         np.matmul(rows, basis, out=H[block])
     H -= shift
     return H
@@ -329,7 +380,7 @@ def one_shot_embedding(X, omega, offset, basis, shift):
 
 
 @client_step("kernel_kmeans.one_shot_statistics", sum_only=True)
-def _statistics_step(client, state, message, *, n_features, noise=None, min_rows=None):
+def statistics_step(client, state, message, *, n_features, noise=None, min_rows=None):
     """Client step: the upper triangle of Z[m]ᵀZ[m] (row by row) followed by
     Z[m]ᵀ1, D(D+1)/2 + D floats in one vector, so that the server's sum over
     clients is a plain vector sum.
@@ -353,7 +404,7 @@ def _statistics_step(client, state, message, *, n_features, noise=None, min_rows
         require_distinct_rows(X, min_rows, "random-feature statistics", FEATURE_REMEDY)
     omega, offset = feature_map(seed, X.shape[1], n_features, gamma)
     radius = None if noise is None else noise[0]
-    upper, sums = feature_gram_statistics(X, omega, offset, radius=radius, chunk=_CHUNK)
+    upper, sums = feature_gram_statistics(X, omega, offset, radius=radius, chunk=CHUNK)
     state = dict(state or {})
     state["one_shot_map"] = (int(seed), float(gamma), n_features, None)
     if noise is None:
@@ -379,7 +430,7 @@ def _sketch_step(client, state, message, *, n_features, min_rows=None):
     around which the features are taken (:func:`centred_map`); Ω comes
     from the seed (:func:`sketch_matrix`). Z[m] is held a block of rows at
     a time and not kept: the embedding round recomputes it from the seed.
-    ``min_rows`` as in :func:`_statistics_step`.
+    ``min_rows`` as in :func:`statistics_step`.
     """
     seed, gamma, sketch_size, center = message
     X = client.X
@@ -389,7 +440,7 @@ def _sketch_step(client, state, message, *, n_features, min_rows=None):
     test = sketch_matrix(seed, n_features, sketch_size)
     sketch = np.zeros((n_features, sketch_size))
     sums = np.zeros(n_features)
-    for _, rows in feature_blocks(X, omega, offset, chunk=_CHUNK):
+    for _, rows in feature_blocks(X, omega, offset, chunk=CHUNK):
         # Zᵀ(Z Ω): 2 n_m D l flops, never the D x D Gram matrix.
         sketch += rows.T @ (rows @ test)
         sums += rows.sum(axis=0)
@@ -458,14 +509,14 @@ def feature_covariance_basis(total, n_samples, n_random_features, n_components):
     # Round-off relative to the features' total square, trace(Σ ZᵀZ) ≈ N
     # (‖z(x)‖² ≈ 1), not to the largest eigenvalue of C, which is itself
     # round-off when every row has the same features.
-    keep = mu > _ROUNDOFF * np.trace(gram)
+    keep = mu > ROUNDOFF * np.trace(gram)
     if not keep.any():
         # No direction in which the features vary: one zero column, so that
         # every row of H is exactly 0 and k-means puts them in one cluster
         # (a round-off eigenvector would scatter them by 1e-17).
         return np.zeros(1), np.zeros((D, 1)), np.zeros(1)
     mu, V = mu[keep], V[:, keep]
-    V = V * _signs(V)
+    V = V * signs(V)
     return mu, V, mean @ V
 
 
@@ -520,9 +571,9 @@ def sketched_covariance_basis(total, n_samples, test, n_components):
     mu, V = np.maximum(sigma[:s] ** 2 - nu, 0.0), U[:, :s]
     # Round-off relative to the features' total square, N R² (‖z(x)‖ ≤ R
     # for every x, 1 for even D), as trace(Σ ZᵀZ) is for the triangle.
-    keep = mu > _ROUNDOFF * n_samples * feature_norm_bound(D) ** 2
+    keep = mu > ROUNDOFF * n_samples * feature_norm_bound(D) ** 2
     if not keep.any():
         return np.zeros(1), np.zeros((D, 1)), np.zeros(1)
     mu, V = mu[keep], V[:, keep]
-    V = V * _signs(V)
+    V = V * signs(V)
     return mu, V, mean @ V

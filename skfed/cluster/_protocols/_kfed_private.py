@@ -21,9 +21,10 @@ dropped, dropped centers restarted) uniform starts reach 0.9998.
 
 import numpy as np
 
-from .._engine._protocol import client_step
-from ..privacy import box_radius, clip_to_box, gaussian_noise
-from ._coreset import _cluster_sums
+from ..._engine._protocol import client_step
+from ...privacy import box_radius, clip_to_box, gaussian_noise
+from .._kmeans import cluster_sums, nearest
+from ._kfed_local import SimulatedDropout
 
 # Per-client random streams of the starts and restarts (the noise has none:
 # skfed.privacy draws it from fresh entropy).
@@ -59,11 +60,23 @@ def release_scales(lower, upper, noise_multiplier):
     sums' does not move, so c = R. (Above R both errors of a mean S_j/n_j,
     z·Δ·√d/n_j through its sum and z·Δ·R/(c·n_j) through its count, grow.)
     """
+    sensitivity = release_sensitivity(lower, upper)
+    return _count_scale(lower, upper), sensitivity, noise_multiplier * sensitivity
+
+
+def release_sensitivity(lower, upper):
+    """Δ, the L2 sensitivity of one release for rows clipped to the box
+    ``[lower, upper]`` (see :func:`release_scales`)."""
     radius = box_radius(lower, upper)
-    # A box of zero width (every row the same point): counts alone move.
-    count_scale = radius if radius > 0 else 1.0
-    sensitivity = max(2.0 * radius, float(np.sqrt(2.0 * (radius**2 + count_scale**2))))
-    return count_scale, sensitivity, noise_multiplier * sensitivity
+    count_scale = _count_scale(lower, upper)
+    return max(2.0 * radius, float(np.sqrt(2.0 * (radius**2 + count_scale**2))))
+
+
+def _count_scale(lower, upper):
+    """c = R, the counts' scale; a box of zero width (every row the same
+    point): 1, counts alone move."""
+    radius = box_radius(lower, upper)
+    return radius if radius > 0 else 1.0
 
 
 def release_statistics(X_clipped, centers, count_scale):
@@ -87,8 +100,8 @@ def release_statistics(X_clipped, centers, count_scale):
     labels : ndarray of shape (n_samples,)
         The nearest center of each row (kept on the client).
     """
-    labels = _nearest(X_clipped, centers)
-    sums, counts = _cluster_sums(
+    labels = nearest(X_clipped, centers)
+    sums, counts = cluster_sums(
         X_clipped, np.ones(X_clipped.shape[0]), labels, len(centers)
     )
     return sums, count_scale * counts, labels
@@ -116,10 +129,9 @@ def dp_lloyd_step(
     weight) of each row; the cluster map then labels each row with its
     nearest global center, not with its local center's cluster.
     """
-    from ._kfed_protocol import _SimulatedDropout
 
     if dropout and client.random_state(_DROPOUT_STREAM).random_sample() < dropout:
-        raise _SimulatedDropout(f"simulated dropout (client_dropout={dropout})")
+        raise SimulatedDropout(f"simulated dropout (client_dropout={dropout})")
     if isinstance(n_local_clusters, dict):
         n_local_clusters = n_local_clusters[client.client_id]
     lower = np.asarray(lower, dtype=np.float64)
@@ -154,7 +166,7 @@ def dp_lloyd_step(
     live = np.flatnonzero(weights > 0)
     if len(live) == 0:
         live = np.arange(len(centers))
-    local_labels = live[_nearest(rows, centers[live])]
+    local_labels = live[nearest(rows, centers[live])]
     state = {
         "local_labels": local_labels,
         "raw": False,
@@ -211,13 +223,3 @@ def _restart_dropped(centers, counts, kept, half, random_state):
     # splitting, large next to rounding.
     step = random_state.normal(size=(len(dropped), len(half))) * (half / 100)
     centers[dropped] = np.clip(centers[targets] + step, -half, half)
-
-
-def _nearest(X, centers):
-    """Index of the nearest center of each row (the first on ties)."""
-    sq = (
-        np.einsum("ij,ij->i", centers, centers)[None, :]
-        - 2.0 * (X @ centers.T)
-        + np.einsum("ij,ij->i", X, X)[:, None]
-    )
-    return np.argmin(sq, axis=1)

@@ -5,8 +5,8 @@ same run, and a changed private iteration falls back to NumPy."""
 import numpy as np
 from numpy.testing import assert_allclose, assert_array_equal
 
-import skfed.cluster._lloyd as lloyd_module
-from skfed.cluster._lloyd import lloyd, lloyd_rows
+import skfed.cluster._kmeans._sklearn_lloyd as lloyd_module
+from skfed.cluster._kmeans import lloyd, lloyd_rows
 
 
 def mixture(n, d, k, separation, seed):

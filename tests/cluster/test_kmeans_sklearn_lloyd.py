@@ -1,5 +1,5 @@
-"""The large clients' Lloyd (skfed.cluster._lloyd) against scikit-learn's
-KMeans from the same start, and KFed's use of it. Every run is checked on
+"""The large clients' Lloyd (skfed.cluster._kmeans._sklearn_lloyd) against
+scikit-learn's KMeans from the same start, and KFed's use of it. Every run is checked on
 both of its passes: scikit-learn's compiled iteration and the NumPy pass
 that releases without it take."""
 
@@ -9,10 +9,10 @@ from numpy.testing import assert_allclose, assert_array_equal
 from sklearn.cluster import KMeans
 from sklearn.metrics import normalized_mutual_info_score
 
-import skfed.cluster._kfed_protocol as kfed_module
-import skfed.cluster._lloyd as lloyd_module
+import skfed.cluster._kmeans._sklearn_lloyd as lloyd_module
+import skfed.cluster._protocols._kfed_local as kfed_module
 from skfed import KFed
-from skfed.cluster._lloyd import lloyd, lloyd_rows, weighted_cost
+from skfed.cluster._kmeans import lloyd, lloyd_rows, weighted_cost
 
 
 @pytest.fixture(autouse=True, params=["compiled", "numpy"])

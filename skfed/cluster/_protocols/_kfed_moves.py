@@ -20,8 +20,14 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._coreset import _SAME_COST, _cluster_sums, _sq_norms
-from ._lloyd import lloyd, weighted_cost
+from .._kmeans import (
+    SAME_COST,
+    cluster_means,
+    cluster_sums,
+    lloyd,
+    sq_norms,
+    weighted_cost,
+)
 
 __all__ = ["improve_by_moves"]
 
@@ -53,7 +59,7 @@ def improve_by_moves(rows, centers, labels, *, max_iter):
     rows : LloydRows
         The client's dense rows (centered on its mean by the caller) and
         positive sample weights, with Lloyd's tolerance, as
-        :func:`~skfed.cluster._lloyd.lloyd_rows` prepares them.
+        :func:`~skfed.cluster._kmeans.lloyd_rows` prepares them.
     centers : ndarray of shape (n_clusters, n_features)
         The means of the clusters ``labels`` defines (a cluster of no row
         keeps any center).
@@ -78,10 +84,10 @@ def improve_by_moves(rows, centers, labels, *, max_iter):
         if n_new == 0:
             break
         lloyd_centers, new_labels, lloyd_iter = lloyd(rows, moved, max_iter=max_iter)
-        new_centers = _means(X, w, new_labels, lloyd_centers)
+        new_centers = cluster_means(X, w, new_labels, lloyd_centers)
         new_cost = weighted_cost(X, w, new_centers, new_labels)
         # A cost lower by rounding only is no progress (see _better_of).
-        if not new_cost < cost - _SAME_COST * abs(cost):
+        if not new_cost < cost - SAME_COST * abs(cost):
             break
         centers, labels, cost = new_centers, new_labels, new_cost
         n_iter += int(lloyd_iter)
@@ -152,30 +158,30 @@ def _split_savings(X, w, centers, labels):
     savings = np.zeros(n_clusters)
     halves = np.zeros((n_clusters, 2, n_features))
     Y = X - np.asarray(centers, dtype=np.float64)[labels]
-    total_sum, total = _cluster_sums(Y, w, labels, n_clusters)  # W m, W
+    total_sum, total = cluster_sums(Y, w, labels, n_clusters)  # W m, W
     # A cluster of one row has nothing to split.
     split = np.bincount(labels, minlength=n_clusters) >= 2
     axis = Y[_first_farthest(Y, labels, n_clusters)]
     for _ in range(_POWER_STEPS):
         weights = w * _along(Y, axis, labels)
-        new_axis, _ = _cluster_sums(Y, weights, labels, n_clusters)
+        new_axis, _ = cluster_sums(Y, weights, labels, n_clusters)
         norm = np.linalg.norm(new_axis, axis=1)
         # Zero only where all of a cluster's rows sit at its center.
         turned = norm > 0
         axis[turned] = new_axis[turned] / norm[turned, None]
     side = _along(Y, axis, labels) > 0
     for step in range(_SPLIT_STEPS + 1):
-        sum_a, w_a = _cluster_sums(Y, np.where(side, w, 0.0), labels, n_clusters)
+        sum_a, w_a = cluster_sums(Y, np.where(side, w, 0.0), labels, n_clusters)
         w_b = total - w_a
         split &= (w_a > 0) & (w_b > 0)
         a = _divide(sum_a, w_a)
         b = _divide(total_sum - sum_a, w_b)
         if step < _SPLIT_STEPS:
             # Each row to the nearer of the two halves' means.
-            offset = 0.5 * (_sq_norms(a) - _sq_norms(b))
+            offset = 0.5 * (sq_norms(a) - sq_norms(b))
             side = _along(Y, a - b, labels) > offset[labels]
     m = _divide(total_sum, total)
-    saving = w_a * _sq_norms(a) + w_b * _sq_norms(b) - total * _sq_norms(m)
+    saving = w_a * sq_norms(a) + w_b * sq_norms(b) - total * sq_norms(m)
     savings[split] = saving[split]
     halves[split, 0] = a[split] + centers[split]
     halves[split, 1] = b[split] + centers[split]
@@ -190,7 +196,7 @@ def _along(Y, vectors, labels):
 def _first_farthest(Y, labels, n_clusters):
     """Each cluster's row farthest from its center, the first on ties (0
     for a cluster of no row)."""
-    sq = _sq_norms(Y)
+    sq = sq_norms(Y)
     top = np.full(n_clusters, -np.inf)
     np.maximum.at(top, labels, sq)
     hits = np.flatnonzero(sq == top[labels])
@@ -205,12 +211,3 @@ def _divide(sums, weights):
     return np.divide(
         sums, weights[:, None], out=np.zeros_like(sums), where=weights[:, None] > 0
     )
-
-
-def _means(X, w, labels, centers):
-    """Weighted means of the clusters (an empty one keeps its center)."""
-    sums, sizes = _cluster_sums(X, w, labels, len(centers))
-    means = np.array(centers, dtype=np.float64)
-    filled = sizes > 0
-    means[filled] = sums[filled] / sizes[filled, None]
-    return means

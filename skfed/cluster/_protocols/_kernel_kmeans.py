@@ -9,10 +9,14 @@ With the communication efficient mechanism (CEM) the eigen-problem is solved
 on the small (D + r_t) x (D + r_t) matrix G = Σ_m W[m]ᵀW[m] instead of the
 N x N one, so what a client uploads per iteration does not depend on N.
 k-means on the spectral embedding H = U Λ^½ (first s columns) is then run
-with the distributed coreset k-means of :mod:`skfed.cluster._coreset`.
+with the distributed coreset k-means of
+:mod:`skfed.cluster._protocols._coreset`.
 
 :func:`run_kernel_kmeans` drives the rounds; the client steps and the server
-steps follow it. Paper: "A Communication Efficient Federated Kernel k-Means"
+steps follow it, then the replay of the iterations that embeds new points
+(the estimator's ``transform``): one module, since the replay must repeat
+the clients' features and products exactly, which keeping them side by side
+makes plain. Paper: "A Communication Efficient Federated Kernel k-Means"
 (ICLR 2021 submission).
 """
 
@@ -26,38 +30,103 @@ from scipy.linalg import eigh
 from scipy.linalg.blas import dspmv
 from sklearn.exceptions import ConvergenceWarning
 
-from .._engine._ledger import NO_UPLOAD, PER_CLIENT, SUM_ONLY
-from .._engine._protocol import PER_ROW, client_step, collectable
-from .._numerics._blocks import row_blocks
-from .._numerics._lanczos import block_lanczos, lanczos
-from .._numerics._seeds import SEED_MAX
-from .._numerics._signs import vector_signs
-from ..kernel import (
+from ..._engine._protocol import PER_ROW, client_step, collectable
+from ..._engine._rounds import download, per_client, sum_only
+from ..._numerics._blocks import row_blocks
+from ..._numerics._lanczos import block_lanczos, lanczos
+from ..._numerics._seeds import SEED_MAX
+from ..._numerics._signs import vector_signs
+from ...kernel import (
     federated_gamma,
     random_fourier_features,
     sample_fourier_weights,
 )
-from ._coreset import federated_coreset_kmeans
+from ._coreset import coreset_rounds, federated_coreset_kmeans
 
 # Each client's rows of the spectral embedding H: one value per row.
 collectable("kernel_kmeans", "H", PER_ROW)
 
 __all__ = [
+    "EIGENPAIRS",
+    "EMBEDDING",
+    "KERNEL_WIDTH",
+    "KERNEL_WIDTH_BROADCAST",
+    "KERNEL_WIDTH_MEAN",
+    "KERNEL_WIDTH_SPREAD",
+    "LANCZOS",
+    "LANCZOS_EXPAND",
+    "LANCZOS_PROJECT",
+    "RANDOM_FEATURES",
+    "RANDOM_FEATURES_KEPT",
     "KernelKMeansResult",
+    "dspgd_rounds",
     "iteration_features",
+    "kernel_width_rounds",
     "replay_eigenvectors",
     "run_kernel_kmeans",
 ]
 
+# The rounds (see run_kernel_kmeans). The kernel width, when not given, is
+# estimated by skfed.kernel.federated_gamma in rounds of this name: each
+# client's mean and spread (per client), or under secure aggregation their
+# sums in two sum-only rounds.
+KERNEL_WIDTH = per_client("kernel width")
+KERNEL_WIDTH_MEAN = sum_only("kernel width (mean)")
+KERNEL_WIDTH_SPREAD = sum_only("kernel width (spread)")
+KERNEL_WIDTH_BROADCAST = download("kernel width broadcast")
+# DSPGD with CEM: each iteration's features, with the upper triangle of
+# Σ_m W[m]ᵀW[m] (eigen_solver="gram") or kept for the Lanczos products.
+RANDOM_FEATURES = sum_only("random features")
+RANDOM_FEATURES_KEPT = download("random features")
+LANCZOS = sum_only("lanczos")
+EIGENPAIRS = download("eigenpairs")
+# Without CEM (the paper's baseline): each Lanczos product in two halves,
+# the second the clients' rows of it.
+LANCZOS_PROJECT = sum_only("lanczos project")
+LANCZOS_EXPAND = per_client("lanczos expand")
+# The clients' rows of the spectral embedding (the one-shot protocol's too).
+EMBEDDING = download("embedding")
+
+
+def kernel_width_rounds(gamma, secure_aggregation):
+    """The rounds that estimate the kernel width (none when ``gamma`` is
+    given)."""
+    if gamma is not None:
+        return ()
+    if secure_aggregation:
+        return (KERNEL_WIDTH_MEAN, KERNEL_WIDTH_SPREAD)
+    return (KERNEL_WIDTH,)
+
+
+def dspgd_rounds(*, gamma, secure_aggregation, use_cem, eigen_solver, refine_iter):
+    """The rounds :func:`run_kernel_kmeans` runs, each once: how many
+    iterations and Lanczos products a fit takes depends on its data (which
+    is why differential privacy, which must count its releases before the
+    fit, refuses DSPGD)."""
+    if use_cem:
+        gram = eigen_solver == "gram"
+        iteration = (RANDOM_FEATURES,) if gram else (RANDOM_FEATURES_KEPT, LANCZOS)
+        iteration += (EIGENPAIRS,)
+    else:
+        iteration = (RANDOM_FEATURES_KEPT, LANCZOS_PROJECT, LANCZOS_EXPAND)
+    return (
+        *kernel_width_rounds(gamma, secure_aggregation),
+        KERNEL_WIDTH_BROADCAST,
+        *iteration,
+        EMBEDDING,
+        *coreset_rounds(refine_iter, embedded=True),
+    )
+
+
 # Rows per block when clients or the replay map many points to many features.
-_CHUNK = 4096
+CHUNK = 4096
 # Rows per block of W @ basis (see projected_features): 1,024 rows of
 # D + r = 335 features (2.7 MB) stay near the core between the features'
 # writing and the product's reading; 4,096 rows (11 MB) did not, and the
 # product took 2.1-2.2 us a row against 1.7 (100,000 rows, 37 columns).
 _PROJECT_CHUNK = 1024
 # Eigenvalues below this fraction of the largest are numerically zero.
-_ROUNDOFF = 1e-10
+ROUNDOFF = 1e-10
 # An iteration sums G in float32 (see _feature_gram) when its threshold η_t λ
 # is at least this fraction of the previous iteration's largest eigenvalue.
 # The float32 sums' errors leave eigenvalues of up to about 1e-6 of the
@@ -165,7 +234,7 @@ def run_kernel_kmeans(
     ``"random features"``, the Lanczos rounds (``"lanczos"``, or
     ``"lanczos project"``/``"lanczos expand"`` without CEM) and
     ``"eigenpairs"``; then ``"embedding"`` and the coreset k-means rounds
-    on H (see :func:`~skfed.cluster._coreset.federated_coreset_kmeans`).
+    on H (see :func:`~skfed.cluster._protocols._coreset.federated_coreset_kmeans`).
 
     Parameters
     ----------
@@ -209,12 +278,10 @@ verbose
 
     if gamma is None:
         # Each client's mean and spread, or their sums when masked.
-        gamma = federated_gamma(fed, "kernel width")
+        gamma = federated_gamma(fed, KERNEL_WIDTH.name)
     else:
         gamma = float(gamma)
-    fed.run_round(
-        "kernel width broadcast", _receive_gamma_step, gamma, disclosure=NO_UPLOAD
-    )
+    fed.run_round(KERNEL_WIDTH_BROADCAST, _receive_gamma_step, gamma)
 
     dspgd = _dspgd_cem if use_cem else _dspgd_no_cem
     it = dspgd(fed, opts, n_samples, feature_seeds, lanczos_rng)
@@ -246,15 +313,14 @@ verbose
         )
     scales = np.sqrt(eigvals[:s])
     if use_cem:
-        fed.run_round("embedding", _embedding_step, scales, disclosure=NO_UPLOAD)
+        fed.run_round(EMBEDDING, _embedding_step, scales)
     else:
         # The server holds U and sends each client its rows of H.
         H = it.server_U[:, :s] * scales
         fed.run_round(
-            "embedding",
+            EMBEDDING,
             _receive_embedding_step,
             messages=np.split(H, np.cumsum(fed.client_sizes)[:-1]),
-            disclosure=NO_UPLOAD,
         )
 
     coreset = federated_coreset_kmeans(
@@ -327,10 +393,9 @@ def _dspgd_cem(fed, opts, n_samples, feature_seeds, lanczos_rng):
         float32 = bool(lam and largest and eta * lam >= _FLOAT32_THRESHOLD * largest)
         # The server needs only Σ_m W[m]ᵀW[m] (its upper triangle).
         total = fed.run_round(
-            "random features",
+            RANDOM_FEATURES if gram else RANDOM_FEATURES_KEPT,
             partial(_random_features_step, n_features=D, upload_gram=gram),
             (int(feature_seeds[t - 1]), eta, float32),
-            disclosure=SUM_ONLY if gram else NO_UPLOAD,
         )
         if gram:
             mu, V = _eigh_descending(_triangle_to_matrix(total, dim))
@@ -338,9 +403,7 @@ def _dspgd_cem(fed, opts, n_samples, feature_seeds, lanczos_rng):
             n_steps = 0
         else:
             # Each product needs only Σ_m W[m]ᵀ(W[m] c).
-            step = partial(
-                fed.run_round, "lanczos", _gram_matvec_step, disclosure=SUM_ONLY
-            )
+            step = partial(fed.run_round, LANCZOS, _gram_matvec_step)
             # No max_iter: at worst Lanczos spans all dim directions,
             # where its Ritz pairs are exact, so it always converges.
             res = _eigen_solve(
@@ -356,9 +419,7 @@ def _dspgd_cem(fed, opts, n_samples, feature_seeds, lanczos_rng):
             lam = default_threshold(mu, s)
         largest = float(np.max(mu, initial=0.0))
         basis, shrink, kept = soft_threshold(mu, V, eta * lam)
-        fed.run_round(
-            "eigenpairs", _eigenpairs_step, (basis, shrink), disclosure=NO_UPLOAD
-        )
+        fed.run_round(EIGENPAIRS, _eigenpairs_step, (basis, shrink))
         replay.append((int(feature_seeds[t - 1]), eta, basis, shrink))
         ranks.append(r)
         steps.append(n_steps)
@@ -394,10 +455,9 @@ def _dspgd_no_cem(fed, opts, n_samples, feature_seeds, lanczos_rng):
     for t in range(1, opts.max_iter + 1):
         eta = _eta(opts.step_size, t)
         fed.run_round(
-            "random features",
+            RANDOM_FEATURES_KEPT,
             partial(_random_features_step, n_features=D, with_memory=False),
             (int(feature_seeds[t - 1]), eta),
-            disclosure=NO_UPLOAD,
         )
 
         # The Lanczos vectors c_j (orthonormal) and the features' part
@@ -408,18 +468,15 @@ def _dspgd_no_cem(fed, opts, n_samples, feature_seeds, lanczos_rng):
 
         def matvec(c, B=B, eta=eta, vectors=vectors, projections=projections):
             projected = fed.run_round(
-                "lanczos project",
+                LANCZOS_PROJECT,
                 _project_step,
                 messages=np.split(c, splits, axis=-1),
-                disclosure=SUM_ONLY,
             )
             vectors.append(c.copy())
             projections.append(projected)
             # Each client's rows of the product: per-sample values the
             # server assembles into its N-vector (the baseline holds U).
-            expanded = fed.run_round(
-                "lanczos expand", _expand_step, projected, disclosure=PER_CLIENT
-            )
+            expanded = fed.run_round(LANCZOS_EXPAND, _expand_step, projected)
             memory = (1.0 - eta) * ((c @ B) @ B.T if c.ndim == 2 else B @ (B.T @ c))
             return np.concatenate(expanded, axis=-1) + memory
 
@@ -448,7 +505,7 @@ def _dspgd_no_cem(fed, opts, n_samples, feature_seeds, lanczos_rng):
         BtU = np.sqrt(1.0 - eta) * (B.T @ U)
         basis = np.vstack([WtU, BtU]) / mu_kept
         # The sign convention of soft_threshold, on v = basis √μ.
-        flip = _signs(basis)
+        flip = signs(basis)
         basis, U = basis * flip, U * flip
         shrink = np.sqrt(mu_kept - eta * lam)
         replay.append((int(feature_seeds[t - 1]), eta, basis, shrink))
@@ -552,10 +609,10 @@ def _feature_gram(X, omega, offset, eta, B, *, float32=False):
     scale = np.sqrt(2.0 * eta / n_features)
     G = None
     W = np.empty(
-        (min(_CHUNK, X.shape[0]), n_features + rank),
+        (min(CHUNK, X.shape[0]), n_features + rank),
         np.float32 if float32 else np.float64,
     )
-    for block in row_blocks(X.shape[0], _CHUNK):
+    for block in row_blocks(X.shape[0], CHUNK):
         rows = W[: block.stop - block.start]
         random_fourier_features(
             X[block], omega, offset, scale=1.0, out=rows[:, :n_features]
@@ -787,11 +844,11 @@ def soft_threshold(mu, V, shift):
     """
     keep = _above(mu, shift)
     mu, V = mu[keep], V[:, keep]
-    V = V * _signs(V)
+    V = V * signs(V)
     return V / np.sqrt(mu), np.sqrt(mu - shift), mu
 
 
-def _signs(V):
+def signs(V):
     """Server: ±1 per column making its entry of largest magnitude positive
     (:func:`skfed._numerics._signs.vector_signs`, kernel PCA's convention).
 
@@ -810,7 +867,7 @@ def _above(mu, shift):
     With λ = 0 (e.g. a rank-one kernel) eigenvalues of order 1e-16 would
     otherwise pass as signal.
     """
-    floor = _ROUNDOFF * max(float(np.max(mu, initial=0.0)), 0.0)
+    floor = ROUNDOFF * max(float(np.max(mu, initial=0.0)), 0.0)
     return mu > max(shift, floor)
 
 
