@@ -8,6 +8,7 @@ estimator the same behaviour on each supported version.
 
 import numpy as np
 from sklearn.utils._param_validation import (
+    Hidden,
     Interval,
     StrOptions,
     validate_params,
@@ -23,6 +24,7 @@ except ImportError:  # pragma: no cover - depends on the installed release
     lloyd_iter_chunked_dense = None
 
 __all__ = [
+    "Hidden",
     "Interval",
     "StrOptions",
     "check_sample_weight",
