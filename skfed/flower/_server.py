@@ -23,7 +23,7 @@ from sklearn.base import clone, is_classifier
 from .._engine._protocol import resolve_step
 from .._engine._remote import RemoteArray
 from .._engine._transport import StepFailure, assembled
-from .._engine._validation import _canonical_order
+from .._engine._validation import canonical_order
 from .._numerics._threads import round_uses_process_threads
 from ._client import ACTION, client_app
 from ._records import from_records, to_records, wire_bytes
@@ -155,7 +155,7 @@ class NodeData:
                     "own partition-id (--node-config) or client_id function."
                 )
             self._node_of[cid] = node
-        self.client_ids = _canonical_order(self._node_of)
+        self.client_ids = canonical_order(self._node_of)
         self.node_ids = {c: self._node_of[c] for c in self.client_ids}
         # The describe messages went out before the ids were known.
         client_of = {node: cid for cid, node in self._node_of.items()}

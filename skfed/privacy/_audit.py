@@ -17,6 +17,12 @@ exceeds its claimed epsilon is not private as claimed.
 Every trial draws a fresh client (its entropy from the operating system),
 so the audit needs no seed and holds whatever the noise's source is.
 
+The audit sits above the estimators: it runs their client steps on a
+client of the engine. It imports them, and the engine, inside its
+functions, so that nothing else in :mod:`skfed.privacy` depends on the
+engine (which applies the privacy package) and nothing in skfed imports
+this module.
+
 The releases audited (:data:`RELEASES`): KFed's DP Lloyd upload, the
 random-feature statistics of DistributedKernelPCA and of
 FederatedKernelKMeans (a Gram triangle and [feature sums, count]),
@@ -32,8 +38,8 @@ from typing import NamedTuple
 import numpy as np
 from scipy.stats import beta
 
-from .._engine._federation import ClientData
-from . import Accountant, DifferentialPrivacy
+from ._accountant import Accountant
+from ._mechanisms import DifferentialPrivacy
 
 __all__ = ["AuditResult", "RELEASES", "audit", "epsilon_lower_bound"]
 
@@ -123,6 +129,8 @@ def epsilon_lower_bound(out_scores, in_scores, delta, *, alpha=0.025):
 
 def _client(X, y=None):
     """A one-client federation's client with fresh entropy from the OS."""
+    from .._engine._client import ClientData
+
     return ClientData(0, X, y, np.arange(X.shape[0]), (secrets.randbits(63),))
 
 
