@@ -1,13 +1,16 @@
 """Compatibility with the oldest supported scikit-learn (1.6).
 
 Only what differs between scikit-learn 1.6 and the newest supported
-release lives here, so that every estimator behaves the same on each.
+release lives here, so that every estimator behaves the same on each, and
+every name skfed takes from scikit-learn's private modules, so that a move
+in scikit-learn is mended in one place.
 """
 
 import numpy as np
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import _check_sample_weight
 
-__all__ = ["check_sample_weight"]
+__all__ = ["Interval", "StrOptions", "check_sample_weight"]
 
 
 def check_sample_weight(sample_weight, X, *, dtype=None, ensure_non_negative=False):

@@ -49,13 +49,12 @@ from ._ledger import (
     SUM_ONLY,
     UPLOAD,
     CommunicationLog,
-    Disclosure,
     as_disclosure,
     count_payload,
 )
 from ._protocol import as_step_call, check_collectable, client_step
 from ._rounds import Round
-from ._secure_aggregation import keys_step, peers_step
+from ._secure_aggregation import exchange_keys, masked_call
 from ._transport import StepFailure
 from ._transports import make_transport, remote_transport
 from ._transports._joblib import JoblibTransport
@@ -476,7 +475,7 @@ class Federation:
         messages, down = _sent(name, ids, message, messages)
         rnd = self.log.new_round()
         if masked:
-            call = _with_masks(call, rnd, [alive[c] for c in ids])
+            call = masked_call(call, rnd, [alive[c] for c in ids])
         self._record_download(name, rnd, kind, disclosure, ids, messages, down)
         results = self.transport.run(call, ids, list(messages))
         self._record_wire(name, rnd)
@@ -485,13 +484,7 @@ class Federation:
         )
         _check_declared_empty(name, disclosure, uploads)
         self._record_upload(name, rnd, kind, disclosure, ids, uploads, up, masked)
-        if self.verbose:
-            print(
-                f"[skfed] round {rnd} {name!r}: {len(uploads)} clients, "
-                f"up {sum(f for f, _ in up.values()):,} floats, "
-                f"down {sum(f for f, _ in down):,} floats",
-                file=sys.stderr,
-            )
+        self._report(rnd, name, len(uploads), up, down)
         return _server_view(uploads, kind, masked)
 
     # -- the steps of a round (run_round) ---------------------------------
@@ -595,30 +588,23 @@ class Federation:
         if noised and self.accountant is not None:
             self.accountant.register(name, noised)
 
+    def _report(self, rnd, name, n_answered, up, down):
+        """One line per round at ``verbose`` > 0."""
+        if self.verbose:
+            print(
+                f"[skfed] round {rnd} {name!r}: {n_answered} clients, "
+                f"up {sum(f for f, _ in up.values()):,} floats, "
+                f"down {sum(f for f, _ in down):,} floats",
+                file=sys.stderr,
+            )
+
     def _secure_aggregation_keys(self):
-        """Run the key exchange once per fit (two rounds: each client's
-        public key up, all public keys down); the key index of every client
-        that took part."""
+        """The key index of every client that took part in the key
+        exchange, run once per fit (:func:`exchange_keys`)."""
         keys = getattr(self, "_key_index", None)
-        if keys is not None:
-            return keys
-        ids = list(self.client_ids)
-        publics = self.run_round(
-            "secure aggregation keys",
-            keys_step,
-            tolerate=False,
-            disclosure=Disclosure(PER_CLIENT, data_free=True),
-        )
-        table = np.stack(publics)
-        self.run_round(
-            "secure aggregation peers",
-            peers_step,
-            messages=[(table, i) for i in range(len(ids))],
-            tolerate=False,
-            disclosure=NO_UPLOAD,
-        )
-        self._key_index = {c: i for i, c in enumerate(ids)}
-        return self._key_index
+        if keys is None:
+            keys = self._key_index = exchange_keys(self)
+        return keys
 
     def _record_wire(self, name, rnd):
         """Move the bytes the transport measured on its wire, if it does
@@ -792,15 +778,6 @@ def _sent(name, ids, message, messages):
             f"round {name!r}: {len(messages)} messages for {len(ids)} clients."
         )
     return messages, [count_payload(m) for m in messages]
-
-
-def _with_masks(call, rnd, alive):
-    """The call of a masked round: the clients mask what the step uploads
-    (the secure-aggregation mod, ``skfed._engine._mods``), with the round's
-    index as the masks' nonce and the key indices of the clients taking
-    part."""
-    spec = {"round": rnd, "alive": alive}
-    return call._replace(options={**call.options, secagg.MASK_OPTION: spec})
 
 
 def _check_declared_empty(name, disclosure, uploads):

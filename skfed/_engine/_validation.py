@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import Interval
 
+from .._sklearn_compat import Interval
 from ._remote import is_dask_collection
 
 __all__ = [

@@ -10,8 +10,8 @@ import warnings
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator
-from sklearn.utils._param_validation import Interval, StrOptions
 
+from .._sklearn_compat import Interval, StrOptions
 from ._errors import PrivacyLeakWarning
 
 __all__ = [
