@@ -6,8 +6,9 @@ Read from the estimator down to a client step and back:
   (checks the privacy settings, opens the federation, records what the
   fit spent).
 * ``_federation``: :class:`Federation`, the server side of one fit: the
-  rounds (``run_round``, ``run_protocol``), the collections after it, the
-  failure policy and the ledger's records.
+  rounds (``run_round``, ``run_protocol``), the failure policy and the
+  ledger's records; ``_collections``: what the server gathers of what the
+  clients keep, after the rounds.
 * ``_rounds``: the :class:`Round` declarations the protocols make and
   ``run_round`` takes (name, disclosure, sensitivity).
 * ``_protocol``: the registry of client steps by name, the call of a step

@@ -33,6 +33,15 @@ noise, so the guarantee holds against the server and anyone who sees the
 uploads, with or without secure aggregation. Rows live on one client each,
 so the clients' releases compose in parallel: the accountant composes the
 releases of one client.
+
+The package's modules: ``_mechanisms`` (the settings, the clipping box, the
+noise), ``_accountant`` (calibration and composition), ``_budget`` (a budget
+shared by several fits), ``_errors``, ``_secure_aggregation`` (pairwise
+masks and sums over clients), ``_refusal`` (the minimum of distinct rows
+behind a statistic under ``raw_rows="refuse"``) and ``_audit`` (an empirical
+lower bound on epsilon). The federation engine applies them to the rounds
+the protocols declare; nothing here imports the engine, except the audit,
+which runs the estimators' steps.
 """
 
 # Re-exports only. The names imported "as" themselves are not public API:
