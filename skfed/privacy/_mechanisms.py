@@ -87,6 +87,9 @@ class DifferentialPrivacy(BaseEstimator):
     DifferentialPrivacy(bounds=(0.0, 16.0), epsilon=2.0)
     """
 
+    # Named, pickled and printed where users import it from.
+    __module__ = "skfed.privacy"
+
     _parameter_constraints: dict = {
         # closed on the right: float("inf") is the clipped, non-private fit.
         "epsilon": [Interval(numbers.Real, 0, None, closed="right")],
