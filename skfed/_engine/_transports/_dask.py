@@ -38,12 +38,13 @@ import numpy as np
 import scipy.sparse as sp
 from joblib import parallel_config
 
-from .._numerics._threads import round_uses_process_threads, thread_pools
-from ._federation import WorkerLostError
-from ._protocol import resolve_step
-from ._remote import aligned, make_client
-from ._transport import collected, kept_after, run_step
-from ._validation import _canonical_order
+from ..._numerics._threads import round_uses_process_threads, thread_pools
+from .._client import make_client
+from .._errors import WorkerLostError
+from .._protocol import resolve_step
+from .._remote import aligned
+from .._transport import collected, kept_after, run_step
+from .._validation import canonical_order
 
 __all__ = ["DaskTransport", "WorkerLostError", "dask_client", "wait_timeout"]
 
@@ -468,7 +469,7 @@ class DaskTransport:
             The fit's base seed of every client's random streams.
         spec : dict
             The input checks each client runs (see
-            ``skfed._engine._remote.validate_client_rows``).
+            ``skfed._engine._client.validate_client_rows``).
         """
         import dask
 
@@ -518,7 +519,7 @@ class DaskTransport:
                 "cutting the dask array's chunks by client",
             )
             # In chunk order before sorting: ids that cannot be sorted keep it.
-            ids = _canonical_order(dict.fromkeys(cid for c in counts for cid in c))
+            ids = canonical_order(dict.fromkeys(cid for c in counts for cid in c))
             clients = []
             for cid in ids:
                 holders = [p for p, c in zip(pieces, counts) if cid in c]

@@ -1,5 +1,5 @@
 """Many small clients held by worker processes for the whole fit
-(skfed._engine._processes)."""
+(skfed._engine._transports._processes)."""
 
 import functools
 import os
@@ -12,17 +12,17 @@ from sklearn.datasets import make_blobs
 from threadpoolctl import threadpool_info, threadpool_limits
 
 import skfed
-import skfed._engine._federation as federation_module
-import skfed._engine._processes as processes_module
+import skfed._engine._transports as transports_module
+import skfed._engine._transports._processes as processes_module
 from skfed._engine._federation import ClientStepError, Federation
-from skfed._engine._processes import (
+from skfed._engine._transports._joblib import JoblibTransport
+from skfed._engine._transports._processes import (
     ProcessTransport,
     _close_workers,
     _open_workers,
     _shares,
     resident_processes_pay,
 )
-from skfed._engine._transport import JoblibTransport
 from skfed._engine._validation import check_partitions
 from skfed._testing import (
     INTEGRATION_CASES,
@@ -71,7 +71,7 @@ def opened(monkeypatch):
             super().__init__(*args, **kwargs)
             made.append(self)
 
-    monkeypatch.setattr(federation_module, "ProcessTransport", Recorded)
+    monkeypatch.setattr(transports_module, "ProcessTransport", Recorded)
     return made
 
 

@@ -239,7 +239,7 @@ def test_per_sample_outputs_arrive_in_slices_of_large_clients(
     # cut by a partitions array.
     import dask
 
-    from skfed._engine import _dask as dask_module
+    from skfed._engine._transports import _dask as dask_module
 
     monkeypatch.setattr(dask_module, "_ASSEMBLY_ROWS", 150)
     X, _ = _resident_blobs()
@@ -256,7 +256,7 @@ def test_per_sample_outputs_arrive_in_slices_of_large_clients(
 
 
 def test_per_sample_fetches_cover_every_row_once_in_bounded_batches(monkeypatch):
-    from skfed._engine import _dask as dask_module
+    from skfed._engine._transports import _dask as dask_module
 
     monkeypatch.setattr(dask_module, "_ASSEMBLY_ROWS", 256)
     sizes = {"a": 5, "b": 600, "c": 3, "d": 256, "e": 1}
@@ -672,7 +672,7 @@ def test_a_long_round_leaves_no_waiter_per_poll(dask_client, monkeypatch):
     # waiter per future on the dask client's loop until the round ended:
     # memory that grew with the round's length, hence with the clients'
     # rows (1.4 MiB more at 16M rows than at 1.6M for KFed).
-    from skfed._engine import _dask
+    from skfed._engine._transports import _dask
 
     counts = []
     check = _dask._check_workers
@@ -692,13 +692,13 @@ def test_a_long_round_leaves_no_waiter_per_poll(dask_client, monkeypatch):
 
 
 def _store_tokens(token):
-    from skfed._engine import _dask
+    from skfed._engine._transports import _dask
 
     return sorted(k[1] for k in _dask._STORE if k[0] == token)
 
 
 def _store_put(token):
-    from skfed._engine import _dask
+    from skfed._engine._transports import _dask
 
     _dask._STORE[token, 0] = {}
     _dask._STORE[token, 1] = {}
@@ -712,7 +712,7 @@ def test_finalizer_forgets_the_clients_without_waiting_on_the_event_loop(
     # blocks the client's event loop. It must return without waiting on the
     # loop (a blocking client.run there hung a program for good), and the
     # workers still drop the fit's clients once the loop is free.
-    from skfed._engine._dask import _forget_everywhere
+    from skfed._engine._transports._dask import _forget_everywhere
 
     token = "finalizer-test"
     dask_client.run(_store_put, token)
@@ -735,7 +735,7 @@ def test_finalizer_forgets_the_clients_without_waiting_on_the_event_loop(
 
 
 def test_finalizer_is_silent_once_the_dask_client_is_closed():
-    from skfed._engine._dask import _forget_everywhere
+    from skfed._engine._transports._dask import _forget_everywhere
 
     with distributed.Client(
         n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0"

@@ -35,7 +35,7 @@ except ImportError:  # Python 3.10: Flower depends on tomli there
 
 pytestmark = pytest.mark.deployment
 
-APP_DIR = Path(__file__).parent.parent / "doc" / "flower_app"
+APP_DIR = Path(__file__).parents[2] / "doc" / "flower_app"
 NODE_ROWS = 120
 # (key, estimator, parameters beyond the integration case's)
 FITS = (

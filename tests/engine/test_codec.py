@@ -9,10 +9,11 @@ from hypothesis.extra import numpy as hnp
 from sklearn.datasets import make_blobs
 
 import skfed
-from skfed._engine import _federation
+from skfed._engine import _transports
 from skfed._engine._codec import dumps, loads
 from skfed._engine._protocol import StepCall
-from skfed._engine._transport import JoblibTransport, StepFailure
+from skfed._engine._transport import StepFailure
+from skfed._engine._transports._joblib import JoblibTransport
 from skfed._testing import INTEGRATION_CASES
 
 
@@ -118,7 +119,7 @@ def test_every_protocol_runs_through_the_codec(name, monkeypatch):
     partitions = np.arange(240) % 6
     params = INTEGRATION_CASES[name][0]
     expected = getattr(skfed, name)(**params).fit(X, y, partitions=partitions)
-    monkeypatch.setattr(_federation, "JoblibTransport", _ThroughCodec)
+    monkeypatch.setattr(_transports, "JoblibTransport", _ThroughCodec)
     monkeypatch.setattr(_ThroughCodec, "rounds", 0)
     got = getattr(skfed, name)(**params).fit(X, y, partitions=partitions)
     assert _ThroughCodec.rounds == got.communication_.n_rounds
@@ -142,7 +143,7 @@ def test_secure_aggregation_runs_through_the_codec(monkeypatch):
         secure_aggregation=True,
     )
     expected = skfed.DistributedKMeans(**params).fit(X, partitions=partitions)
-    monkeypatch.setattr(_federation, "JoblibTransport", _ThroughCodec)
+    monkeypatch.setattr(_transports, "JoblibTransport", _ThroughCodec)
     got = skfed.DistributedKMeans(**params).fit(X, partitions=partitions)
     np.testing.assert_array_equal(got.cluster_centers_, expected.cluster_centers_)
     assert got.inertia_ == expected.inertia_

@@ -7,8 +7,8 @@ rounds sent every client's rows, and what it keeps, to a worker and back
 on each round. Here each worker process receives its share of the clients
 once, when the fit opens its federation, and keeps their rows and their
 state until the fit closes its federation, as a dask worker does
-(``skfed._engine._dask``): a round sends a worker the step's name and options and
-its clients' messages, and only the uploads come back.
+(``skfed._engine._transports._dask``): a round sends a worker the step's
+name and options and its clients' messages, and only the uploads come back.
 
 :func:`resident_workers` decides, in ``Federation.from_arrays``,
 which fits go here: more than one worker, joblib's default backend, and
@@ -43,19 +43,18 @@ from joblib.externals.loky.process_executor import BrokenProcessPool
 from joblib.parallel import LokyBackend, get_active_backend
 from sklearn import config_context, get_config
 
-from .._numerics._threads import blas_limits, round_uses_process_threads, thread_pools
-from ._protocol import resolve_step
-from ._transport import (
-    _MIN_PROCESS_ROWS,
-    _SMALL_CLIENT,
+from ..._numerics._threads import blas_limits, round_uses_process_threads, thread_pools
+from .._protocol import resolve_step
+from .._transport import (
     StepFailure,
-    _run_steps,
     assembled,
     collected,
     kept_after,
+    run_steps,
     server_thread_map,
     worker_count,
 )
+from ._joblib import _MIN_PROCESS_ROWS, _SMALL_CLIENT
 
 __all__ = ["ProcessTransport", "resident_processes_pay", "resident_workers"]
 
@@ -157,7 +156,7 @@ def _run(token, client_ids, messages, config, limits, *, call):
     # The server's scikit-learn configuration, as the joblib transport's
     # workers see it.
     with config_context(**config):
-        results = _run_steps(calls)
+        results = run_steps(calls)
     answers = []
     for cid, result in zip(client_ids, results):
         storage[cid], answer = kept_after(call, storage[cid], result)
@@ -307,7 +306,7 @@ class ProcessTransport:
         return dict(self._sizes)
 
     def client(self, client_id):
-        """The :class:`~skfed._engine._federation.ClientData` of one client (a copy
+        """The :class:`~skfed._engine._client.ClientData` of one client (a copy
         fetched from its worker once the fit has started)."""
         if self._home is None:
             return self._clients[client_id]

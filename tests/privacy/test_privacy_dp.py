@@ -18,10 +18,11 @@ from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import FunctionTransformer
 
 from skfed import DistributedKMeans, FederatedRKHSClassifier, KFed
-from skfed._engine import _federation
+from skfed._engine import _transports
 from skfed._engine._codec import dumps, loads
 from skfed._engine._protocol import StepCall
-from skfed._engine._transport import JoblibTransport, StepFailure
+from skfed._engine._transport import StepFailure
+from skfed._engine._transports._joblib import JoblibTransport
 from skfed.cluster._protocols import _kfed_private
 from skfed.privacy import (
     Accountant,
@@ -223,7 +224,7 @@ def test_private_fit_runs_through_the_codec(monkeypatch):
     free = _dp(epsilon=math.inf)
     expected = KFed(4, privacy=free, random_state=0).fit(X, partitions=3)
     noisy = KFed(4, privacy=_dp(), random_state=0).fit(X, partitions=3)
-    monkeypatch.setattr(_federation, "JoblibTransport", _ThroughCodec)
+    monkeypatch.setattr(_transports, "JoblibTransport", _ThroughCodec)
     got = KFed(4, privacy=free, random_state=0).fit(X, partitions=3)
     np.testing.assert_array_equal(got.labels_, expected.labels_)
     np.testing.assert_allclose(

@@ -13,8 +13,10 @@ from threadpoolctl import threadpool_info
 
 from skfed import ClientStepError, ClientValueError
 from skfed._engine import _transport as transport_module
-from skfed._engine._federation import Federation, _fingerprint
+from skfed._engine._client import fingerprint as _fingerprint
+from skfed._engine._federation import Federation
 from skfed._engine._protocol import client_step, run_alone
+from skfed._engine._transports import _joblib as joblib_module
 from skfed._engine._validation import check_partitions
 from skfed._testing import (
     SharedSum,
@@ -314,7 +316,7 @@ def test_python_bound_steps_on_small_clients_run_in_processes(data, monkeypatch)
     # joblib's default backend its rounds over small clients run in worker
     # processes (from _MIN_PROCESS_ROWS rows in all, lowered here), and
     # what the clients keep comes back.
-    monkeypatch.setattr(transport_module, "_MIN_PROCESS_ROWS", 0)
+    monkeypatch.setattr(joblib_module, "_MIN_PROCESS_ROWS", 0)
     X, ids = data
     fed, pids, _ = _where(X, ids)
     assert os.getpid() not in pids
@@ -335,7 +337,7 @@ def test_python_bound_steps_on_few_rows_run_in_threads(data):
 def test_python_bound_steps_on_large_clients_run_in_threads(monkeypatch):
     # Above the small-client size a client's work is compiled code that
     # releases the GIL: threads, no copies of the data.
-    monkeypatch.setattr(transport_module, "_SMALL_CLIENT", 5)
+    monkeypatch.setattr(joblib_module, "_SMALL_CLIENT", 5)
     X = np.random.RandomState(0).standard_normal((60, 2))
     _, pids, threads = _where(X, np.arange(60) % 5)
     assert pids == {os.getpid()} and threading.get_ident() not in threads
@@ -395,10 +397,10 @@ _CLOCK = []
 def virtual_clock(monkeypatch):
     clock = _VirtualClock()
     monkeypatch.setattr(
-        transport_module, "time", types.SimpleNamespace(perf_counter=clock.perf_counter)
+        joblib_module, "time", types.SimpleNamespace(perf_counter=clock.perf_counter)
     )
     monkeypatch.setattr(
-        transport_module, "_run_steps", clock.timed_task(transport_module._run_steps)
+        joblib_module, "run_steps", clock.timed_task(joblib_module.run_steps)
     )
     _CLOCK.append(clock)
     yield clock
@@ -480,7 +482,7 @@ def test_repeated_rounds_run_where_they_took_less_time(
     ],
 )
 def test_pool_tasks_cover_the_clients_in_order(sizes, n_workers, n_tasks):
-    shares = transport_module._task_shares(sizes, n_workers)
+    shares = joblib_module._task_shares(sizes, n_workers)
     assert len(shares) == n_tasks
     np.testing.assert_array_equal(np.concatenate(shares), np.arange(len(sizes)))
     assert max(map(len, shares)) - min(map(len, shares)) <= 1
@@ -493,15 +495,15 @@ def test_clients_cut_into_more_tasks_than_workers_give_the_same_model(
     # finishes early takes the next): the clients' results must not change.
     X, ids = data
     _, ref = _run(X, ids)
-    monkeypatch.setattr(transport_module, "_TASK_ROWS", 12)
+    monkeypatch.setattr(joblib_module, "_TASK_ROWS", 12)
     tasks = []
-    original = transport_module._run_steps
+    original = joblib_module.run_steps
 
     def counted(calls):
         tasks.append(len(calls))
         return original(calls)
 
-    monkeypatch.setattr(transport_module, "_run_steps", counted)
+    monkeypatch.setattr(joblib_module, "run_steps", counted)
     with parallel_config(backend="threading"):
         _, got = _run(X, ids, n_jobs=2)
     assert tasks[:1] == [1] and len(tasks) >= 5
@@ -693,9 +695,9 @@ def test_client_entropy_is_the_fingerprint_of_its_rows(sparse):
 def test_set_up_in_threads_builds_the_same_clients(sparse, monkeypatch):
     # With n_jobs > 1 the set-up hashes rows and cuts clients in threads:
     # every client gets the same rows and entropy as with one thread.
-    import skfed._engine._federation as federation_module
+    import skfed._engine._client as client_module
 
-    monkeypatch.setattr(federation_module._SetUpThreads, "MIN_ROWS", 0)
+    monkeypatch.setattr(client_module.SetUpThreads, "MIN_ROWS", 0)
     rng = np.random.RandomState(0)
     X = rng.standard_normal((500, 4))
     X[rng.rand(500, 4) < 0.3] = 0.0
