@@ -544,8 +544,27 @@ def test_small_client_uploads_raw_rows_visibly(blobs):
     (upload,) = [r for r in kfed.communication_ if r.name == "local centers"]
     floats = dict(zip(upload.clients, upload.floats))
     assert floats == {0: 4 * (X.shape[1] + 1), 1: 3 * (X.shape[1] + 1)}
-    with pytest.raises(ValueError, match=r"Client\(s\) 1 .*allow_raw_upload"):
-        KFed(n_clusters=4, allow_raw_upload=False).fit(X, partitions=partitions)
+    with pytest.raises(ValueError, match=r"Client\(s\) 1 .*raw_rows='refuse'"):
+        KFed(n_clusters=4, raw_rows="refuse").fit(X, partitions=partitions)
+    with pytest.warns(FutureWarning, match="allow_raw_upload was deprecated"):
+        with pytest.raises(ValueError, match=r"Client\(s\) 1 .*allow_raw_upload"):
+            KFed(n_clusters=4, allow_raw_upload=False).fit(X, partitions=partitions)
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_allow_raw_upload_is_deprecated_for_raw_rows(blobs, value):
+    X, _ = blobs
+    partitions = np.arange(len(X)) % 3
+    with pytest.warns(FutureWarning, match="removed in 0.3.0.*raw_rows="):
+        old = KFed(n_clusters=4, random_state=0, allow_raw_upload=value).fit(
+            X, partitions=partitions
+        )
+    new = KFed(
+        n_clusters=4, random_state=0, raw_rows="allow" if value else "refuse"
+    ).fit(X, partitions=partitions)
+    assert_allclose(old.cluster_centers_, new.cluster_centers_)
+    # Unset, it warns nothing (the suite turns warnings into errors).
+    KFed(n_clusters=4, random_state=0).fit(X, partitions=partitions)
 
 
 def test_single_sample_clients(blobs):

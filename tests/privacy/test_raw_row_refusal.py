@@ -80,7 +80,9 @@ def test_kfed_refusal_is_the_same_with_allow_raw_upload_false(received):
     X, ids, _ = _with_outlier()
     est = skfed.KFed(
         n_clusters=3, n_local_clusters=4, random_state=0, allow_raw_upload=False
-    ).fit(X, partitions=ids)
+    )
+    with pytest.warns(FutureWarning, match="allow_raw_upload"):
+        est.fit(X, partitions=ids)
     assert rows_found(received["uploads"], X) == set()
     assert est.communication_.raw_rows == 0
 

@@ -496,7 +496,8 @@ def _local_round(fed, options, private=None, *, new=False):
         raise ValueError(
             f"Client(s) {shown} hold at most k(z) distinct samples, so "
             "their local centers would be their raw rows, which "
-            "allow_raw_upload=False (or raw_rows='refuse') forbids. Merge "
+            "raw_rows='refuse' (or the deprecated allow_raw_upload=False) "
+            "forbids. Merge "
             "these clients with others, leave them out, or allow raw rows."
         )
     if fed.on_client_error == "raise":
