@@ -60,7 +60,9 @@ nothing of any one client's upload. Adds a key exchange (4 floats up per
 client, 4 per client down to each), and rounds each summed number to a
 multiple of 2^-32 (the model is the unmasked one within that precision);
 a client that fails in a masked round fails the fit. A fit with no such
-round ignores it, with a warning.""",
+round ignores it, with a warning. Under ``privacy`` every client still adds
+its full noise before masking: the guarantee does not rest on secure
+aggregation.""",
     "privacy": """\
 Sample-level (ε, δ)-differential privacy for the whole fit, for rows
 replaced one at a time with the clients' sizes public (see the privacy

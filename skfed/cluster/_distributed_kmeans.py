@@ -18,13 +18,13 @@ from sklearn.base import (
 )
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import StrOptions
 
-from .._engine._federation import FederatedMixin
+from .._engine._estimator import FederatedMixin
 from .._engine._remote import distinct_values, is_remote
+from .._engine._shared_params import shared_constraints, shared_parameter_docs
 from .._engine._validation import StrictInterval, as_id_array, clip_to_data
+from .._sklearn_compat import StrOptions
 from .._sklearn_compat import check_sample_weight as _check_sample_weight
-from ..privacy import DifferentialPrivacy
 from ._centers import KMeansCentersMixin, labels_where_held
 from ._protocols._coreset import (
     auto_coreset_size,
@@ -36,6 +36,9 @@ from ._protocols._kfed import KFedLocalOptions, kfed_rounds, run_kfed
 __all__ = ["DistributedKMeans"]
 
 
+@shared_parameter_docs(
+    "on_client_error", "n_jobs", "verbose", "raw_rows", "secure_aggregation"
+)
 class DistributedKMeans(
     KMeansCentersMixin,
     FederatedMixin,
@@ -161,27 +164,18 @@ class DistributedKMeans(
         differ within the coreset's sampling error.
 
     on_client_error : {"raise", "drop"}, default="raise"
-        What a client step that raises does to the fit: ``"raise"`` stops it
-        with a :class:`~skfed.ClientStepError` naming the client and the
-        round; ``"drop"`` leaves that client out (the coreset, the centers
-        and ``inertia_`` then describe the other clients' data), lists it
-        in ``failed_clients_``, and labels its samples -1. A client that
-        fails after its first round makes the server run the protocol again
-        without it, so its cost and rows take no part (the ledger counts
-        both runs); when every client fails, the fit raises a
-        :class:`~skfed.ClientStepError` saying so.
+        With ``"drop"`` the coreset, the centers and ``inertia_`` describe
+        the other clients' data, and a dropped client's samples get label
+        -1.
 
     n_jobs : int, default=None
-        Clients run in parallel through joblib; ``None`` lets an enclosing
-        ``joblib.parallel_config`` decide.
 
     verbose : int, default=0
-        1 prints one line per round; 2 also a summary of the server's
-        k-means restarts on the coreset and each refinement's center shift.
+        2 also prints a summary of the server's k-means restarts on the
+        coreset and each refinement's center shift.
 
     raw_rows : {"allow", "refuse"}, default="allow"
-        Whether rows of X may leave a client as they are. The coreset is
-        made of rows of X (round ``"coreset sampling"``), so "refuse"
+        The coreset is made of rows of X (round ``"coreset sampling"``), so "refuse"
         fits without it: round ``"local centers"``, each client's local
         k-means centers and cluster sizes (k-FED's local step, with
         ``local_max_iter`` Lloyd iterations; a local cluster of fewer than
@@ -191,18 +185,10 @@ class DistributedKMeans(
         ``"lloyd refinement"`` (see ``refine_iter``), in which a client
         leaves out a cluster it holds fewer than two distinct rows of. A
         client of one row cannot take part: ``ValueError`` before the
-        first round. ``coreset_size`` and ``n_swaps`` play no part. See the
-        privacy page of the documentation.
+        first round. ``coreset_size`` and ``n_swaps`` play no part.
 
     secure_aggregation : bool, default=False
-        Whether the clients mask the uploads of the rounds whose server
-        step needs only their sum (``"sum_only"`` in ``communication_``)
-        with pairwise masks that cancel in the sum, so that the server
-        learns the sum and nothing of any one client's upload. Adds a key
-        exchange (4 floats up per client, 4 per client down to each), and
-        rounds each summed number to a multiple of 2^-32 (the model is the
-        unmasked one within that precision); a client that fails in a
-        masked round fails the fit. Masked here: the Lloyd refinement's
+        Masked here: the Lloyd refinement's
         sums (``refine_iter``) and the total cost (under
         ``raw_rows="refuse"`` the Lloyd rounds' sums only: the local
         centers and each client's cost are per-client uploads).
@@ -398,13 +384,15 @@ class DistributedKMeans(
         ],
         "n_swaps": [StrictInterval(numbers.Integral, 0, None, closed="left")],
         "random_state": ["random_state"],
-        "on_client_error": [StrOptions({"raise", "drop"})],
-        "n_jobs": [numbers.Integral, None],
-        "verbose": ["verbose"],
-        "raw_rows": [StrOptions({"allow", "refuse"})],
-        "secure_aggregation": ["boolean"],
-        "privacy": [DifferentialPrivacy, None],
         "compute_labels": ["boolean"],
+        **shared_constraints(
+            "on_client_error",
+            "n_jobs",
+            "verbose",
+            "raw_rows",
+            "secure_aggregation",
+            "privacy",
+        ),
     }
 
     def __init__(

@@ -23,13 +23,14 @@ from sklearn.base import (
     _fit_context,
 )
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._engine._federation import FederatedMixin
+from .._engine._estimator import FederatedMixin
 from .._engine._remote import blockwise, is_dask_collection, is_remote
+from .._engine._shared_params import shared_constraints, shared_parameter_docs
 from .._engine._validation import StrictInterval, check_magnitude, clip_to_data
-from ..privacy import DifferentialPrivacy, check_privacy
+from .._sklearn_compat import StrOptions
+from ..privacy import check_privacy
 from ._centers import KMeansCentersMixin
 from ._protocols._kernel_kmeans import (
     CHUNK,
@@ -104,6 +105,7 @@ _KEPT_ON_NODES = (
 )
 
 
+@shared_parameter_docs("n_jobs", "verbose", "raw_rows", "secure_aggregation", "privacy")
 class FederatedKernelKMeans(
     KMeansCentersMixin,
     FederatedMixin,
@@ -315,42 +317,29 @@ class FederatedKernelKMeans(
         finite epsilon the noise does not follow it (each client draws it
         from fresh entropy), so a private fit is not reproducible.
     n_jobs : int, default=None
-        Clients run in parallel through joblib; ``None`` lets an enclosing
-        ``joblib.parallel_config`` decide (sequential by default).
+
     verbose : int, default=0
-        1 prints one line per round (as every skfed estimator does); 2 also
-        one line per DSPGD iteration (``algorithm="dspgd"``).
+        2 also prints one line per DSPGD iteration (``algorithm="dspgd"``).
 
     raw_rows : {"allow", "refuse"}, default="allow"
-        Whether rows of X may leave a client, as they are or as uploads
-        that determine them. Without ``privacy``, the coreset step uploads
+        Without ``privacy``, the coreset step uploads
         rows of the spectral embedding, from which the server (which drew
         the map and computed the components) solves for the rows of X, so
         "refuse" raises ``ValueError`` before the first round, and the
         ledger counts such rows as raw rows when the embedding has at least
         as many columns as X. With ``privacy`` no embedded row is sent and
-        "refuse" fits. See the privacy page of the documentation.
+        "refuse" fits.
 
     secure_aggregation : bool, default=False
-        Whether the clients mask the uploads of the rounds whose server
-        step needs only their sum (``"sum_only"`` in ``communication_``)
-        with pairwise masks that cancel in the sum, so that the server
-        learns the sum and nothing of any one client's upload. Adds a key
-        exchange (4 floats up per client, 4 per client down to each), and
-        rounds each summed number to a multiple of 2^-32 (the model is the
-        unmasked one within that precision); a client that fails in a
-        masked round fails the fit. Masked here: the summed Gram
+        Masked here: the summed Gram
         triangles or Lanczos products, the baseline's projections, the
         coreset's Lloyd sums and total cost, and the kernel width
         (``gamma=None``), then in two rounds of sums (the global mean, then
-        the spread around it) instead of each client's moments. Under
-        ``privacy`` every client still adds its full noise before masking:
-        the guarantee does not rest on secure aggregation.
+        the spread around it) instead of each client's moments.
 
-    privacy : DifferentialPrivacy or None, default=None
-        A ``skfed.privacy.DifferentialPrivacy``: sample-level
-        (ε, δ)-differential privacy for the whole fit (see the privacy page
-        of the documentation). Needs ``algorithm="one_shot"``
+    privacy : :class:`~skfed.privacy.DifferentialPrivacy` or None, \
+            default=None
+        Needs ``algorithm="one_shot"``
         (``"auto"`` takes it) and an explicit ``gamma``; ``ValueError``
         otherwise. Each client clips its random features to their norm
         bound R (‖z(x)‖ ≤ 1 for even D: a bound from D, not from the data,
@@ -557,11 +546,9 @@ class FederatedKernelKMeans(
         "n_init": [StrictInterval(numbers.Integral, 1, None, closed="left")],
         "refine_iter": [StrictInterval(numbers.Integral, 0, None, closed="left")],
         "random_state": ["random_state"],
-        "n_jobs": [numbers.Integral, None],
-        "verbose": ["verbose"],
-        "raw_rows": [StrOptions({"allow", "refuse"})],
-        "secure_aggregation": ["boolean"],
-        "privacy": [DifferentialPrivacy, None],
+        **shared_constraints(
+            "n_jobs", "verbose", "raw_rows", "secure_aggregation", "privacy"
+        ),
     }
 
     def __init__(
