@@ -282,6 +282,50 @@ INTEGRATION_CASES = {
 
 
 @client_step("testing.leak_thread_limits")
+def hostile_estimator(name, **params):
+    """The exported estimator ``name`` with its :data:`HOSTILE_MINIMUM`
+    parameters, ``random_state=0`` and ``params``."""
+    import skfed
+
+    return getattr(skfed, name)(
+        **{**HOSTILE_MINIMUM[name][0], "random_state": 0, **params}
+    )
+
+
+def blobs(n=300, d=2, centers=3, cluster_std=0.5, seed=0, **params):
+    """``(X, y)`` of ``make_blobs``: the suite's usual small clustered data."""
+    from sklearn.datasets import make_blobs
+
+    return make_blobs(
+        n_samples=n,
+        n_features=d,
+        centers=centers,
+        cluster_std=cluster_std,
+        random_state=seed,
+        **params,
+    )
+
+
+def hostile_blobs(name, n=150, seed=0):
+    """``(X, y, partitions)``: well-separated blobs over three clients (one
+    optimum, so any valid fit finds it), with binary labels for a
+    classifier ``name``."""
+    X, y = blobs(n, d=4, cluster_std=0.6, seed=seed, center_box=(-8, 8))
+    if HOSTILE_MINIMUM[name][1] == "classify":
+        y = (y == 0).astype(int)
+    return X, y, np.arange(n) % 3
+
+
+def hostile_fit(name, X, y, ids, **params):
+    """:func:`hostile_estimator` fitted, quiet about defaults clipped to
+    small data."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return hostile_estimator(name, **params).fit(X, y, partitions=ids)
+
+
 def leak_thread_limits(client, state, message):
     """Set BLAS/OpenMP to one thread and never undo it (what interleaved
     limits from concurrent client threads can amount to)."""

@@ -2,8 +2,8 @@
 
 import pytest
 
+from skfed._testing import blobs, server_received
 from skfed._testing import rounds_run as _rounds_run
-from skfed._testing import server_received
 
 
 @pytest.fixture
@@ -17,3 +17,10 @@ def received(monkeypatch):
 def rounds_run(monkeypatch):
     """The names of the rounds every federation runs in the test."""
     return _rounds_run(monkeypatch)
+
+
+@pytest.fixture(scope="session")
+def blob_data():
+    """The suite's usual small clustered data: ``blob_data(n, d, centers,
+    cluster_std, seed) -> (X, y)`` (see :func:`skfed._testing.blobs`)."""
+    return blobs

@@ -27,6 +27,9 @@ import skfed
 from skfed import ClientStepError, ClientValueError
 from skfed._engine import _transport
 from skfed._testing import HOSTILE_MINIMUM
+from skfed._testing import hostile_blobs as _blobs
+from skfed._testing import hostile_estimator as _make
+from skfed._testing import hostile_fit as _fit
 
 MINIMUM = HOSTILE_MINIMUM
 NAMES = list(MINIMUM)
@@ -42,35 +45,8 @@ def test_every_exported_estimator_is_covered():
     assert exported == set(NAMES)
 
 
-def _make(name, **params):
-    return getattr(skfed, name)(**{**MINIMUM[name][0], "random_state": 0, **params})
-
-
 def _kind(name):
     return MINIMUM[name][1]
-
-
-def _blobs(name, n=150, seed=0):
-    """Well-separated blobs: one optimum, so any valid fit finds it."""
-    X, y = make_blobs(
-        n_samples=n,
-        centers=3,
-        n_features=4,
-        cluster_std=0.6,
-        center_box=(-8, 8),
-        random_state=seed,
-    )
-    if _kind(name) == "classify":
-        y = (y == 0).astype(int)
-    ids = np.arange(n) % 3
-    return X, y, ids
-
-
-def _fit(name, X, y, ids, **params):
-    with warnings.catch_warnings():
-        # Defaults on small data warn that they were clipped to the data.
-        warnings.simplefilter("ignore", UserWarning)
-        return _make(name, **params).fit(X, y, partitions=ids)
 
 
 def _output(est, X):

@@ -16,41 +16,18 @@ import pytest
 import scipy.sparse as sp
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from sklearn.datasets import make_blobs
 from sklearn.metrics import adjusted_rand_score
 
-import skfed
 import skfed._engine._transports._joblib as transport_module
 from skfed._engine._transport import worker_count
 from skfed._engine._transports._processes import resident_workers
 from skfed._testing import HOSTILE_MINIMUM
+from skfed._testing import hostile_blobs as _blobs
+from skfed._testing import hostile_estimator as _make
+from skfed._testing import hostile_fit as _fit
 
 MINIMUM = HOSTILE_MINIMUM
 NAMES = list(MINIMUM)
-
-
-def _make(name, **params):
-    return getattr(skfed, name)(**{**MINIMUM[name][0], "random_state": 0, **params})
-
-
-def _blobs(name, n=150, seed=0):
-    X, y = make_blobs(
-        n_samples=n,
-        centers=3,
-        n_features=4,
-        cluster_std=0.6,
-        center_box=(-8, 8),
-        random_state=seed,
-    )
-    if MINIMUM[name][1] == "classify":
-        y = (y == 0).astype(int)
-    return X, y, np.arange(n) % 3
-
-
-def _fit(name, X, y, ids, **params):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        return _make(name, **params).fit(X, y, partitions=ids)
 
 
 # --- workers bounded by the clients -------------------------------------

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import sklearn
 from sklearn.base import clone
-from sklearn.datasets import make_blobs
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import GridSearchCV, GroupKFold, cross_validate
 from sklearn.pipeline import make_pipeline
@@ -48,8 +47,8 @@ def _step(name):
 
 
 @pytest.fixture(scope="module")
-def data():
-    X, y = make_blobs(n_samples=160, centers=3, n_features=4, random_state=0)
+def data(blob_data):
+    X, y = blob_data(160, d=4, cluster_std=1.0)
     rng = np.random.RandomState(0)
     partitions = CLIENTS[rng.permutation(np.arange(160) % 4)]
     return X, y, partitions

@@ -12,6 +12,9 @@ in :mod:`skfed.cluster._protocols._kernel_kmeans` with the replay of DSPGD
 for new points. Paper: "A Communication Efficient Federated Kernel
 k-Means" (ICLR 2021 submission)."""
 
+# Long module: the estimator's documentation and its sizing rules (the
+# random features', the sketch's and the coreset's sizes from N, d and M).
+
 import numbers
 
 import numpy as np

@@ -19,6 +19,10 @@ one-shot protocol with options for the local step, the merge, the
 refinement, new clients and privacy take two thirds of it.
 """
 
+# Long module: the estimator's documentation (parameters, attributes and
+# examples of the local step, the merge, refinement, new clients and
+# privacy) is two thirds of it.
+
 import numbers
 import warnings
 from collections.abc import Mapping
@@ -36,7 +40,7 @@ from sklearn.base import (
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 
-from .._engine._federation import FederatedMixin
+from .._engine._estimator import FederatedMixin
 from .._engine._remote import is_remote
 from .._engine._shared_params import shared_constraints, shared_parameter_docs
 from .._engine._validation import StrictInterval

@@ -14,7 +14,7 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import validate_data
 
-from skfed._engine._federation import FederatedMixin
+from skfed._engine._estimator import FederatedMixin
 from skfed._testing import noisy_sum
 
 

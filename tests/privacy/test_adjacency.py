@@ -8,9 +8,9 @@ import warnings
 import numpy as np
 import pytest
 from numpydoc.docscrape import ClassDoc
-from sklearn.datasets import make_blobs
 
 from skfed import DistributedKernelPCA, FederatedKernelKMeans, KFed
+from skfed._testing import blobs
 from skfed.cluster._protocols import _kfed_private
 from skfed.kernel._private_features import (
     count_sum_sensitivity,
@@ -30,8 +30,7 @@ from skfed.privacy import (
 
 
 def _blobs(n=300, d=2):
-    X, _ = make_blobs(n, n_features=d, centers=3, cluster_std=0.5, random_state=0)
-    return X
+    return blobs(n, d)[0]
 
 
 # -- sensitivities by formula ---------------------------------------------------

@@ -12,10 +12,10 @@ import joblib
 import numpy as np
 import pytest
 from sklearn.base import clone
-from sklearn.datasets import make_blobs
 from sklearn.model_selection import GridSearchCV
 
 from skfed import DistributedKernelPCA, KFed
+from skfed._testing import blobs
 from skfed.privacy import (
     DifferentialPrivacy,
     PrivacyBudget,
@@ -27,8 +27,7 @@ BOUNDS = (-15.0, 15.0)
 
 
 def _data(n=300):
-    X, _ = make_blobs(n, centers=3, cluster_std=0.5, random_state=0)
-    return X
+    return blobs(n)[0]
 
 
 def _kfed(epsilon=1.0, delta=1e-7, **kw):

@@ -23,6 +23,7 @@ from skfed._engine._codec import dumps, loads
 from skfed._engine._protocol import StepCall
 from skfed._engine._transport import StepFailure
 from skfed._engine._transports._joblib import JoblibTransport
+from skfed._testing import blobs
 from skfed.cluster._protocols import _kfed_private
 from skfed.privacy import (
     Accountant,
@@ -37,13 +38,7 @@ BOUNDS = (-15.0, 15.0)
 
 
 def _blobs(n_samples=3000, n_features=2, centers=4, random_state=0):
-    return make_blobs(
-        n_samples,
-        n_features=n_features,
-        centers=centers,
-        cluster_std=0.5,
-        random_state=random_state,
-    )
+    return blobs(n_samples, n_features, centers, seed=random_state)
 
 
 def _dp(**kw):

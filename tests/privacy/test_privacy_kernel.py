@@ -20,6 +20,7 @@ from sklearn.preprocessing import FunctionTransformer
 
 from skfed import DistributedKernelPCA, FederatedKernelKMeans
 from skfed._engine._federation import ClientData, Federation
+from skfed._testing import blobs
 from skfed.cluster._protocols import _kernel_kmeans_private
 from skfed.cluster._protocols._kernel_kmeans_private import private_sums_step
 from skfed.decomposition._kernel_pca_features import _statistics_step
@@ -37,8 +38,7 @@ from skfed.privacy import Accountant, DifferentialPrivacy, PrivacyBudgetError
 
 
 def _blobs(n=2000, seed=0):
-    X, y = make_blobs(n, centers=3, cluster_std=0.5, random_state=seed)
-    return X, y
+    return blobs(n, seed=seed)
 
 
 def _kmeans(**params):

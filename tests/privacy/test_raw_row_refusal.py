@@ -22,7 +22,7 @@ import skfed
 from skfed._engine._federation import ClientStepError, Federation, client_config
 from skfed._engine._validation import check_partitions
 from skfed._numerics._rows import row_hashes
-from skfed._testing import rows_found
+from skfed._testing import blobs, rows_found
 from skfed.cluster._protocols._kfed_local import _few_row_clusters, local_step
 from skfed.decomposition._kernel_pca_features import _statistics_step
 from skfed.kernel import federated_gamma
@@ -40,8 +40,7 @@ from skfed.privacy._refusal import MIN_ROWS, n_distinct_rows
 
 
 def _blobs(n=300, d=4):
-    X, _ = make_blobs(n, centers=3, n_features=d, cluster_std=0.6, random_state=0)
-    return X
+    return blobs(n, d, cluster_std=0.6)[0]
 
 
 # -- KFed: an outlier's singleton local cluster ------------------------------

@@ -20,6 +20,9 @@ makes plain. Paper: "A Communication Efficient Federated Kernel k-Means"
 (ICLR 2021 submission).
 """
 
+# Long module: the replay that embeds new points must repeat the clients'
+# features and products exactly; it stays beside the steps it repeats.
+
 import sys
 import warnings
 from functools import lru_cache, partial

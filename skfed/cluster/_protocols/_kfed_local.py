@@ -11,6 +11,10 @@ and on the step's options, so the choice stays beside the step (the
 arithmetic itself is :mod:`skfed.cluster._kmeans`'s): about 800 lines.
 """
 
+# Long module: which local solver a client runs depends on its rows (dense
+# or sparse, small or large) and on the step's options; the choice stays
+# beside the step, the arithmetic is skfed.cluster._kmeans'.
+
 import contextlib
 from collections.abc import Mapping
 from typing import NamedTuple
