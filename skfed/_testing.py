@@ -348,7 +348,8 @@ def rounds_run(monkeypatch):
     run_round = Federation.run_round
 
     def recording(self, name, *args, **kwargs):
-        names.append(name)
+        # A declared round (skfed._engine._rounds.Round) by its name.
+        names.append(getattr(name, "name", name))
         return run_round(self, name, *args, **kwargs)
 
     monkeypatch.setattr(Federation, "run_round", recording)
@@ -371,11 +372,13 @@ def server_received(monkeypatch):
         answer = type(transport).run.__get__(transport)
         previous = vars(transport).get("run")
 
+        label = getattr(name, "name", name)  # a declared Round by its name
+
         def recording(call, ids, messages):
             results = answer(call, ids, messages)
-            log["messages"].extend((name, m) for m in messages)
+            log["messages"].extend((label, m) for m in messages)
             log["uploads"].extend(
-                (name, c, r)
+                (label, c, r)
                 for c, r in zip(ids, results)
                 if not isinstance(r, StepFailure)
             )

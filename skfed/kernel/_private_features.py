@@ -17,7 +17,7 @@ from functools import lru_cache, partial
 
 import numpy as np
 
-from .._engine._ledger import SUM_ONLY, Disclosure
+from .._engine._rounds import sum_only
 from .._numerics._blocks import row_blocks
 from ._random_features import random_fourier_features, sample_fourier_weights
 
@@ -27,9 +27,12 @@ __all__ = [
     "feature_sum_sensitivity",
     "feature_gram_statistics",
     "feature_norm_bound",
+    "feature_statistics_sensitivity",
     "gram_sensitivity",
     "paired_fourier_map",
     "private_statistics",
+    "statistics_noise",
+    "PRIVATE_STATISTICS",
 ]
 
 # Relative slack on the norm bounds: the cosines are taken in float32
@@ -145,6 +148,28 @@ def count_sum_sensitivity(radius):
     return max(2.0 * radius, math.sqrt(2.0 * (radius**2 + 1.0)))
 
 
+def feature_statistics_sensitivity(n_random_features):
+    """The L2 sensitivities of the two releases of a client's random-feature
+    statistics, the upper triangle of Σ z zᵀ and Σ z
+    (:func:`gram_sensitivity` and :func:`feature_sum_sensitivity` at the
+    norm bound of D features): one per release, from D alone."""
+    radius = feature_norm_bound(n_random_features)
+    return (
+        gram_sensitivity(radius, n_random_features),
+        feature_sum_sensitivity(radius),
+    )
+
+
+def statistics_noise(round, accountant, n_random_features):
+    """The ``noise`` option of a statistics step, ``(radius, gram_std,
+    sum_std)``: the features' norm bound and the standard deviations of the
+    two releases that ``round`` declares (its ``sensitivity`` gives one per
+    release) at the fit's noise multiplier."""
+    radius = feature_norm_bound(n_random_features)
+    gram, sums = round.sensitivity(n_random_features)
+    return radius, accountant.noise_std(gram), accountant.noise_std(sums)
+
+
 def clip_rows(Z, radius):
     """Scale, in place, the rows of ``Z`` longer than ``radius`` down to it.
 
@@ -213,12 +238,21 @@ def symmetric_from_upper(upper, n_random_features):
     return gram
 
 
+# Two releases per client: the Gram triangle, then [Σ z] (n_m, public,
+# follows unnoised).
+PRIVATE_STATISTICS = sum_only(
+    "random feature statistics",
+    noised=2,
+    sensitivity=feature_statistics_sensitivity,
+)
+
+
 def private_statistics(fed, step, message, n_random_features):
     """Server: the noised sums of the clients' feature statistics under the
     fit's accountant (differential privacy), and the row count (public).
 
-    One ``"random feature statistics"`` round, sum-only, two releases per
-    client: the upper triangle of Z[m]ᵀZ[m], of replace-one sensitivity
+    One round, :data:`PRIVATE_STATISTICS` (sum-only, two releases per
+    client): the upper triangle of Z[m]ᵀZ[m], of replace-one sensitivity
     :func:`~skfed.kernel._private_features.gram_sensitivity`, and Z[m]ᵀ1,
     of sensitivity 2R, R the features' norm bound; the row count n_m is
     public and follows without noise. Both bounds come from D alone.
@@ -232,18 +266,11 @@ def private_statistics(fed, step, message, n_random_features):
     n_samples : float
         N, at least 1.
     """
-    accountant = fed.accountant
-    radius = feature_norm_bound(n_random_features)
-    noise = (
-        radius,
-        accountant.noise_std(gram_sensitivity(radius, n_random_features)),
-        accountant.noise_std(feature_sum_sensitivity(radius)),
-    )
+    noise = statistics_noise(PRIVATE_STATISTICS, fed.accountant, n_random_features)
     total = fed.run_round(
-        "random feature statistics",
+        PRIVATE_STATISTICS,
         partial(step, n_features=n_random_features, noise=noise),
         message,
-        disclosure=Disclosure(SUM_ONLY, noised=2),
     )
     # N is exact, but a client may hold no row; the means divide by it.
     return total[:-1], max(float(total[-1]), 1.0)

@@ -229,14 +229,14 @@ def kernel_pca_release(epsilon=1.0, delta=1e-5, n_random=20):
     """DistributedKernelPCA's one upload: the noised Gram triangle of the
     random features and [feature sums, count] (two releases)."""
     from ..decomposition import DistributedKernelPCA
-    from ..decomposition._kernel_pca_features import _statistics_step
+    from ..decomposition._protocols.random_features import statistics_step
 
     dp = DifferentialPrivacy(epsilon=epsilon, delta=delta)
     est = DistributedKernelPCA(2, gamma=0.5, n_random_features=n_random, privacy=dp)
     return _feature_statistics_release(
         "DistributedKernelPCA: random feature statistics",
         est,
-        _statistics_step,
+        statistics_step,
         (12345, 0.5, "rbf"),
         n_random,
         delta,
@@ -316,7 +316,7 @@ def scaler_release(epsilon=1.0, delta=1e-5, n_samples=200, n_features=2):
     rows in box coordinates (and the public count). D holds a row at the
     box's lower corner, D' the canary beyond its upper corner (clipped)."""
     from ..preprocessing import FederatedStandardScaler
-    from ..preprocessing._scaler_protocol import _private_step, private_sensitivity
+    from ..preprocessing._protocols.scaler import private_sensitivity, private_step
 
     lower, upper, D, D_prime = _box_neighbours(n_samples, n_features)
     dp = DifferentialPrivacy(epsilon=epsilon, delta=delta, bounds=(lower, upper))
@@ -324,7 +324,7 @@ def scaler_release(epsilon=1.0, delta=1e-5, n_samples=200, n_features=2):
     std = accountant.noise_std(private_sensitivity(n_features, True))
 
     def run(X, noise_scale):
-        _, upload = _private_step(
+        _, upload = private_step(
             _client(X), None, (lower, upper), with_std=True, noise_std=std * noise_scale
         )
         return upload
@@ -337,7 +337,7 @@ def classifier_release(epsilon=1.0, delta=1e-5, n_random=20):
     of the random features and [class sums, class counts] (two releases).
     D' replaces a row of class 0 by a canary of class 1 far from every row."""
     from ..classification import FederatedRKHSClassifier
-    from ..classification._rkhs_features import _statistics_step
+    from ..classification._protocols.random_features import statistics_step
     from ..kernel._private_features import (
         count_sum_sensitivity,
         feature_norm_bound,
@@ -361,7 +361,7 @@ def classifier_release(epsilon=1.0, delta=1e-5, n_random=20):
     def run(data, noise_scale):
         X, y = data
         noise = (radius, gram_std * noise_scale, sum_std * noise_scale)
-        _, upload = _statistics_step(
+        _, upload = statistics_step(
             _client(X, y),
             None,
             (12345, (1.0,)),

@@ -21,21 +21,17 @@ from sklearn.svm import SVC
 from skfed import FederatedRKHSClassifier
 from skfed._engine._federation import ClientData, Federation
 from skfed._testing import rkhs_paper_data
-from skfed.classification import _rkhs_protocol as rkhs_protocol
-from skfed.classification._rkhs_protocol import (
+from skfed.classification._protocols import critical_samples as rkhs_protocol
+from skfed.classification._protocols.critical_samples import (
     _local_dual_step,
     _server_pool,
     _server_solve,
-    _server_widths,
 )
-from skfed.classification._sparse_dual import (
-    AtomDictionary,
-    dense_dual,
-    dual_value,
-    gaussian_atoms,
-    threshold,
-)
+from skfed.classification._protocols.data_scale import server_widths
+from skfed.classification._solvers.dual import dual_value, threshold
+from skfed.classification._solvers.svm import dense_dual
 from skfed.kernel import gamma_from_moments
+from skfed.kernel._multiwidth import AtomDictionary, gaussian_atoms
 
 
 def svc_score(X, y, X_test, y_test):
@@ -786,9 +782,9 @@ def test_refit_stopped_at_the_libsvm_cap_warns(monkeypatch, C, hint):
     # On noisy data with C=np.inf libsvm crawls into its iteration cap (11 of
     # 12 refits at N = 300, noise 0.1) and the fit used to say nothing; a
     # low cap stands in for the crawl here.
-    import skfed.classification._sparse_dual as sparse_dual
+    import skfed.classification._solvers.svm as svm
 
-    monkeypatch.setattr(sparse_dual, "_SMO_MAX_ITER", 3)
+    monkeypatch.setattr(svm, "_SMO_MAX_ITER", 3)
     X, y, _ = rkhs_paper_data(100, noise=0.1, seed=2)
     # sparsity=0.5, ε = 0 (the former defaults): with the current ones the
     # model keeps so few kernels that libsvm finishes the refit within the 3
@@ -803,7 +799,7 @@ def test_libsvm_cap_is_reported_without_a_warning_or_global_state(monkeypatch):
     # touches the process-wide warning machinery (catching the warning
     # there, two threads left every later warning recorded into a dead
     # list).
-    import skfed.classification._sparse_dual as sparse_dual
+    import skfed.classification._solvers.svm as svm
 
     rng = np.random.default_rng(0)
     Phi = rng.standard_normal((200, 150)).astype(np.float32)
@@ -817,7 +813,7 @@ def test_libsvm_cap_is_reported_without_a_warning_or_global_state(monkeypatch):
         for _ in range(30):
             out.append(dense_dual(Phi, y, **kw)["converged"])
 
-    monkeypatch.setattr(sparse_dual, "_SMO_MAX_ITER", 3)
+    monkeypatch.setattr(svm, "_SMO_MAX_ITER", 3)
     results = [[], []]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -941,7 +937,7 @@ def test_server_widths_are_order_free():
         spread = float(((X - X.mean(axis=0)) ** 2).sum())
         uploads.append((float(len(X)), X.sum(axis=0), spread))
     widths = {
-        tuple(_server_widths(gamma_from_moments([uploads[i] for i in order]), 5))
+        tuple(server_widths(gamma_from_moments([uploads[i] for i in order]), 5))
         for order in itertools.permutations(range(4))
     }
     assert len(widths) == 1
@@ -1204,7 +1200,7 @@ def test_dense_dual_falls_back_to_svc_when_libsvms_binding_changes(
     # that changes or removes it must give SVC.fit's solution, not an error.
     import types
 
-    import skfed.classification._sparse_dual as sparse_dual
+    import skfed.classification._solvers.svm as svm
 
     X, y = make_moons(200, noise=0.3, random_state=0)
     ypm = np.where(y == 1, 1.0, -1.0)
@@ -1217,7 +1213,7 @@ def test_dense_dual_falls_back_to_svc_when_libsvms_binding_changes(
         raise TypeError("fit() got an unexpected keyword argument 'nu'")
 
     fake = types.SimpleNamespace(fit=changed_fit, set_verbosity_wrap=lambda v: None)
-    monkeypatch.setattr(sparse_dual, "_libsvm", fake if binding == "changed" else None)
+    monkeypatch.setattr(svm, "_libsvm", fake if binding == "changed" else None)
     through_svc = dense_dual(Phi, ypm, **kw)
     np.testing.assert_array_equal(through_svc["lam"], direct["lam"])
     assert through_svc["intercept"] == direct["intercept"]
@@ -1287,7 +1283,7 @@ def test_working_set_adds_the_violators_its_first_guess_missed(monkeypatch, gues
     # A first working set far from the solution: a handful of rows free
     # and the rest held at 0 (or at C). The KKT check on every row must add
     # the violators until none is left, and reach the full solution.
-    import skfed.classification._sparse_dual as sparse_dual
+    import skfed.classification._solvers.svm as svm
 
     ypm, Phi, kw = _moons_dual_problem(400, 1, 15, beta=0.5, epsilon=0.0)
     full = dense_dual(Phi, ypm, **kw)
@@ -1295,13 +1291,13 @@ def test_working_set_adds_the_violators_its_first_guess_missed(monkeypatch, gues
     first = np.concatenate([np.flatnonzero(ypm > 0)[:3], np.flatnonzero(ypm < 0)[:3]])
     margins[first] = 1.0
     sizes = []
-    solve = sparse_dual._binary_svc
+    solve = svm._binary_svc
 
     def counted(features, y, **options):
         sizes.append(len(y))
         return solve(features, y, **options)
 
-    monkeypatch.setattr(sparse_dual, "_binary_svc", counted)
+    monkeypatch.setattr(svm, "_binary_svc", counted)
     chunked = dense_dual(Phi, ypm, margins=margins, **kw)
     assert len(sizes) >= 2 and sizes[0] <= 8  # 6 free rows (+ the groups)
     _assert_same_svm(Phi, ypm, chunked, full, kw)
@@ -1319,7 +1315,7 @@ def test_working_set_solve_falls_back_to_svc(monkeypatch, binding):
     # sample_weight must carry them when the private binding is unusable.
     import types
 
-    import skfed.classification._sparse_dual as sparse_dual
+    import skfed.classification._solvers.svm as svm
 
     ypm, Phi, kw = _moons_dual_problem(300, 2, 20, beta=0.4, epsilon=0.3)
     margins = dense_dual(Phi[:, 2:], ypm, **kw)["margins"]
@@ -1329,7 +1325,7 @@ def test_working_set_solve_falls_back_to_svc(monkeypatch, binding):
         raise TypeError("fit() got an unexpected keyword argument 'nu'")
 
     fake = types.SimpleNamespace(fit=changed_fit, set_verbosity_wrap=lambda v: None)
-    monkeypatch.setattr(sparse_dual, "_libsvm", fake if binding == "changed" else None)
+    monkeypatch.setattr(svm, "_libsvm", fake if binding == "changed" else None)
     through_svc = dense_dual(Phi, ypm, margins=margins, **kw)
     np.testing.assert_allclose(through_svc["lam"], direct["lam"], atol=1e-6)
     assert through_svc["intercept"] == pytest.approx(direct["intercept"], abs=1e-6)
@@ -1349,7 +1345,7 @@ def test_line_search_matches_bisection_over_every_atom(
     # The line search sums the atoms that stay on one side of the threshold
     # once and bisects over the others; the step is the one a bisection of
     # the slope over every atom finds.
-    from skfed.classification._sparse_dual import _line_search
+    from skfed.classification._solvers.active_set import _line_search
 
     rng = np.random.RandomState(seed)
     c = rng.normal(size=2000) * scale_c
@@ -1383,7 +1379,7 @@ def test_line_search_stops_just_past_the_kink_where_the_slope_turns(kink):
     # turns the slope from positive to negative there: the step is the
     # first multiple of 2⁻⁵⁰ past the kink (where a bisection of [0, 1]
     # lands), and the entering atom is above the threshold there.
-    from skfed.classification._sparse_dual import _line_search
+    from skfed.classification._solvers.active_set import _line_search
 
     gamma, epsilon = 0.5, 0.0
     beta = 1 - gamma
@@ -1405,20 +1401,21 @@ def test_working_sets_only_on_pools_above_their_first_size(n, working, monkeypat
     # the rows (the path of the user guide's moons example, whose
     # refinement sent 69% more rows when small pools took working sets);
     # above, the steps after the first guess take working sets.
-    from skfed.classification import _sparse_dual as sparse_dual
+    import skfed.classification._solvers.svm as svm
+    from skfed.classification._solvers.active_set import active_set_dual
 
     calls = []
-    original = sparse_dual._working_set_svc
+    original = svm._working_set_svc
 
     def spy(*args, **kwargs):
         calls.append(1)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(sparse_dual, "_working_set_svc", spy)
+    monkeypatch.setattr(svm, "_working_set_svc", spy)
     X, y = make_moons(n, noise=0.2, random_state=0)
     ypm = np.where(y == 1, 1.0, -1.0)
     dictionary = AtomDictionary(X, X, [0.3, 0.8])
-    result = sparse_dual.active_set_dual(
+    result = active_set_dual(
         dictionary, ypm, gamma=0.7, epsilon=0.3, upper=1.0, max_iter=50, tol=1e-4
     )
     assert result["n_iter"] >= 2 and len(result["atoms"]) > 0

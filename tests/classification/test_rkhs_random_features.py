@@ -16,11 +16,11 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from skfed import FederatedRKHSClassifier
 from skfed._engine._ledger import SUM_ONLY
-from skfed.classification._rkhs_features import (
+from skfed.classification._solvers.feature_ridge import (
     gcv_score,
-    multiwidth_map,
     solve_from_statistics,
 )
+from skfed.kernel._multiwidth import multiwidth_map
 from skfed.kernel._private_features import feature_blocks
 from skfed.partition import iid, label_dirichlet
 from skfed.privacy import DifferentialPrivacy

@@ -23,7 +23,8 @@ from sklearn.model_selection import GroupKFold, cross_validate
 from sklearn.pipeline import Pipeline
 from threadpoolctl import threadpool_limits
 
-import skfed.decomposition._kernel_pca_protocol as kpca_module
+import skfed.decomposition._protocols.representatives as representatives
+import skfed.decomposition._protocols.sampling as sampling_protocol
 from skfed import DistributedKernelPCA
 from skfed.kernel import allocate_quota
 from skfed.partition import power_law
@@ -568,18 +569,6 @@ def test_sizes_that_would_allocate_gigabytes_are_refused_up_front():
         DistributedKernelPCA(2, n_random_features=10**7).fit(X)
 
 
-def test_kernel_rows_far_from_the_origin():
-    # The model's kernels are exact at an offset of 1e9 (the expanded
-    # squared distances inside "rbf" cancelled there).
-    X = np.random.RandomState(1).normal(size=(80, 3))
-    spec = {"kernel": "rbf", "gamma": 0.5}
-    from skfed.decomposition._kernel_pca_protocol import _kernel
-
-    near = _kernel(X, X[:20], spec)
-    far = _kernel(X + 1e9, X[:20] + 1e9, spec)
-    np.testing.assert_allclose(far, near, atol=1e-6)
-
-
 def test_clients_smaller_than_their_quota():
     rng = np.random.RandomState(0)
     X = rng.normal(size=(120, 3))
@@ -737,7 +726,7 @@ class _FakeClient:
 
 def test_systematic_draws_have_the_inclusion_probabilities():
     scores = np.array([50.0, 1.0, 2.0, 0.0, 3.0, 1.0, 4.0, 0.5])
-    pi = kpca_module._inclusion_probabilities(scores, 3)
+    pi = sampling_protocol._inclusion_probabilities(scores, 3)
     assert pi.sum() == pytest.approx(3)
     assert pi[0] == 1 and pi[3] == 0
     # Unsaturated points keep the proportions of their scores.
@@ -749,7 +738,7 @@ def test_systematic_draws_have_the_inclusion_probabilities():
     for seed in range(1500):
         client = _FakeClient(X, seed)
         state = {"kpca_scores": scores, "kpca_order": np.arange(8)}
-        _, rows = kpca_module._sample_step(
+        _, rows = sampling_protocol._sample_step(
             client, state, 3, scores_key="kpca_scores", stream=0
         )
         assert rows.shape[0] == 3
@@ -769,12 +758,12 @@ def test_server_quota_matches_pooled_inclusion_probabilities(scores, total, n_cl
     scores = np.array(scores)
     clients = np.arange(len(scores)) % n_clients
     summaries = [
-        kpca_module._score_summary(scores[clients == m], total)
+        sampling_protocol._score_summary(scores[clients == m], total)
         for m in range(n_clients)
     ]
     sizes = np.bincount(clients, minlength=n_clients)
-    quota = kpca_module._inclusion_quota(summaries, total, sizes)
-    pi = kpca_module._inclusion_probabilities(scores, total)
+    quota = sampling_protocol._inclusion_quota(summaries, total, sizes)
+    pi = sampling_protocol._inclusion_probabilities(scores, total)
     expected = np.bincount(clients, weights=pi, minlength=n_clients)
     # Clients tying for the last draws all take one (see allocate_quota).
     excess = quota.sum() - min(total, np.count_nonzero(scores > 0))
@@ -819,7 +808,7 @@ def test_master_lowrank_solve_spans_the_svd_subspace(n_clients):
     r, q, k = 60, 8, 5
     scales = np.logspace(0, -2, r)[:, None]
     factors = [scales * rng.standard_normal((r, q)) for _ in range(n_clients)]
-    W = kpca_module._lowrank_solve(factors, k)
+    W = representatives._lowrank_solve(factors, k)
     U = np.linalg.svd(np.hstack(factors), full_matrices=False)[0][:, :k]
     assert W.shape == (r, k)
     assert np.max(subspace_angles(W, U)) < 1e-8
@@ -832,6 +821,6 @@ def test_master_lowrank_solve_keeps_the_svd_rank_cut():
     rng = np.random.RandomState(1)
     basis = np.linalg.qr(rng.standard_normal((40, 3)))[0]
     factors = [basis @ rng.standard_normal((3, 6)) for _ in range(50)]
-    W = kpca_module._lowrank_solve(factors, 5)
+    W = representatives._lowrank_solve(factors, 5)
     assert W.shape == (40, 3)
     assert np.max(subspace_angles(W, basis)) < 1e-8

@@ -16,7 +16,8 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from skfed import KFed, partition
-from skfed.preprocessing import FederatedStandardScaler, _scaler_protocol
+from skfed.preprocessing import FederatedStandardScaler
+from skfed.preprocessing._protocols import scaler as scaler_protocol
 from skfed.privacy import Accountant, DifferentialPrivacy, PrivacyLeakWarning
 from skfed.privacy._secure_aggregation import FRACTION_BITS
 
@@ -347,13 +348,13 @@ def test_noise_scale_by_formula(monkeypatch, with_std):
     # One feature of zero width: known constant, so not in the sensitivity.
     lower, upper = np.array([-20.0, -200.0, 3.0]), np.array([20.0, 200.0, 3.0])
     stds = []
-    original = _scaler_protocol.gaussian_noise
+    original = scaler_protocol.gaussian_noise
 
     def recording(value, std):
         stds.append(std)
         return original(value, std)
 
-    monkeypatch.setattr(_scaler_protocol, "gaussian_noise", recording)
+    monkeypatch.setattr(scaler_protocol, "gaussian_noise", recording)
     dp = DifferentialPrivacy(epsilon=1.0, bounds=(lower, upper))
     fed = FederatedStandardScaler(privacy=dp, with_std=with_std, random_state=0)
     fed.fit(X, partitions=np.arange(len(X)) % 3)
