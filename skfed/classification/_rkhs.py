@@ -10,7 +10,9 @@ protocol (:func:`run_rkhs` and its steps) lives in
 (``method="random_features"``, least squares on shared random features of
 the same multi-width kernel from summed statistics) in
 :mod:`skfed.classification._protocols.random_features`; their solvers in
-:mod:`skfed.classification._solvers`; this module is the estimator.
+:mod:`skfed.classification._solvers`; this module is the estimator. It
+runs past 800 lines because the estimator's docstring, the user's
+reference for every parameter and attribute, takes about 360 of them.
 """
 
 import numbers

@@ -5,7 +5,9 @@ Balcan, Liang, Song, Woodruff & Xie, "Communication Efficient Distributed
 Kernel Principal Component Analysis", KDD 2016 (Algorithms 1-4). The
 protocols (:func:`run_kernel_pca`, the random-feature solver, their
 steps) live in :mod:`skfed.decomposition._protocols`; this module is the
-estimator.
+estimator. It runs past 800 lines because the estimator's docstring, the
+user's reference for every parameter and attribute, takes about 350 of
+them.
 """
 
 import numbers
@@ -421,22 +423,25 @@ class DistributedKernelPCA(
 
     @property
     def _raw_rows_alternative(self):
+        text = []
         if self._solver() == "representatives":
-            return (
+            text.append(
                 "With solver='representatives' its components are combinations "
                 "of κ(y, ·) over representatives y, rows of X that the server "
-                "forwards to every client. solver='random_features' with an "
-                "explicit gamma sends no rows of X (one sum of random-feature "
-                "statistics per client, each of at least n_random_features "
-                "distinct rows)."
+                "forwards to every client."
             )
-        return (
-            "The median heuristic (gamma=None) samples rows of X (sent as they "
-            "are with d <= 64 or the laplacian kernel, randomly projected "
-            "otherwise). Pass an explicit gamma: solver='random_features' then "
-            "sends no rows of X (one sum of random-feature statistics per "
-            "client, each of at least n_random_features distinct rows)."
+        if self.gamma is None and self.kernel in ("rbf", "laplacian"):
+            text.append(
+                "The median heuristic (gamma=None) samples rows of X, sent as "
+                "they are with d <= 64 or the laplacian kernel, randomly "
+                "projected otherwise."
+            )
+        text.append(
+            "solver='random_features' with an explicit gamma sends no rows of "
+            "X (one sum of random-feature statistics per client, each of at "
+            "least n_random_features distinct rows)."
         )
+        return " ".join(text)
 
     def _rounds(self):
         rounds = []

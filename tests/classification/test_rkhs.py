@@ -20,7 +20,7 @@ from sklearn.svm import SVC
 
 from skfed import FederatedRKHSClassifier
 from skfed._engine._federation import ClientData, Federation
-from skfed._testing import rkhs_paper_data
+from skfed._testing import assert_runs_its_declared_rounds, rkhs_paper_data
 from skfed.classification._protocols import critical_samples as rkhs_protocol
 from skfed.classification._protocols.critical_samples import (
     _local_dual_step,
@@ -32,6 +32,7 @@ from skfed.classification._solvers.dual import dual_value, threshold
 from skfed.classification._solvers.svm import dense_dual
 from skfed.kernel import gamma_from_moments
 from skfed.kernel._multiwidth import AtomDictionary, gaussian_atoms
+from skfed.privacy import DifferentialPrivacy
 
 
 def svc_score(X, y, X_test, y_test):
@@ -1420,3 +1421,52 @@ def test_working_sets_only_on_pools_above_their_first_size(n, working, monkeypat
     )
     assert result["n_iter"] >= 2 and len(result["atoms"]) > 0
     assert bool(calls) == working
+
+
+# --------------------------------------------------------------------------
+# The rounds the estimator declares
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"method": "critical_samples"},
+        {"method": "critical_samples", "secure_aggregation": True},
+        {"method": "critical_samples", "widths": [0.3, 1.0], "refinement_rounds": 0},
+        {"method": "random_features"},
+        {"method": "random_features", "secure_aggregation": True},
+        {
+            "method": "random_features",
+            "widths": [0.3, 1.0],
+            "privacy": DifferentialPrivacy(epsilon=4.0, delta=1e-6),
+        },
+    ],
+)
+def test_a_fit_runs_the_rounds_it_declares(params, rounds_run):
+    X, y = make_moons(240, noise=0.2, random_state=0)
+    clf = FederatedRKHSClassifier(random_state=0, **params).fit(X, y, partitions=3)
+    # Refinement stops when no client holds a violating sample.
+    assert_runs_its_declared_rounds(clf, rounds_run, optional=("violating samples",))
+    noised = sum(r["noised"] for r in clf.communication_.disclosure())
+    assert clf._privacy_releases() == noised
+
+
+def test_the_declared_rounds_follow_the_parameters():
+    clf = FederatedRKHSClassifier(method="critical_samples", refinement_rounds=2)
+    assert [r.name for r in clf._rounds()] == [
+        "data scale",
+        "critical samples",
+        "violating samples",
+        "violating samples",
+    ]
+    clf.set_params(secure_aggregation=True, widths=4)
+    assert [r.name for r in clf._rounds()][:2] == [
+        "data scale (mean)",
+        "data scale (spread)",
+    ]
+    clf.set_params(method="auto", raw_rows="refuse", widths=[1.0])
+    (statistics,) = clf._rounds()
+    assert statistics.kind == "sum_only" and statistics.disclosure.noised == 0
+    clf.set_params(privacy=DifferentialPrivacy())
+    (statistics,) = clf._rounds()
+    assert statistics.disclosure.noised == 2 and clf._privacy_releases() == 2

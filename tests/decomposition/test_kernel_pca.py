@@ -26,8 +26,10 @@ from threadpoolctl import threadpool_limits
 import skfed.decomposition._protocols.representatives as representatives
 import skfed.decomposition._protocols.sampling as sampling_protocol
 from skfed import DistributedKernelPCA
+from skfed._testing import assert_runs_its_declared_rounds
 from skfed.kernel import allocate_quota
 from skfed.partition import power_law
+from skfed.privacy import DifferentialPrivacy
 
 
 def exact_kernel(est, X):
@@ -824,3 +826,43 @@ def test_master_lowrank_solve_keeps_the_svd_rank_cut():
     W = representatives._lowrank_solve(factors, 5)
     assert W.shape == (40, 3)
     assert np.max(subspace_angles(W, basis)) < 1e-8
+
+
+# --------------------------------------------------------------------------
+# The rounds the estimator declares
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        {"sampling": "uniform", "center": False},
+        {"leverage_fraction": 1.0, "kernel": "laplacian"},
+        {"leverage_fraction": 0.0, "kernel": "poly", "secure_aggregation": True},
+        {"kernel": "linear", "lowrank_upload": "sketch"},
+        {"solver": "random_features", "n_random_features": 40},
+        {"solver": "random_features", "n_random_features": 40, "gamma": 0.3},
+        {
+            "n_random_features": 40,
+            "gamma": 0.3,
+            "privacy": DifferentialPrivacy(epsilon=4.0, delta=1e-6),
+        },
+    ],
+)
+def test_a_fit_runs_the_rounds_it_declares(params, rounds_run):
+    X = np.random.RandomState(0).normal(size=(240, 4))
+    est = DistributedKernelPCA(2, n_representatives=30, random_state=0, **params)
+    est.fit(X, partitions=3)
+    assert_runs_its_declared_rounds(est, rounds_run)
+    noised = sum(r["noised"] for r in est.communication_.disclosure())
+    assert est._privacy_releases() == noised
+
+
+def test_the_declared_rounds_follow_the_parameters():
+    est = DistributedKernelPCA(kernel="poly", sampling="uniform", center=False)
+    assert [r.name for r in est._rounds()] == ["uniform sample", "disLR", "error"]
+    # The median heuristic is declared as rows of X: refused up front.
+    est.set_params(kernel="rbf", solver="random_features", raw_rows="refuse")
+    assert [r.name for r in est._rounds() if r.sends_rows] == ["median sample"]
+    with pytest.raises(ValueError, match="'median sample'.*explicit gamma"):
+        est.fit(np.random.RandomState(0).normal(size=(60, 3)), partitions=2)

@@ -16,6 +16,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from skfed import KFed, partition
+from skfed._testing import assert_runs_its_declared_rounds
 from skfed.preprocessing import FederatedStandardScaler
 from skfed.preprocessing._protocols import scaler as scaler_protocol
 from skfed.privacy import Accountant, DifferentialPrivacy, PrivacyLeakWarning
@@ -452,3 +453,30 @@ def test_what_cannot_be_squared_is_refused():
         fed.transform(X * 1e300)
     wide = FederatedStandardScaler().fit(X * 1e140, partitions=3)
     assert np.all(np.abs(wide.transform(X * 1e140)) < 10)
+
+
+# --------------------------------------------------------------------------
+# The rounds the estimator declares
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        {"with_std": False},
+        {"with_mean": False},
+        {"with_mean": False, "with_std": False},
+        {"secure_aggregation": True},
+        {"privacy": DifferentialPrivacy(epsilon=4.0, delta=1e-6, bounds=(-9, 9))},
+        {
+            "with_std": False,
+            "privacy": DifferentialPrivacy(epsilon=4.0, delta=1e-6, bounds=(-9, 9)),
+        },
+    ],
+)
+def test_a_fit_runs_the_rounds_it_declares(params, rounds_run):
+    X, _ = _data(d=3)
+    est = FederatedStandardScaler(random_state=0, **params).fit(X, partitions=3)
+    assert_runs_its_declared_rounds(est, rounds_run)
+    noised = sum(r["noised"] for r in est.communication_.disclosure())
+    assert sum(r.disclosure.noised for r in est._rounds()) == noised
