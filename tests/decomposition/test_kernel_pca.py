@@ -23,8 +23,6 @@ from sklearn.model_selection import GroupKFold, cross_validate
 from sklearn.pipeline import Pipeline
 from threadpoolctl import threadpool_limits
 
-import skfed.decomposition._protocols.representatives as representatives
-import skfed.decomposition._protocols.sampling as sampling_protocol
 from skfed import DistributedKernelPCA
 from skfed._testing import assert_runs_its_declared_rounds
 from skfed.kernel import allocate_quota
@@ -714,65 +712,6 @@ def test_verbose_reports_each_round(capsys):
         assert f"'{name}'" in err
 
 
-# ---------------------------------------------------------------------------
-# RepSample's inclusion probabilities
-
-
-class _FakeClient:
-    def __init__(self, X, seed):
-        self.X, self.n_samples, self._seed = X, X.shape[0], seed
-
-    def random_state(self, *keys):
-        return np.random.RandomState([self._seed, *keys])
-
-
-def test_systematic_draws_have_the_inclusion_probabilities():
-    scores = np.array([50.0, 1.0, 2.0, 0.0, 3.0, 1.0, 4.0, 0.5])
-    pi = sampling_protocol._inclusion_probabilities(scores, 3)
-    assert pi.sum() == pytest.approx(3)
-    assert pi[0] == 1 and pi[3] == 0
-    # Unsaturated points keep the proportions of their scores.
-    positive = scores > 0
-    positive[0] = False
-    assert_allclose(pi[positive] / scores[positive], pi[1] / scores[1])
-    X = np.arange(8.0)[:, None]
-    counts = np.zeros(8)
-    for seed in range(1500):
-        client = _FakeClient(X, seed)
-        state = {"kpca_scores": scores, "kpca_order": np.arange(8)}
-        _, rows = sampling_protocol._sample_step(
-            client, state, 3, scores_key="kpca_scores", stream=0
-        )
-        assert rows.shape[0] == 3
-        counts[rows[:, 0].astype(int)] += 1
-    assert_allclose(counts / 1500, pi, atol=0.05)
-
-
-@settings(max_examples=40, deadline=None)
-@given(
-    # Scores within a dynamic range of 1e6 (scores below the rounding of
-    # their sum cannot be told from zero).
-    st.lists(st.one_of(st.just(0.0), st.floats(1e-3, 1e3)), min_size=2, max_size=40),
-    st.integers(1, 10),
-    st.integers(2, 5),
-)
-def test_server_quota_matches_pooled_inclusion_probabilities(scores, total, n_clients):
-    scores = np.array(scores)
-    clients = np.arange(len(scores)) % n_clients
-    summaries = [
-        sampling_protocol._score_summary(scores[clients == m], total)
-        for m in range(n_clients)
-    ]
-    sizes = np.bincount(clients, minlength=n_clients)
-    quota = sampling_protocol._inclusion_quota(summaries, total, sizes)
-    pi = sampling_protocol._inclusion_probabilities(scores, total)
-    expected = np.bincount(clients, weights=pi, minlength=n_clients)
-    # Clients tying for the last draws all take one (see allocate_quota).
-    excess = quota.sum() - min(total, np.count_nonzero(scores > 0))
-    assert 0 <= excess < n_clients
-    assert np.all(np.abs(quota - expected) < 1 + 1e-6)
-
-
 def test_many_clients_still_find_the_dominant_rows(varying_norms):
     X, gamma = varying_norms
     k = 5
@@ -800,32 +739,6 @@ def test_no_leverage_draws_skip_the_leverage_rounds(digits):
     assert {"embedding", "leverage scores", "leverage sample"}.isdisjoint(names)
     assert {"adaptive residuals", "adaptive sample"} <= names
     assert est.n_representatives_ <= 30
-
-
-@pytest.mark.parametrize("n_clients", [3, 200])
-def test_master_lowrank_solve_spans_the_svd_subspace(n_clients):
-    # With many clients the master takes the top singular vectors from the
-    # r x r Gram matrix of the stacked factors; they span what the SVD's do.
-    rng = np.random.RandomState(0)
-    r, q, k = 60, 8, 5
-    scales = np.logspace(0, -2, r)[:, None]
-    factors = [scales * rng.standard_normal((r, q)) for _ in range(n_clients)]
-    W = representatives._lowrank_solve(factors, k)
-    U = np.linalg.svd(np.hstack(factors), full_matrices=False)[0][:, :k]
-    assert W.shape == (r, k)
-    assert np.max(subspace_angles(W, U)) < 1e-8
-    assert_allclose(W.T @ W, np.eye(k), atol=1e-10)
-
-
-def test_master_lowrank_solve_keeps_the_svd_rank_cut():
-    # Stacked factors of rank 3 < k: the Gram path cannot tell a tiny
-    # singular value from rounding, so the SVD decides and keeps 3.
-    rng = np.random.RandomState(1)
-    basis = np.linalg.qr(rng.standard_normal((40, 3)))[0]
-    factors = [basis @ rng.standard_normal((3, 6)) for _ in range(50)]
-    W = representatives._lowrank_solve(factors, 5)
-    assert W.shape == (40, 3)
-    assert np.max(subspace_angles(W, basis)) < 1e-8
 
 
 # --------------------------------------------------------------------------
