@@ -1,13 +1,25 @@
-"""Compatibility with the oldest supported scikit-learn (1.6).
+"""Every private scikit-learn name skfed uses, and what differs between
+the oldest supported scikit-learn (1.6) and the newest.
 
-Only what differs between scikit-learn 1.6 and the newest supported
-release lives here, so that every estimator behaves the same on each.
+scikit-learn's private modules can change in any release: importing them
+here alone means one file to read when a release moves one, and gives every
+estimator the same behaviour on each supported version.
 """
 
 import numpy as np
+from sklearn.utils._param_validation import (
+    Interval,
+    StrOptions,
+    validate_params,
+)
 from sklearn.utils.validation import _check_sample_weight
 
-__all__ = ["check_sample_weight"]
+__all__ = [
+    "Interval",
+    "StrOptions",
+    "check_sample_weight",
+    "validate_params",
+]
 
 
 def check_sample_weight(sample_weight, X, *, dtype=None, ensure_non_negative=False):
