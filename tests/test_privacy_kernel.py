@@ -22,7 +22,7 @@ from skfed import DistributedKernelPCA, FederatedKernelKMeans
 from skfed._engine._federation import ClientData, Federation
 from skfed.cluster import _kernel_kmeans_private
 from skfed.cluster._kernel_kmeans_private import _private_sums_step
-from skfed.decomposition._protocols.random_features import statistics_step
+from skfed.decomposition._protocols._random_features import statistics_step
 from skfed.kernel._private_features import (
     count_sum_sensitivity,
     feature_gram_statistics,
@@ -318,7 +318,7 @@ def test_same_seed_reproduces_the_clipped_fit_but_never_the_noise(make):
 _NOISING_MODULES = (
     "skfed.cluster._kernel_kmeans_one_shot",
     "skfed.cluster._kernel_kmeans_private",
-    "skfed.decomposition._protocols.random_features",
+    "skfed.decomposition._protocols._random_features",
 )
 
 

@@ -6,14 +6,16 @@ the pooled critical samples (Peifer & Ribeiro's federated classifier, after
 Peifer, Chamon, Paternain & Ribeiro's sparse RKHS representations), and optional
 refinement rounds send the samples the global model violates. The
 protocol (:func:`run_rkhs` and its steps) lives in
-:mod:`skfed.classification._protocols.critical_samples`; the row-free path
+:mod:`skfed.classification._protocols._critical_samples`; the row-free path
 (``method="random_features"``, least squares on shared random features of
 the same multi-width kernel from summed statistics) in
-:mod:`skfed.classification._protocols.random_features`; their solvers in
-:mod:`skfed.classification._solvers`; this module is the estimator. It
-runs past 800 lines because the estimator's docstring, the user's
-reference for every parameter and attribute, takes about 360 of them.
+:mod:`skfed.classification._protocols._random_features`; their solvers in
+:mod:`skfed.classification._solvers`; this module is the estimator.
 """
+
+# Long module: the estimator's docstring, the user's reference for every
+# parameter and attribute, takes about 360 of its lines; the code is the
+# estimator's alone.
 
 import numbers
 import warnings
@@ -39,9 +41,9 @@ from .._engine._validation import StrictInterval, check_magnitude, clip_to_data
 from .._numerics._blocks import row_blocks
 from ..kernel._multiwidth import gaussian_atoms
 from ..privacy import DifferentialPrivacy
-from ._protocols.critical_samples import CRITICAL_SAMPLES, VIOLATING_SAMPLES, run_rkhs
-from ._protocols.data_scale import DATA_SCALE
-from ._protocols.random_features import (
+from ._protocols._critical_samples import CRITICAL_SAMPLES, VIOLATING_SAMPLES, run_rkhs
+from ._protocols._data_scale import DATA_SCALE
+from ._protocols._random_features import (
     FEATURE_STATISTICS,
     PRIVATE_FEATURE_STATISTICS,
     feature_scores,

@@ -5,10 +5,12 @@ Balcan, Liang, Song, Woodruff & Xie, "Communication Efficient Distributed
 Kernel Principal Component Analysis", KDD 2016 (Algorithms 1-4). The
 protocols (:func:`run_kernel_pca`, the random-feature solver, their
 steps) live in :mod:`skfed.decomposition._protocols`; this module is the
-estimator. It runs past 800 lines because the estimator's docstring, the
-user's reference for every parameter and attribute, takes about 350 of
-them.
+estimator.
 """
+
+# Long module: the estimator's docstring, the user's reference for every
+# parameter and attribute, takes about 350 of its lines; the code is the
+# estimator's alone.
 
 import numbers
 import warnings
@@ -32,20 +34,20 @@ from .._engine._validation import StrictInterval, check_magnitude, clip_to_data
 from ..kernel._pairwise import kernel_matrix
 from ..kernel._private_features import PRIVATE_STATISTICS
 from ..privacy import DifferentialPrivacy, check_privacy
-from ._protocols.kernel_width import MEDIAN_SAMPLE
-from ._protocols.random_features import (
+from ._protocols._kernel_width import MEDIAN_SAMPLE
+from ._protocols._random_features import (
     FEATURE_STATISTICS,
     feature_projection,
     run_feature_pca,
 )
-from ._protocols.representatives import (
+from ._protocols._representatives import (
     DISLR,
     DISLR_UNCENTRED,
     ERROR,
     FEATURE_MEAN,
     run_kernel_pca,
 )
-from ._protocols.sampling import (
+from ._protocols._sampling import (
     ADAPTIVE_RESIDUALS,
     ADAPTIVE_SAMPLE,
     EMBEDDING,

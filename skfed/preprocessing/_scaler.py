@@ -1,7 +1,7 @@
 """Standardization fitted over the clients: the pooled data's mean and
 variance from sums, without pooling a row.
 
-The rounds live in :mod:`skfed.preprocessing._protocols.scaler`; this
+The rounds live in :mod:`skfed.preprocessing._protocols._scaler`; this
 module is the estimator.
 """
 
@@ -26,7 +26,7 @@ from .._engine._remote import blockwise, is_dask_collection, is_remote
 from .._engine._validation import check_magnitude
 from ..privacy import DifferentialPrivacy, check_privacy, feature_bounds
 from ..privacy._secure_aggregation import FRACTION_BITS
-from ._protocols.scaler import (
+from ._protocols._scaler import (
     SCALER_MEAN,
     SCALER_SPREAD,
     SCALER_STATISTICS,

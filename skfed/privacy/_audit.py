@@ -229,7 +229,7 @@ def kernel_pca_release(epsilon=1.0, delta=1e-5, n_random=20):
     """DistributedKernelPCA's one upload: the noised Gram triangle of the
     random features and [feature sums, count] (two releases)."""
     from ..decomposition import DistributedKernelPCA
-    from ..decomposition._protocols.random_features import statistics_step
+    from ..decomposition._protocols._random_features import statistics_step
 
     dp = DifferentialPrivacy(epsilon=epsilon, delta=delta)
     est = DistributedKernelPCA(2, gamma=0.5, n_random_features=n_random, privacy=dp)
@@ -316,7 +316,7 @@ def scaler_release(epsilon=1.0, delta=1e-5, n_samples=200, n_features=2):
     rows in box coordinates (and the public count). D holds a row at the
     box's lower corner, D' the canary beyond its upper corner (clipped)."""
     from ..preprocessing import FederatedStandardScaler
-    from ..preprocessing._protocols.scaler import private_sensitivity, private_step
+    from ..preprocessing._protocols._scaler import private_sensitivity, private_step
 
     lower, upper, D, D_prime = _box_neighbours(n_samples, n_features)
     dp = DifferentialPrivacy(epsilon=epsilon, delta=delta, bounds=(lower, upper))
@@ -337,7 +337,7 @@ def classifier_release(epsilon=1.0, delta=1e-5, n_random=20):
     of the random features and [class sums, class counts] (two releases).
     D' replaces a row of class 0 by a canary of class 1 far from every row."""
     from ..classification import FederatedRKHSClassifier
-    from ..classification._protocols.random_features import statistics_step
+    from ..classification._protocols._random_features import statistics_step
     from ..kernel._private_features import (
         count_sum_sensitivity,
         feature_norm_bound,

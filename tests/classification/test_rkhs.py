@@ -16,11 +16,11 @@ from sklearn.svm import SVC
 
 from skfed import FederatedRKHSClassifier
 from skfed._testing import assert_runs_its_declared_rounds, rkhs_paper_data
-from skfed.classification._protocols.critical_samples import (
+from skfed.classification._protocols._critical_samples import (
     _server_solve,
 )
-from skfed.classification._solvers.dual import dual_value, threshold
-from skfed.classification._solvers.svm import dense_dual
+from skfed.classification._solvers._dual import dual_value, threshold
+from skfed.classification._solvers._svm import dense_dual
 from skfed.kernel._multiwidth import AtomDictionary, gaussian_atoms
 from skfed.privacy import DifferentialPrivacy
 
@@ -481,7 +481,7 @@ def test_refit_stopped_at_the_libsvm_cap_warns(monkeypatch, C, hint):
     # On noisy data with C=np.inf libsvm crawls into its iteration cap (11 of
     # 12 refits at N = 300, noise 0.1) and the fit used to say nothing; a
     # low cap stands in for the crawl here.
-    import skfed.classification._solvers.svm as svm
+    import skfed.classification._solvers._svm as svm
 
     monkeypatch.setattr(svm, "_SMO_MAX_ITER", 3)
     X, y, _ = rkhs_paper_data(100, noise=0.1, seed=2)

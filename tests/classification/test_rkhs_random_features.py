@@ -16,7 +16,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from skfed import FederatedRKHSClassifier
 from skfed._engine._ledger import SUM_ONLY
-from skfed.classification._solvers.feature_ridge import (
+from skfed.classification._solvers._feature_ridge import (
     gcv_score,
 )
 from skfed.kernel._multiwidth import multiwidth_map

@@ -18,7 +18,7 @@ from sklearn.preprocessing import StandardScaler
 from skfed import KFed, partition
 from skfed._testing import assert_runs_its_declared_rounds
 from skfed.preprocessing import FederatedStandardScaler
-from skfed.preprocessing._protocols import scaler as scaler_protocol
+from skfed.preprocessing._protocols import _scaler as scaler_protocol
 from skfed.privacy import Accountant, DifferentialPrivacy, PrivacyLeakWarning
 from skfed.privacy._secure_aggregation import FRACTION_BITS
 

@@ -24,7 +24,7 @@ from skfed._engine._validation import check_partitions
 from skfed._numerics._rows import row_hashes
 from skfed._testing import rows_found
 from skfed.cluster._kfed_protocol import _few_row_clusters, _local_step
-from skfed.decomposition._protocols.random_features import statistics_step
+from skfed.decomposition._protocols._random_features import statistics_step
 from skfed.kernel import federated_gamma
 from skfed.kernel._private_features import (
     feature_gram_statistics,

@@ -1,9 +1,9 @@
 """The classifier's solvers.
 
-The critical samples' sparse multi-width kernel dual (:mod:`.dual`,
-:mod:`.active_set`, :mod:`.fista`, :mod:`.svm`) and the random features'
+The critical samples' sparse multi-width kernel dual (:mod:`._dual`,
+:mod:`._active_set`, :mod:`._fista`, :mod:`._svm`) and the random features'
 ridge regression with its generalized cross-validation
-(:mod:`.feature_ridge`).
+(:mod:`._feature_ridge`).
 
 The sparse dual.
 

@@ -1,5 +1,5 @@
 """Tests for the critical samples' protocol
-(skfed.classification._protocols.critical_samples): the clients' local duals
+(skfed.classification._protocols._critical_samples): the clients' local duals
 and their chunks, the server's pool and its reduction, the refinement
 rounds."""
 
@@ -16,12 +16,12 @@ from sklearn.svm import SVC
 from skfed import FederatedRKHSClassifier
 from skfed._engine._federation import ClientData, Federation
 from skfed._testing import rkhs_paper_data
-from skfed.classification._protocols import critical_samples as rkhs_protocol
-from skfed.classification._protocols.critical_samples import (
+from skfed.classification._protocols import _critical_samples as rkhs_protocol
+from skfed.classification._protocols._critical_samples import (
     _local_dual_step,
     _server_pool,
 )
-from skfed.classification._solvers.svm import dense_dual
+from skfed.classification._solvers._svm import dense_dual
 from skfed.kernel._multiwidth import AtomDictionary, gaussian_atoms
 
 

@@ -1,11 +1,11 @@
 """Tests for the kernel widths derived from the federated data scale
-(skfed.classification._protocols.data_scale)."""
+(skfed.classification._protocols._data_scale)."""
 
 import itertools
 
 import numpy as np
 
-from skfed.classification._protocols.data_scale import server_widths
+from skfed.classification._protocols._data_scale import server_widths
 from skfed.kernel import gamma_from_moments
 
 

@@ -1,5 +1,5 @@
 """Tests for the active-set solver of the sparse dual
-(skfed.classification._solvers.active_set): its exact line search and its
+(skfed.classification._solvers._active_set): its exact line search and its
 quadratic steps."""
 
 import numpy as np
@@ -24,7 +24,7 @@ def test_line_search_matches_bisection_over_every_atom(
     # The line search sums the atoms that stay on one side of the threshold
     # once and bisects over the others; the step is the one a bisection of
     # the slope over every atom finds.
-    from skfed.classification._solvers.active_set import _line_search
+    from skfed.classification._solvers._active_set import _line_search
 
     rng = np.random.RandomState(seed)
     c = rng.normal(size=2000) * scale_c
@@ -58,7 +58,7 @@ def test_line_search_stops_just_past_the_kink_where_the_slope_turns(kink):
     # turns the slope from positive to negative there: the step is the
     # first multiple of 2⁻⁵⁰ past the kink (where a bisection of [0, 1]
     # lands), and the entering atom is above the threshold there.
-    from skfed.classification._solvers.active_set import _line_search
+    from skfed.classification._solvers._active_set import _line_search
 
     gamma, epsilon = 0.5, 0.0
     beta = 1 - gamma
@@ -80,8 +80,8 @@ def test_working_sets_only_on_pools_above_their_first_size(n, working, monkeypat
     # the rows (the path of the user guide's moons example, whose
     # refinement sent 69% more rows when small pools took working sets);
     # above, the steps after the first guess take working sets.
-    import skfed.classification._solvers.svm as svm
-    from skfed.classification._solvers.active_set import active_set_dual
+    import skfed.classification._solvers._svm as svm
+    from skfed.classification._solvers._active_set import active_set_dual
 
     calls = []
     original = svm._working_set_svc

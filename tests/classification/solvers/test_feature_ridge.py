@@ -1,10 +1,10 @@
 """Tests for the ridge regression on summed random-feature statistics
-(skfed.classification._solvers.feature_ridge)."""
+(skfed.classification._solvers._feature_ridge)."""
 
 import numpy as np
 from sklearn.linear_model import RidgeCV
 
-from skfed.classification._solvers.feature_ridge import (
+from skfed.classification._solvers._feature_ridge import (
     solve_from_statistics,
 )
 

@@ -1,5 +1,5 @@
 """Tests for the gamma = 0 problems solved by libsvm
-(skfed.classification._solvers.svm): the dense dual, its working sets, the
+(skfed.classification._solvers._svm): the dense dual, its working sets, the
 fallback to SVC."""
 
 import threading
@@ -11,7 +11,7 @@ from sklearn.datasets import make_moons
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.svm import SVC
 
-from skfed.classification._solvers.svm import dense_dual
+from skfed.classification._solvers._svm import dense_dual
 from skfed.kernel._multiwidth import AtomDictionary
 
 
@@ -61,7 +61,7 @@ def test_libsvm_cap_is_reported_without_a_warning_or_global_state(monkeypatch):
     # touches the process-wide warning machinery (catching the warning
     # there, two threads left every later warning recorded into a dead
     # list).
-    import skfed.classification._solvers.svm as svm
+    import skfed.classification._solvers._svm as svm
 
     rng = np.random.default_rng(0)
     Phi = rng.standard_normal((200, 150)).astype(np.float32)
@@ -97,7 +97,7 @@ def test_dense_dual_falls_back_to_svc_when_libsvms_binding_changes(
     # that changes or removes it must give SVC.fit's solution, not an error.
     import types
 
-    import skfed.classification._solvers.svm as svm
+    import skfed.classification._solvers._svm as svm
 
     X, y = make_moons(200, noise=0.3, random_state=0)
     ypm = np.where(y == 1, 1.0, -1.0)
@@ -180,7 +180,7 @@ def test_working_set_adds_the_violators_its_first_guess_missed(monkeypatch, gues
     # A first working set far from the solution: a handful of rows free
     # and the rest held at 0 (or at C). The KKT check on every row must add
     # the violators until none is left, and reach the full solution.
-    import skfed.classification._solvers.svm as svm
+    import skfed.classification._solvers._svm as svm
 
     ypm, Phi, kw = _moons_dual_problem(400, 1, 15, beta=0.5, epsilon=0.0)
     full = dense_dual(Phi, ypm, **kw)
@@ -212,7 +212,7 @@ def test_working_set_solve_falls_back_to_svc(monkeypatch, binding):
     # sample_weight must carry them when the private binding is unusable.
     import types
 
-    import skfed.classification._solvers.svm as svm
+    import skfed.classification._solvers._svm as svm
 
     ypm, Phi, kw = _moons_dual_problem(300, 2, 20, beta=0.4, epsilon=0.3)
     margins = dense_dual(Phi[:, 2:], ypm, **kw)["margins"]

@@ -1,5 +1,5 @@
 """Tests for disKPCA's low-rank rounds
-(skfed.decomposition._protocols.representatives): the server's solve from
+(skfed.decomposition._protocols._representatives): the server's solve from
 the clients' factors."""
 
 import numpy as np
@@ -7,7 +7,7 @@ import pytest
 from numpy.testing import assert_allclose
 from scipy.linalg import subspace_angles
 
-import skfed.decomposition._protocols.representatives as representatives
+import skfed.decomposition._protocols._representatives as representatives
 
 
 @pytest.mark.parametrize("n_clients", [3, 200])

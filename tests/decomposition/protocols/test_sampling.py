@@ -1,5 +1,5 @@
 """Tests for disKPCA's sampling of representatives
-(skfed.decomposition._protocols.sampling): RepSample's inclusion
+(skfed.decomposition._protocols._sampling): RepSample's inclusion
 probabilities and the server's quotas."""
 
 import numpy as np
@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from numpy.testing import assert_allclose
 
-import skfed.decomposition._protocols.sampling as sampling_protocol
+import skfed.decomposition._protocols._sampling as sampling_protocol
 
 
 class _FakeClient:

@@ -1,6 +1,6 @@
 """Ridge regression on random features from summed statistics, with the
 penalty chosen by generalized cross-validation: the server's solve of the
-classifier's row-free path (:mod:`..._protocols.random_features`).
+classifier's row-free path (:mod:`skfed.classification._protocols._random_features`).
 
 From the sums of the clients' statistics the server has the centred Gram
 matrix C = ZᵀZ − N z̄ z̄ᵀ and B = ZᵀT − N z̄ t̄ᵀ for the ±1 targets T of
@@ -54,7 +54,7 @@ def solve_from_statistics(
     ----------
     total : ndarray
         Σ_m of the clients' uploads (see
-        :func:`skfed.classification._protocols.random_features.statistics_step`).
+        :func:`skfed.classification._protocols._random_features.statistics_step`).
     n_random_features : int
         D.
     n_classes : int

@@ -4,7 +4,7 @@ ascent, ``accelerate=False``)."""
 
 import numpy as np
 
-from .dual import dual_value, project, start_point, threshold
+from ._dual import dual_value, project, start_point, threshold
 
 __all__ = ["fista_dual", "solve_sparse_dual"]
 

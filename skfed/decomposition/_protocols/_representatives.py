@@ -1,7 +1,7 @@
 """The disKPCA protocol (Balcan, Liang, Song, Woodruff & Xie, KDD 2016,
 Algorithms 1-4): the driver :func:`run_kernel_pca`, the
 low-rank rounds (disLR) and the error round with their client and server
-steps; the representatives are sampled by :mod:`.sampling`.
+steps; the representatives are sampled by :mod:`._sampling`.
 
 Representative points Y are sampled by leverage scores of a sketched kernel
 embedding (disLS) and adaptively by their residuals against span φ(P); the
@@ -25,7 +25,7 @@ from ..._numerics._reduce import content_sorted, order_free_sum
 from ..._numerics._signs import extreme_signs
 from ...kernel._pairwise import kernel_diag, kernel_matrix
 from ...kernel._sketch import count_sketch_matrix, sample_count_sketch, sketch_columns
-from .basis import (
+from ._basis import (
     BLOCK,
     EIG_RTOL,
     forwarded_representatives,
@@ -33,8 +33,8 @@ from .basis import (
     span_basis,
     unique_rows,
 )
-from .kernel_width import server_gamma
-from .sampling import leverage_adaptive_sample, uniform_sample
+from ._kernel_width import server_gamma
+from ._sampling import leverage_adaptive_sample, uniform_sample
 
 __all__ = [
     "DISLR",

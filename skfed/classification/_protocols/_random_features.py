@@ -13,7 +13,7 @@ once, the upper triangle of Z[m]ᵀZ[m], Z[m]ᵀE[m] (E the one-hot class
 indicators of its rows) and its class counts. From the sums the server
 solves one-vs-rest ridge regression, its penalty chosen by generalized
 cross-validation on the same sums
-(:mod:`skfed.classification._solvers.feature_ridge`). No row of X and no
+(:mod:`skfed.classification._solvers._feature_ridge`). No row of X and no
 label leaves a client; the round is ``sum_only``, so secure aggregation masks it.
 
 Under ``raw_rows="refuse"`` a client leaves out the rows of a class it
@@ -53,8 +53,8 @@ from ...kernel._private_features import (
 from ...kernel._random_features import feature_min_rows
 from ...privacy import gaussian_noise
 from ...privacy._refusal import MIN_ROWS, n_distinct_rows, require_distinct_rows
-from .._solvers.feature_ridge import solve_from_statistics
-from .data_scale import data_scale, server_widths
+from .._solvers._feature_ridge import solve_from_statistics
+from ._data_scale import data_scale, server_widths
 
 __all__ = [
     "FEATURE_STATISTICS",
@@ -136,7 +136,7 @@ class FeatureRidgeResult(NamedTuple):
 def run_feature_ridge(fed, *, n_classes, widths, n_random_features, random_state):
     """Random-feature least-squares classification on an open federation.
 
-    Rounds: :data:`~.data_scale.DATA_SCALE` (only for an int ``widths``,
+    Rounds: :data:`~._data_scale.DATA_SCALE` (only for an int ``widths``,
     as the critical samples'), then :data:`FEATURE_STATISTICS`
     (:data:`PRIVATE_FEATURE_STATISTICS` under privacy): down the seed and the
     widths, up D(D+1)/2 + D·n_classes + n_classes floats per client

@@ -4,8 +4,8 @@ the atoms above the threshold, with an exact line search on D
 
 import numpy as np
 
-from .dual import dual_value, project, start_point
-from .svm import GUESS_ROWS, HARD_MARGIN_C, dense_dual, guess_margins
+from ._dual import dual_value, project, start_point
+from ._svm import GUESS_ROWS, HARD_MARGIN_C, dense_dual, guess_margins
 
 __all__ = ["active_set_dual"]
 

@@ -45,7 +45,7 @@ from ...kernel._random_features import (
 )
 from ...privacy import gaussian_noise
 from ...privacy._refusal import require_distinct_rows
-from .kernel_width import server_gamma
+from ._kernel_width import server_gamma
 
 __all__ = [
     "FEATURE_STATISTICS",

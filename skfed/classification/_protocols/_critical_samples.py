@@ -20,10 +20,10 @@ from ..._engine._protocol import PER_CLIENT, PUBLIC, client_step, collectable
 from ..._engine._rounds import Round
 from ..._numerics._rows import canonical_row_order
 from ...kernel._multiwidth import AtomDictionary, gaussian_atoms
-from .._solvers.active_set import active_set_dual
-from .._solvers.fista import solve_sparse_dual
-from .._solvers.svm import dense_dual, dense_gram
-from .data_scale import data_scale, server_widths
+from .._solvers._active_set import active_set_dual
+from .._solvers._fista import solve_sparse_dual
+from .._solvers._svm import dense_dual, dense_gram
+from ._data_scale import data_scale, server_widths
 
 # Which of its rows a client sent (the server received them) and whether
 # its own solve converged.

@@ -21,7 +21,7 @@ from ...kernel._feature_maps import explicit_feature_map
 from ...kernel._median import allocate_quota
 from ...kernel._pairwise import kernel_diag, kernel_matrix
 from ...kernel._sketch import sketch_columns
-from .basis import (
+from ._basis import (
     BLOCK,
     forwarded_representatives,
     row_order,
