@@ -14,10 +14,19 @@ from sklearn.utils._param_validation import (
 )
 from sklearn.utils.validation import _check_sample_weight
 
+try:
+    # scikit-learn's binding of libsvm, private to it: None on a release
+    # that moved or changed it (the classifier's dual solves then go
+    # through SVC.fit, to the same solution).
+    from sklearn.svm import _libsvm as libsvm
+except ImportError:  # pragma: no cover - depends on the installed release
+    libsvm = None
+
 __all__ = [
     "Interval",
     "StrOptions",
     "check_sample_weight",
+    "libsvm",
     "validate_params",
 ]
 

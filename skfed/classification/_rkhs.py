@@ -25,7 +25,6 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
@@ -39,6 +38,7 @@ from .._engine._remote import (
 )
 from .._engine._validation import StrictInterval, check_magnitude, clip_to_data
 from .._numerics._blocks import row_blocks
+from .._sklearn_compat import StrOptions
 from ..kernel._multiwidth import gaussian_atoms
 from ..privacy import DifferentialPrivacy
 from ._protocols._critical_samples import CRITICAL_SAMPLES, VIOLATING_SAMPLES, run_rkhs

@@ -24,13 +24,13 @@ from sklearn.base import (
     _fit_context,
 )
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.extmath import row_norms
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._engine._federation import FederatedMixin
 from .._engine._remote import blockwise, is_dask_collection, is_remote
 from .._engine._validation import StrictInterval, check_magnitude, clip_to_data
+from .._sklearn_compat import StrOptions
 from ..kernel._pairwise import kernel_matrix
 from ..kernel._private_features import PRIVATE_STATISTICS
 from ..privacy import DifferentialPrivacy, check_privacy

@@ -17,13 +17,13 @@ from sklearn.base import (
     _fit_context,
 )
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.sparsefuncs import inplace_column_scale
 from sklearn.utils.validation import FLOAT_DTYPES, check_is_fitted, validate_data
 
 from .._engine._federation import FederatedMixin
 from .._engine._remote import blockwise, is_dask_collection, is_remote
 from .._engine._validation import check_magnitude
+from .._sklearn_compat import StrOptions
 from ..privacy import DifferentialPrivacy, check_privacy, feature_bounds
 from ..privacy._secure_aggregation import FRACTION_BITS
 from ._protocols._scaler import (

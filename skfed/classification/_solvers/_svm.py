@@ -6,13 +6,10 @@ import numpy as np
 from scipy.optimize import minimize
 from sklearn.svm import SVC
 
-try:
-    # scikit-learn's private binding of libsvm: no stability promise, so a
-    # release that moves or changes it sends the solves back to SVC.fit
-    # (the same solution, with the estimator's overhead).
-    from sklearn.svm import _libsvm
-except ImportError:  # pragma: no cover - depends on the installed release
-    _libsvm = None
+# scikit-learn's private binding of libsvm, or None: no stability promise,
+# so a release that moves or changes it sends the solves back to SVC.fit
+# (the same solution, with the estimator's overhead).
+from ..._sklearn_compat import libsvm as _libsvm
 
 __all__ = ["GUESS_ROWS", "HARD_MARGIN_C", "dense_dual", "dense_gram", "guess_margins"]
 
