@@ -32,14 +32,10 @@ from .._engine._remote import blockwise, is_dask_collection, is_remote
 from .._engine._validation import StrictInterval, check_magnitude, clip_to_data
 from .._sklearn_compat import StrOptions
 from ..kernel._pairwise import kernel_matrix
-from ..kernel._private_features import PRIVATE_STATISTICS
+from ..kernel._private_features import FEATURE_STATISTICS, PRIVATE_STATISTICS
 from ..privacy import DifferentialPrivacy, check_privacy
 from ._protocols._kernel_width import MEDIAN_SAMPLE
-from ._protocols._random_features import (
-    FEATURE_STATISTICS,
-    feature_projection,
-    run_feature_pca,
-)
+from ._protocols._random_features import feature_projection, run_feature_pca
 from ._protocols._representatives import (
     DISLR,
     DISLR_UNCENTRED,

@@ -19,7 +19,11 @@ import numpy as np
 
 from .._engine._rounds import sum_only
 from .._numerics._blocks import row_blocks
-from ._random_features import random_fourier_features, sample_fourier_weights
+from ._random_features import (
+    feature_statistics_raw_rows,
+    random_fourier_features,
+    sample_fourier_weights,
+)
 
 __all__ = [
     "count_sum_sensitivity",
@@ -27,11 +31,13 @@ __all__ = [
     "feature_sum_sensitivity",
     "feature_gram_statistics",
     "feature_norm_bound",
+    "feature_statistics_counting_rows",
     "feature_statistics_sensitivity",
     "gram_sensitivity",
     "paired_fourier_map",
     "private_statistics",
     "statistics_noise",
+    "FEATURE_STATISTICS",
     "PRIVATE_STATISTICS",
 ]
 
@@ -238,13 +244,24 @@ def symmetric_from_upper(upper, n_random_features):
     return gram
 
 
-# Two releases per client: the Gram triangle, then [Σ z] (n_m, public,
-# follows unnoised).
-PRIVATE_STATISTICS = sum_only(
-    "random feature statistics",
-    noised=2,
-    sensitivity=feature_statistics_sensitivity,
+# Each client's upper triangle of Z[m]ᵀZ[m] and Z[m]ᵀ1, summed (a client
+# of fewer distinct rows than D gives its rows away, which the fit counts
+# with ``feature_statistics_raw_rows``)...
+FEATURE_STATISTICS = sum_only("random feature statistics")
+# ... or, under differential privacy, two releases per client: the Gram
+# triangle, then Z[m]ᵀ1 (n_m, public, follows unnoised).
+PRIVATE_STATISTICS = FEATURE_STATISTICS.noised(2)._replace(
+    sensitivity=feature_statistics_sensitivity
 )
+
+
+def feature_statistics_counting_rows(n_random_features):
+    """:data:`FEATURE_STATISTICS` as a fit of D features runs it: the ledger
+    counts the rows of a client whose statistics determine them (see
+    :func:`~skfed.kernel._random_features.feature_statistics_raw_rows`)."""
+    rows = partial(feature_statistics_raw_rows, n_random_features=n_random_features)
+    disclosure = FEATURE_STATISTICS.disclosure._replace(rows=rows)
+    return FEATURE_STATISTICS._replace(disclosure=disclosure)
 
 
 def private_statistics(fed, step, message, n_random_features):

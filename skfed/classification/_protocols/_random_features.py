@@ -84,10 +84,8 @@ def class_statistics_sensitivity(n_random_features):
 FEATURE_STATISTICS = sum_only("random feature statistics")
 # Under differential privacy: two releases per client, the row count
 # (public) unnoised.
-PRIVATE_FEATURE_STATISTICS = sum_only(
-    "random feature statistics",
-    noised=2,
-    sensitivity=class_statistics_sensitivity,
+PRIVATE_FEATURE_STATISTICS = FEATURE_STATISTICS.noised(2)._replace(
+    sensitivity=class_statistics_sensitivity
 )
 
 # What a refusing client's error advises.

@@ -27,7 +27,6 @@ from typing import NamedTuple
 import numpy as np
 
 from ..._engine._protocol import client_step
-from ..._engine._rounds import sum_only
 from ..._numerics._seeds import SEED_MAX
 from ...cluster._kernel_kmeans_one_shot import (
     feature_covariance_basis,
@@ -35,30 +34,24 @@ from ...cluster._kernel_kmeans_one_shot import (
 )
 from ...kernel._private_features import (
     feature_gram_statistics,
+    feature_statistics_counting_rows,
     paired_fourier_map,
     private_statistics,
 )
 from ...kernel._random_features import (
     FEATURE_REMEDY,
     feature_min_rows,
-    feature_statistics_raw_rows,
 )
 from ...privacy import gaussian_noise
 from ...privacy._refusal import require_distinct_rows
 from ._kernel_width import server_gamma
 
 __all__ = [
-    "FEATURE_STATISTICS",
     "FeaturePCAResult",
     "feature_projection",
     "run_feature_pca",
     "statistics_step",
 ]
-
-# The clients' summed statistics (a client of fewer rows than features
-# gives its rows away, which the fit's ``feature_statistics_raw_rows``
-# counts); under privacy, kernel._private_features.PRIVATE_STATISTICS.
-FEATURE_STATISTICS = sum_only("random feature statistics")
 
 
 class FeaturePCAResult(NamedTuple):
@@ -103,8 +96,9 @@ def run_feature_pca(
 ):
     """Random-feature kernel PCA on an open federation.
 
-    One round, :data:`FEATURE_STATISTICS` (under privacy
-    :data:`~skfed.kernel._private_features.PRIVATE_STATISTICS`): down the
+    One round, :data:`~skfed.kernel._private_features.FEATURE_STATISTICS`
+    (under privacy :data:`~skfed.kernel._private_features.PRIVATE_STATISTICS`,
+    :func:`~skfed.kernel._private_features.private_statistics`): down the
     seed and γ (2 floats), up D(D+1)/2 + D floats per client (one more, the
     public row count, under privacy), sum-only.
 
@@ -137,11 +131,8 @@ def run_feature_pca(
         refuse = {}
         if fed.raw_rows == "refuse":
             refuse = {"min_rows": feature_min_rows(n_random_features)}
-        rows = partial(feature_statistics_raw_rows, n_random_features=n_random_features)
         total = fed.run_round(
-            FEATURE_STATISTICS._replace(
-                disclosure=FEATURE_STATISTICS.disclosure._replace(rows=rows)
-            ),
+            feature_statistics_counting_rows(n_random_features),
             partial(statistics_step, n_features=n_random_features, **refuse),
             message,
         )
