@@ -231,7 +231,7 @@ def run_breakdown(repeat):
     docstring)."""
     from sklearn.datasets import make_blobs
 
-    from skfed._engine._remote import make_client
+    from skfed._engine._client import make_client
 
     app_dir = LOCALHOST.parent
     times = {what: [] for what, _ in PROCESS_STEPS}

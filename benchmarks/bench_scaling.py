@@ -147,7 +147,11 @@ def _children_peak_rss_mb():
 def _start_resident_workers(n_jobs):
     """Start the worker processes that hold many small clients, and load
     skfed in them (a warm-up fit on fewer rows than they take does not)."""
-    from skfed._engine._processes import _close_workers, _forget, _open_workers
+    from skfed._engine._transports._processes import (
+        _close_workers,
+        _forget,
+        _open_workers,
+    )
 
     if n_jobs > 1:
         for executor in _open_workers(n_jobs):
@@ -193,8 +197,8 @@ def cell(name, n, m, n_jobs, baseline, warm):
         warnings.simplefilter("ignore")
         if warm:
             # Starts joblib's worker processes, and those that hold many
-            # small clients (skfed._engine._processes), as a process's first fit
-            # would; measured apart.
+            # small clients (skfed._engine._transports._processes), as a
+            # process's first fit would; measured apart.
             small = np.random.RandomState(1).randint(min(m, 20), size=2_000)
             t0 = time.perf_counter()
             make_estimator(name, n_jobs).fit(

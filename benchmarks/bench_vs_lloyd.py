@@ -99,8 +99,8 @@ RESULTS = results_dir()
 # ones listed before it).
 PARTS = [
     ("local: k-means++ seedings", ("_greedy_kmeans_plusplus", "_kmeans_plusplus")),
-    ("local: batched seedings (small clients)", ("_batched_kmeans.py:_seed",)),
-    ("local: Lloyd", ("_kmeans_single_lloyd", "_batched_kmeans.py:_lloyd")),
+    ("local: batched seedings (small clients)", ("_batched.py:_seed",)),
+    ("local: Lloyd", ("_kmeans_single_lloyd", "_batched.py:_lloyd")),
     (
         "local: split-and-merge moves (their Lloyd runs above)",
         (
@@ -182,7 +182,7 @@ PRESETS = {
 def numpy_lloyd():
     """The large clients' Lloyd on its NumPy pass, as on a scikit-learn
     release without the compiled iteration, within the block."""
-    import skfed.cluster._lloyd as lloyd_module
+    import skfed.cluster._kmeans._sklearn_lloyd as lloyd_module
 
     compiled = lloyd_module._compiled_iteration
     lloyd_module._compiled_iteration = None
@@ -323,8 +323,8 @@ def local_parts():
     import scipy.linalg
     from sklearn.utils.extmath import randomized_svd
 
-    import skfed.cluster._lloyd as lloyd_module
-    from skfed.cluster._kfed_protocol import _top_right_singular_vectors
+    import skfed.cluster._kmeans._sklearn_lloyd as lloyd_module
+    from skfed.cluster._protocols._kfed_local import _top_right_singular_vectors
 
     class _Streams:
         def random_state(self, name, *keys):

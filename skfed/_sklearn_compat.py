@@ -8,11 +8,20 @@ estimator the same behaviour on each supported version.
 
 import numpy as np
 from sklearn.utils._param_validation import (
+    Hidden,
     Interval,
     StrOptions,
     validate_params,
 )
 from sklearn.utils.validation import _check_sample_weight
+
+try:
+    # scikit-learn's compiled Lloyd iteration, private to it: None on a
+    # release that moved it (skfed.cluster._kmeans._sklearn_lloyd then runs
+    # its NumPy pass).
+    from sklearn.cluster._k_means_lloyd import lloyd_iter_chunked_dense
+except ImportError:  # pragma: no cover - depends on the installed release
+    lloyd_iter_chunked_dense = None
 
 try:
     # scikit-learn's binding of libsvm, private to it: None on a release
@@ -23,10 +32,12 @@ except ImportError:  # pragma: no cover - depends on the installed release
     libsvm = None
 
 __all__ = [
+    "Hidden",
     "Interval",
     "StrOptions",
     "check_sample_weight",
     "libsvm",
+    "lloyd_iter_chunked_dense",
     "validate_params",
 ]
 

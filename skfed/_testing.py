@@ -393,7 +393,8 @@ def server_received(monkeypatch):
     log = {"uploads": [], "messages": []}
     original = Federation.run_round
 
-    def spying(self, name, step, message=None, **kwargs):
+    def spying(self, declared, step, message=None, **kwargs):
+        name = getattr(declared, "name", declared)
         transport = self.transport
         answer = type(transport).run.__get__(transport)
         previous = vars(transport).get("run")
@@ -412,7 +413,7 @@ def server_received(monkeypatch):
 
         transport.run = recording
         try:
-            return original(self, name, step, message, **kwargs)
+            return original(self, declared, step, message, **kwargs)
         finally:
             if previous is None:
                 del transport.run

@@ -20,9 +20,9 @@ from sklearn.datasets import make_blobs
 from sklearn.metrics import adjusted_rand_score
 
 import skfed
-import skfed._engine._transport as transport_module
-from skfed._engine._processes import resident_workers
+import skfed._engine._transports._joblib as transport_module
 from skfed._engine._transport import worker_count
+from skfed._engine._transports._processes import resident_workers
 from skfed._testing import HOSTILE_MINIMUM
 
 MINIMUM = HOSTILE_MINIMUM

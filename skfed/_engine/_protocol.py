@@ -22,7 +22,7 @@ spectral embedding to the coreset k-means), never write it.
 
 A step may also be a generator that ``yield`` s *shared work*: an object
 whose class has a ``solve_all(items) -> answers`` classmethod (a small
-client's k-means, :class:`~skfed.cluster._batched_kmeans.KMeansProblem`),
+client's k-means, :class:`~skfed.cluster._kmeans.KMeansProblem`),
 and receives the answer back from the ``yield``. Run on one client
 (:meth:`StepCall.run`), each item is solved alone; a transport that holds
 many clients in one process advances their steps side by side and solves
@@ -37,6 +37,8 @@ import hashlib
 import importlib
 import inspect
 from typing import NamedTuple
+
+from ._mods import call_wrapped
 
 __all__ = [
     "PER_ROW",
@@ -89,7 +91,7 @@ def client_step(
         with 1,000 small clients two threads ran KFed's local round 1.5
         times slower than one. The joblib transport then runs rounds of
         this step over small clients in worker processes (see
-        :class:`~skfed._engine._transport.JoblibTransport`); the state the step
+        :class:`~skfed._engine._transports._joblib.JoblibTransport`); the state the step
         returns travels back, so it should be O(n_m) at most.
     in_processes : bool, default=True
         Whether a ``python_bound`` step may run in worker processes. False
@@ -198,101 +200,15 @@ class StepCall(NamedTuple):
         return resolve_step(self.name, self.module).sum_only
 
     def start(self, client, state, message):
-        """Call the step: its ``(new_state, upload)``, or the generator of a
-        step that hands over shared work (see the module)."""
+        """Call the step under the client's mods (``skfed._engine._mods``):
+        its ``(new_state, upload)``, or the generator of a step that hands
+        over shared work (see the module)."""
         step = resolve_step(self.name, self.module)
-        options = self.options
-        _check_refusal_kept(step, options, client, self.name)
-        if _MASK_OPTION not in options and step.sum_only and _masks(client):
-            return _refuse_plain(step(client, state, message, **options), self.name)
-        if _MASK_OPTION in options:
-            # A sum-only round under secure aggregation: the client masks
-            # what the step uploads before it leaves (see
-            # skfed.privacy._secure_aggregation); the step itself does not know.
-            options = dict(options)
-            spec = options.pop(_MASK_OPTION)
-            started = step(client, state, message, **options)
-            return _masked(started, client, spec)
-        return step(client, state, message, **options)
+        return call_wrapped(step, self.name, client, state, message, self.options)
 
     def run(self, client, state, message):
         """Run the step here, alone: ``(new_state, upload)``."""
         return run_alone(self.start(client, state, message))
-
-
-_MASK_OPTION = "_secure_aggregation"
-
-
-def _masked(started, client, spec):
-    """The called step's ``(new_state, upload)`` with the upload masked, as
-    a generator step so that shared work it hands over still passes."""
-    from ..privacy._secure_aggregation import mask_upload
-
-    if inspect.isgenerator(started):
-        new_state, upload = yield from started
-    else:
-        new_state, upload = started
-    return new_state, mask_upload(client, upload, spec)
-
-
-def _masks(client):
-    """Whether the client's own configuration says it masks its sum-only
-    uploads (set when the client was made, never by a round)."""
-    config = getattr(client, "config", None) or {}
-    return bool(config.get("secure_aggregation", False))
-
-
-# A step's options that carry raw-row refusal: ``min_rows`` (a minimum of
-# distinct rows behind each statistic; any positive value keeps it) and
-# ``allow_raw_upload`` (k-FED's rows of a small client; False keeps it).
-_REFUSAL_OPTIONS = {"min_rows": lambda v: bool(v), "allow_raw_upload": lambda v: not v}
-
-
-def _check_refusal_kept(step, options, client, name):
-    """A client whose own configuration refuses raw rows refuses a call of
-    a step that can apply the refusal but was asked not to (the server left
-    out its minimum): the refusal is the client's setting, not a round's."""
-    config = getattr(client, "config", None) or {}
-    if config.get("raw_rows") != "refuse":
-        return
-    if config.get("private") and options.get("noise") is not None:
-        # A release noised for differential privacy (the client's own
-        # setting too) determines no row.
-        return
-    parameters = _keyword_parameters(step)
-    for option, keeps in _REFUSAL_OPTIONS.items():
-        if option in parameters and not keeps(options.get(option)):
-            raise PermissionError(
-                f"This client refuses to send raw rows (raw_rows='refuse' is "
-                f"its own setting), and step {name!r} was asked without "
-                f"{option!r}, which applies that refusal: refused. Fit with "
-                "raw_rows='refuse'."
-            )
-
-
-def _keyword_parameters(step):
-    try:
-        return step.__refusal_parameters__
-    except AttributeError:
-        names = frozenset(inspect.signature(step).parameters)
-        step.__refusal_parameters__ = names
-        return names
-
-
-def _refuse_plain(started, name):
-    """The called step's result, unless it would upload something: a
-    masking client sends a sum-only upload masked or not at all."""
-    if inspect.isgenerator(started):
-        new_state, upload = yield from started
-    else:
-        new_state, upload = started
-    if upload is not None:
-        raise PermissionError(
-            f"This client masks its sum-only uploads (secure aggregation is "
-            f"its own setting), and step {name!r} was asked for one unmasked: "
-            "refused. Fit with secure_aggregation=True."
-        )
-    return new_state, upload
 
 
 def collectable(namespace, keys, kind):

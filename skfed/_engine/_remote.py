@@ -5,16 +5,15 @@ elsewhere: a dask collection (its chunks on dask workers) or the data of
 Flower nodes (:class:`skfed.flower.NodeData`). Such data is *remote*: the
 estimator reads its shape, builds the federation's transport from it, and
 never computes it here. The clients check their own rows with the checks
-the in-memory fit would run (:func:`validate_client_rows`) and build their
-:class:`~skfed._engine._federation.ClientData` where they are
-(:func:`make_client`).
+the in-memory fit would run and build their
+:class:`~skfed._engine._client.ClientData` where they are
+(:func:`skfed._engine._client.make_client`).
 """
 
 from functools import partial
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.utils import check_array
 
 from .._numerics._blocks import row_blocks
 
@@ -27,8 +26,6 @@ __all__ = [
     "distinct_values",
     "is_dask_collection",
     "is_remote",
-    "make_client",
-    "validate_client_rows",
 ]
 
 
@@ -111,65 +108,6 @@ def aligned(obj):
     if isinstance(obj, dict):
         return {k: aligned(v) for k, v in obj.items()}
     return obj
-
-
-def validate_client_rows(X, spec):
-    """The in-memory checks of a fit, on one client's rows.
-
-    Parameters
-    ----------
-    X : array-like or sparse matrix
-    spec : dict
-        ``accept_sparse`` (False or "csr") and ``dtype`` (names of the
-        accepted float dtypes, the first one used for other inputs).
-    """
-    from ._validation import check_magnitude
-
-    X = check_array(
-        X,
-        accept_sparse=spec.get("accept_sparse", False),
-        dtype=[np.dtype(d) for d in spec.get("dtype", ("float64", "float32"))],
-    )
-    check_magnitude(X)
-    return X
-
-
-def make_client(cid, X, y, indices, base, spec):
-    """A client built where its rows are, after checking them.
-
-    Parameters
-    ----------
-    cid : hashable
-        The client's id.
-    X : array-like of shape (n_m, n_features)
-    y : array-like of shape (n_m,) or None
-    indices : array-like of int
-        Positions of the rows in the training data.
-    base : int
-        The fit's seed for every client's streams (with the client's own
-        fingerprint, as in ``Federation.from_arrays``).
-    spec : dict
-        See ``validate_client_rows`` in this module; its ``"client"`` entry
-        (when present) is the client's own configuration
-        (``ClientData.config``).
-
-    Raises
-    ------
-    ValueError
-        Naming the client, when its rows fail the checks.
-    """
-    from ._federation import ClientData, _fingerprint
-
-    try:
-        X = aligned(validate_client_rows(X, spec))
-    except ValueError as exc:
-        raise ValueError(f"Client {cid!r}: {exc}") from exc
-    if y is not None:
-        y = aligned(np.asarray(y))
-    fp = _fingerprint(X)
-    entropy = (base, fp & 0xFFFFFFFF, fp >> 32)
-    config = spec.get("client") if spec else None
-    return ClientData(cid, X, y, np.asarray(indices), entropy, config=config)
 
 
 def _dask_rows(estimator, X):

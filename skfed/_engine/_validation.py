@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import Interval
 
+from .._sklearn_compat import Interval
 from ._remote import is_dask_collection
 
 __all__ = [
@@ -243,7 +243,7 @@ def _hashable(value):
     return True
 
 
-def _canonical_order(unique_ids):
+def canonical_order(unique_ids):
     """Sort client ids; mixed types are ordered by type, then value.
 
     Ids that cannot be sorted (e.g. ``object()`` instances, or a type whose
@@ -372,7 +372,7 @@ def check_partitions(partitions, n_samples, *, random_state=None, min_samples=1)
         if raw.dtype.kind in "mM" and np.isnat(raw).any():
             raise ValueError("partitions contains NaT; every sample needs a client id.")
         if raw.dtype.kind == "O":
-            ids = tuple(_canonical_order(_distinct_ids(raw)))
+            ids = tuple(canonical_order(_distinct_ids(raw)))
             code = {c: i for i, c in enumerate(ids)}
             labels = np.fromiter((code[v] for v in raw), dtype=np.intp, count=n_samples)
         else:

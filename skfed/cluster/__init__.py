@@ -1,6 +1,6 @@
 """Federated clustering: k-FED, federated kernel k-means, distributed k-means."""
 
-from ._coreset import DistributedKMeans
+from ._distributed_kmeans import DistributedKMeans
 from ._kernel_kmeans import FederatedKernelKMeans
 from ._kfed import KFed
 

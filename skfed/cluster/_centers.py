@@ -18,6 +18,7 @@ from .._engine._remote import blockwise, blockwise_sum, is_dask_collection, is_r
 from .._engine._validation import check_magnitude
 from .._numerics._shift import shift_point, shifted_rows
 from .._sklearn_compat import check_sample_weight as _check_sample_weight
+from ._kmeans import assign_around_centers
 
 __all__ = ["KMeansCentersMixin"]
 
@@ -54,7 +55,7 @@ class KMeansCentersMixin(TransformerMixin):
     the ``transform`` and ``fit_transform`` defined here.
 
     Distances are taken around the centers' mean (see
-    :func:`skfed.cluster._coreset._assign_around_centers`): far from the
+    :func:`skfed.cluster._kmeans.assign_around_centers`): far from the
     origin the expansion ‖x‖² − 2x·c + ‖c‖² would cancel, and a sample
     equidistant from two centers to rounding goes to the first.
     """
@@ -148,7 +149,7 @@ class KMeansCentersMixin(TransformerMixin):
         if is_dask_collection(X):  # lazy, block by block on the workers
             return blockwise(self, "predict", X)
         check_is_fitted(self)
-        labels, _ = _assign_around_centers(
+        labels, _ = assign_around_centers(
             self._center_space(X), self._centers(), d2=None
         )
         return labels.astype(np.int32, copy=False)
@@ -198,7 +199,7 @@ class KMeansCentersMixin(TransformerMixin):
         check_is_fitted(self)
         rows = self._center_space(X)
         sample_weight = _check_sample_weight(sample_weight, rows, dtype=np.float64)
-        _, d2 = _assign_around_centers(rows, self._centers())
+        _, d2 = assign_around_centers(rows, self._centers())
         return -float(sample_weight @ d2)
 
     def _score_block(self, X, sample_weight=None):
@@ -242,14 +243,6 @@ class KMeansCentersMixin(TransformerMixin):
         tags.input_tags.sparse = True
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
         return tags
-
-
-def _assign_around_centers(X, centers, *, d2="exact"):
-    # Imported here: the coreset module defines DistributedKMeans, which
-    # mixes this class in.
-    from ._coreset import _assign_around_centers as assign
-
-    return assign(X, centers, d2=d2)
 
 
 def _dask_like(values):

@@ -1,11 +1,14 @@
-"""Federated kernel k-means: the estimator.
+"""Federated kernel k-means: the estimator (long for its documentation and
+its sizing rules: two protocols' parameters, and the random features', the
+sketch's and the coreset's sizes chosen from N, d and M).
 
 Two protocols, each followed by the distributed coreset k-means on the
 spectral embedding: the one-shot random-feature statistics (ours, the
 default), driven by :func:`run_one_shot` in
-:mod:`skfed.cluster._kernel_kmeans_one_shot`, and the paper's DSPGD with
+:mod:`skfed.cluster._protocols._kernel_kmeans_one_shot`, and the paper's DSPGD
+with
 the communication efficient mechanism, driven by :func:`run_kernel_kmeans`
-in :mod:`skfed.cluster._kernel_kmeans_protocol` with the replay of DSPGD
+in :mod:`skfed.cluster._protocols._kernel_kmeans` with the replay of DSPGD
 for new points. Paper: "A Communication Efficient Federated Kernel
 k-Means" (ICLR 2021 submission)."""
 
@@ -28,9 +31,18 @@ from .._engine._remote import blockwise, is_dask_collection, is_remote
 from .._engine._validation import StrictInterval, check_magnitude, clip_to_data
 from ..privacy import DifferentialPrivacy, check_privacy
 from ._centers import KMeansCentersMixin
-from ._kernel_kmeans_one_shot import centred_map, one_shot_embedding, run_one_shot
-from ._kernel_kmeans_private import _CELL_ROUNDS
-from ._kernel_kmeans_protocol import _CHUNK, replay_eigenvectors, run_kernel_kmeans
+from ._protocols._kernel_kmeans import (
+    CHUNK,
+    dspgd_rounds,
+    replay_eigenvectors,
+    run_kernel_kmeans,
+)
+from ._protocols._kernel_kmeans_one_shot import (
+    centred_map,
+    one_shot_embedding,
+    one_shot_rounds,
+    run_one_shot,
+)
 
 __all__ = ["FederatedKernelKMeans"]
 
@@ -491,11 +503,25 @@ class FederatedKernelKMeans(
         "two distinct rows each under raw_rows='refuse'."
     )
 
-    @property
-    def _raw_row_rounds(self):
-        if getattr(self, "privacy", None) is not None:
-            return ()
-        return ("coreset sampling",)
+    def _rounds(self):
+        # Under privacy the clustering step is the private Lloyd, whose
+        # noised sums are no embedded rows. A sketch_size of "auto", decided
+        # by the data's shape, is listed as the triangle's round (both are
+        # sum-only, and neither is refused).
+        common = {
+            "gamma": self.gamma,
+            "secure_aggregation": self.secure_aggregation,
+            "refine_iter": self.refine_iter,
+        }
+        if self._algorithm() == "one_shot":
+            return one_shot_rounds(
+                sketch=isinstance(self.sketch_size, numbers.Integral),
+                private=self.privacy is not None,
+                **common,
+            )
+        return dspgd_rounds(
+            use_cem=self.use_cem, eigen_solver=self._eigen_solver(), **common
+        )
 
     _parameter_constraints: dict = {
         "n_clusters": [StrictInterval(numbers.Integral, 1, None, closed="left")],
@@ -588,11 +614,6 @@ class FederatedKernelKMeans(
         self.raw_rows = raw_rows
         self.secure_aggregation = secure_aggregation
         self.privacy = privacy
-
-    def _privacy_releases(self):
-        # The statistics round (triangle; feature sums and count), the
-        # cells' round and every Lloyd round.
-        return 2 + _CELL_ROUNDS + self.refine_iter
 
     def _check_private_fit(self):
         """Refuse, before any round, what differential privacy cannot cover
@@ -808,11 +829,11 @@ class FederatedKernelKMeans(
                     "more than the triangle). Pass a sketch_size in that "
                     "range, or None for the triangle."
                 )
-        # A client holds a block of up to _CHUNK rows of D (or D') random
+        # A client holds a block of up to CHUNK rows of D (or D') random
         # features, the server a D x D Gram matrix: refuse sizes that would
         # allocate gigabytes instead of trying (10**7 features asked for
         # hundreds of GiB).
-        rows = min(n_samples, _CHUNK)
+        rows = min(n_samples, CHUNK)
         floats = D * max(rows, min(D, _GRAM_MAX))
         if floats > _MAX_FLOATS:
             raise ValueError(

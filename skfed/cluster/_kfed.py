@@ -13,7 +13,10 @@ Optional distributed Lloyd rounds (``refine_iter``) move the merged
 centers to the means of the rows they label.
 
 The protocol (client steps, server steps, :func:`run_kfed`) lives in
-:mod:`skfed.cluster._kfed_protocol`; this module is the estimator.
+:mod:`skfed.cluster._protocols._kfed`; this module is the estimator. It is
+long for its documentation: the parameters, attributes and examples of a
+one-shot protocol with options for the local step, the merge, the
+refinement, new clients and privacy take two thirds of it.
 """
 
 import numbers
@@ -32,17 +35,19 @@ from sklearn.base import (
 )
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import StrOptions
 
 from .._engine._federation import FederatedMixin
 from .._engine._remote import is_remote
+from .._engine._shared_params import shared_constraints, shared_parameter_docs
 from .._engine._validation import StrictInterval
+from .._sklearn_compat import Hidden, StrOptions
 from .._sklearn_compat import check_sample_weight as _check_sample_weight
-from ..privacy import DifferentialPrivacy, check_privacy, feature_bounds
+from ..privacy import check_privacy, feature_bounds
 from ._centers import KMeansCentersMixin, labels_where_held
-from ._kfed_protocol import (
+from ._protocols._kfed import (
     KFedLocalOptions,
     KFedPrivateOptions,
+    kfed_rounds,
     run_kfed,
     run_kfed_update,
 )
@@ -50,6 +55,7 @@ from ._kfed_protocol import (
 __all__ = ["KFed"]
 
 
+@shared_parameter_docs()
 class KFed(
     KMeansCentersMixin,
     FederatedMixin,
@@ -171,13 +177,20 @@ class KFed(
         Relative tolerance of the local Lloyd iterations, as in
         :class:`~sklearn.cluster.KMeans`.
 
-    allow_raw_upload : bool, default=True
+    allow_raw_upload : bool, default="deprecated"
         A client holding at most k(z) distinct samples cannot summarise them:
         its local centers *are* its (distinct) samples, so it uploads raw
         rows. With True such clients take part (listed in
         ``raw_upload_clients_``); with False the fit raises a ``ValueError``
         naming them, and every other client merges each local cluster of
         fewer than two distinct rows into the nearest one before uploading.
+        Unset, it is True.
+
+        .. deprecated:: 0.1.0
+           ``allow_raw_upload`` will be removed in 0.3.0. Use
+           ``raw_rows="refuse"`` for ``allow_raw_upload=False`` (it also
+           keeps per-row outputs on the clients), and ``raw_rows="allow"``
+           for True.
 
     client_dropout : float in [0, 1), default=0.0
         Simulated partial participation: each client independently skips the
@@ -187,20 +200,12 @@ class KFed(
         ``failed_clients_`` whatever ``on_client_error`` says.
 
     on_client_error : {"raise", "drop"}, default="raise"
-        What the fit does when a client's local step raises (including a
-        client whose sample weights are all zero). ``"raise"``: a
-        :class:`~skfed.ClientStepError` (a :class:`~skfed.ClientValueError`
-        for a ``ValueError``) naming the client and the round. ``"drop"``:
-        the client is left out of the model, listed with the reason in
-        ``failed_clients_``, and its samples get label -1: a client that
-        fails in the cluster map round has its local centers merged again
-        without it. When every client fails, the fit raises a
-        :class:`~skfed.ClientStepError` saying so. ``partial_fit`` follows
-        the same rules.
+        A client whose sample weights are all zero fails its local step.
+        With ``"drop"`` a dropped client's samples get label -1, and a
+        client that fails in the cluster map round has its local centers
+        merged again without it. ``partial_fit`` follows the same rules.
 
     n_jobs : int, default=None
-        Number of clients run in parallel (joblib). ``None`` means 1 unless in
-        a :func:`joblib.parallel_config` context.
 
     random_state : int, RandomState instance or None, default=None
         Seeds the clients' randomized SVDs, k-means++ seedings and dropout,
@@ -212,38 +217,23 @@ class KFed(
         not reproducible.
 
     verbose : int, default=0
-        Print one line per round when positive.
 
     raw_rows : {"allow", "refuse"}, default="allow"
-        Whether rows of X may leave a client as they are. k-FED uploads
-        local centers; the center of a local cluster of fewer than two
-        distinct rows (an outlier alone, or copies of one row) is a row,
-        and a client holding at most k(z) distinct samples has only such
-        centers. With "refuse" (as ``allow_raw_upload=False``) each client
-        merges such a cluster into the cluster of the nearest center before
-        it uploads (so it may send fewer than k(z) centers), and a client
-        of at most k(z) distinct samples uploads nothing and the fit raises
-        ``ValueError``. With "allow" these centers are counted as raw rows
-        in ``communication_``. See the privacy page of the documentation.
+        k-FED uploads local centers; the center of a local cluster of fewer
+        than two distinct rows (an outlier alone, or copies of one row) is
+        a row, and a client holding at most k(z) distinct samples has only
+        such centers. With "refuse" each client merges such a cluster into
+        the cluster of the nearest center before it uploads (so it may send
+        fewer than k(z) centers), and a client of at most k(z) distinct
+        samples uploads nothing and the fit raises ``ValueError``.
 
     secure_aggregation : bool, default=False
-        Whether the clients mask the uploads of the rounds whose server
-        step needs only their sum (``"sum_only"`` in ``communication_``)
-        with pairwise masks that cancel in the sum, so that the server
-        learns the sum and nothing of any one client's upload. Adds a key
-        exchange (4 floats up per client, 4 per client down to each), and
-        rounds each summed number to a multiple of 2^-32 (the model is the
-        unmasked one within that precision); a client that fails in a
-        masked round fails the fit. k-FED's own round has no such upload
-        (its server needs each client's centers): only the
-        ``refine_iter`` rounds are masked, and with ``refine_iter=0`` it is
-        ignored, with a warning.
+        k-FED's own round has no such upload (its server needs each
+        client's centers): only the ``refine_iter`` rounds are masked.
 
     privacy : :class:`~skfed.privacy.DifferentialPrivacy` or None, \
             default=None
-        Sample-level (epsilon, delta)-differential privacy for the whole
-        fit (see the privacy page of the documentation). With it each
-        client replaces the local step by DP Lloyd: its rows are clipped
+        Each client replaces the local step by DP Lloyd: its rows are clipped
         into ``privacy.bounds``, ``private_iter`` Lloyd iterations start
         from centers drawn uniformly in that box, and each iteration
         releases the per-cluster sums and counts with Gaussian noise
@@ -255,12 +245,9 @@ class KFed(
         starts; the merge brings them back to k); ``local_step``,
         ``n_init``, ``max_iter``, ``tol`` and ``allow_raw_upload`` are
         unused (no client uploads raw rows) and ``sample_weight`` is
-        refused (a weight would scale a row's influence). What was spent is
-        in ``privacy_spent_``. ``partial_fit`` spends a new budget on the
-        rows it is given. ``refine_iter`` must be 0 (its sums are not
-        noised). The noise comes from fresh entropy on each client, not
-        from ``random_state``: a private fit is not reproducible. None: no
-        noise.
+        refused (a weight would scale a row's influence). ``partial_fit``
+        spends a new budget on the rows it is given. ``refine_iter`` must
+        be 0 (its sums are not noised).
 
     private_iter : int, default=5
         T, the number of DP Lloyd iterations each client runs under
@@ -439,10 +426,19 @@ class KFed(
     1
     """
 
-    def _has_sum_only_rounds(self):
+    def _rounds(self):
         # The server needs each client's local centers; only the
         # refinement's sums can be masked.
-        return self.refine_iter > 0
+        private = getattr(self, "privacy", None) is not None
+        return kfed_rounds(
+            refine_iter=self.refine_iter,
+            private_iter=self.private_iter if private else None,
+        )
+
+    _private_alternative = (
+        "Pass refine_iter=0 (the DP Lloyd iterations are private_iter), or "
+        "fit without privacy."
+    )
 
     _parameter_constraints: dict = {
         "n_clusters": [StrictInterval(Integral, 1, None, closed="left")],
@@ -458,18 +454,13 @@ class KFed(
         "n_init": [StrictInterval(Integral, 0, None, closed="left")],
         "max_iter": [StrictInterval(Integral, 1, None, closed="left")],
         "tol": [StrictInterval(Real, 0, None, closed="left")],
-        "allow_raw_upload": ["boolean"],
+        "allow_raw_upload": ["boolean", Hidden(StrOptions({"deprecated"}))],
         "client_dropout": [StrictInterval(Real, 0, 1, closed="left")],
-        "on_client_error": [StrOptions({"raise", "drop"})],
-        "n_jobs": [Integral, None],
         "random_state": ["random_state"],
-        "verbose": ["verbose"],
-        "raw_rows": [StrOptions({"allow", "refuse"})],
-        "secure_aggregation": ["boolean"],
-        "privacy": [DifferentialPrivacy, None],
         "private_iter": [StrictInterval(Integral, 1, None, closed="left")],
         "compute_labels": ["boolean"],
         "refine_iter": [StrictInterval(Integral, 0, None, closed="left")],
+        **shared_constraints(),
     }
 
     def __init__(
@@ -484,7 +475,7 @@ class KFed(
         n_init=3,
         max_iter=300,
         tol=1e-4,
-        allow_raw_upload=True,
+        allow_raw_upload="deprecated",
         client_dropout=0.0,
         on_client_error="raise",
         n_jobs=None,
@@ -799,10 +790,6 @@ class KFed(
 
     # -- differential privacy ---------------------------------------------------
 
-    def _privacy_releases(self):
-        # One noisy release of (sums, counts) per DP Lloyd iteration.
-        return self.private_iter
-
     def _private_options(self, X, sample_weight):
         """The clients' DP Lloyd options under ``privacy`` (None without);
         the noise multiplier is filled in from the fit's accountant."""
@@ -868,6 +855,18 @@ class KFed(
             sample_weight, X, dtype=X.dtype, ensure_non_negative=True
         )
 
+    def _allow_raw_upload(self):
+        if self.allow_raw_upload == "deprecated":
+            return True
+        warnings.warn(
+            "allow_raw_upload was deprecated in 0.1.0 and will be removed in "
+            "0.3.0: use raw_rows='refuse' instead of allow_raw_upload=False, "
+            "and raw_rows='allow' (the default) instead of True.",
+            FutureWarning,
+            stacklevel=4,
+        )
+        return bool(self.allow_raw_upload)
+
     def _local_options(self):
         """The client-side options of :func:`run_kfed`."""
         options = {name: getattr(self, name) for name in KFedLocalOptions._fields}
@@ -875,9 +874,9 @@ class KFed(
             # Over-clustering: a uniform start that catches no row, or two
             # blobs caught by one start, still leaves k clusters to merge.
             options["n_local_clusters"] = 2 * self.n_clusters
-        # raw_rows="refuse" is allow_raw_upload=False: the rows of a client
-        # with at most k(z) distinct samples stay there.
+        # raw_rows="refuse" keeps the rows of a client with at most k(z)
+        # distinct samples there, as the deprecated allow_raw_upload=False.
         options["allow_raw_upload"] = (
-            self.allow_raw_upload and getattr(self, "raw_rows", "allow") == "allow"
+            self._allow_raw_upload() and getattr(self, "raw_rows", "allow") == "allow"
         )
         return KFedLocalOptions(**options)

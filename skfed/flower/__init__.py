@@ -22,14 +22,8 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
     ) from exc
 
 from ._client import client_app
-from ._server import (
-    FlowerTransport,
-    NodeData,
-    fit_on_grid,
-    locate_rows,
-    server_app,
-    simulate,
-)
+from ._nodes import FlowerTransport, NodeData, locate_rows
+from ._server import fit_on_grid, server_app, simulate
 
 __all__ = [
     "FlowerTransport",

@@ -52,8 +52,8 @@ import numpy as np
 from flwr.app import Message
 from flwr.clientapp import ClientApp
 
+from .._engine._client import make_client
 from .._engine._protocol import StepCall
-from .._engine._remote import make_client
 from .._engine._transport import StepFailure, collected, kept_after, run_step
 from .._numerics._threads import blas_limits, thread_pools
 from ._records import from_records, to_records

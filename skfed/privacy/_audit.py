@@ -17,6 +17,12 @@ exceeds its claimed epsilon is not private as claimed.
 Every trial draws a fresh client (its entropy from the operating system),
 so the audit needs no seed and holds whatever the noise's source is.
 
+The audit sits above the estimators: it runs their client steps on a
+client of the engine. It imports them, and the engine, inside its
+functions, so that nothing else in :mod:`skfed.privacy` depends on the
+engine (which applies the privacy package) and nothing in skfed imports
+this module.
+
 The releases audited (:data:`RELEASES`): KFed's DP Lloyd upload, the
 random-feature statistics of DistributedKernelPCA and of
 FederatedKernelKMeans (a Gram triangle and [feature sums, count]),
@@ -32,8 +38,8 @@ from typing import NamedTuple
 import numpy as np
 from scipy.stats import beta
 
-from .._engine._federation import ClientData
-from . import Accountant, DifferentialPrivacy
+from ._accountant import Accountant
+from ._mechanisms import DifferentialPrivacy
 
 __all__ = ["AuditResult", "RELEASES", "audit", "epsilon_lower_bound"]
 
@@ -121,8 +127,18 @@ def epsilon_lower_bound(out_scores, in_scores, delta, *, alpha=0.025):
     return _epsilon_at(fpr, fnr, delta)
 
 
+def _step(name):
+    """The client step registered as ``name`` (the estimators' modules,
+    imported with the estimators, register their steps)."""
+    from .._engine._protocol import resolve_step
+
+    return resolve_step(name)
+
+
 def _client(X, y=None):
     """A one-client federation's client with fresh entropy from the OS."""
+    from .._engine._client import ClientData
+
     return ClientData(0, X, y, np.arange(X.shape[0]), (secrets.randbits(63),))
 
 
@@ -178,7 +194,8 @@ def kfed_release(epsilon=1.0, delta=1e-5, n_samples=200, n_features=2):
     at the box's lower corner, D' the canary at its upper corner, beyond
     the bound (clipped to the corner)."""
     from ..cluster import KFed
-    from ..cluster._kfed_private import dp_lloyd_step
+
+    dp_lloyd_step = _step("kfed.dp_lloyd")
 
     lower, upper, D, D_prime = _box_neighbours(n_samples, n_features)
     dp = DifferentialPrivacy(epsilon=epsilon, delta=delta, bounds=(lower, upper))
@@ -229,14 +246,13 @@ def kernel_pca_release(epsilon=1.0, delta=1e-5, n_random=20):
     """DistributedKernelPCA's one upload: the noised Gram triangle of the
     random features and [feature sums, count] (two releases)."""
     from ..decomposition import DistributedKernelPCA
-    from ..decomposition._protocols._random_features import statistics_step
 
     dp = DifferentialPrivacy(epsilon=epsilon, delta=delta)
     est = DistributedKernelPCA(2, gamma=0.5, n_random_features=n_random, privacy=dp)
     return _feature_statistics_release(
         "DistributedKernelPCA: random feature statistics",
         est,
-        statistics_step,
+        _step("kernel_pca.feature_statistics"),
         (12345, 0.5, "rbf"),
         n_random,
         delta,
@@ -259,12 +275,10 @@ def _kernel_kmeans(epsilon, delta, n_random, refine_iter=1):
 def kernel_kmeans_statistics_release(epsilon=1.0, delta=1e-5, n_random=20):
     """FederatedKernelKMeans' first upload: as kernel PCA's (two releases
     of the fit's 3 + ``refine_iter``)."""
-    from ..cluster._kernel_kmeans_one_shot import _statistics_step
-
     return _feature_statistics_release(
         "FederatedKernelKMeans: random feature statistics",
         _kernel_kmeans(epsilon, delta, n_random),
-        _statistics_step,
+        _step("kernel_kmeans.one_shot_statistics"),
         (12345, 0.5),
         n_random,
         delta,
@@ -276,10 +290,10 @@ def kernel_kmeans_sums_release(epsilon=1.0, delta=1e-5, n_random=20, n_component
     per-center sums of the embedding's rows G and counts (one release
     each). D holds a row of G at the bound R on one side, D' the canary
     beyond it on the other (clipped to R)."""
-    from ..cluster._kernel_kmeans_private import _private_sums_step
     from ..kernel._private_features import count_sum_sensitivity, feature_norm_bound
 
     est = _kernel_kmeans(epsilon, delta, n_random)
+    private_sums_step = _step("kernel_kmeans.private_sums")
     accountant, claimed = _claimed(est, 1)
     radius = feature_norm_bound(n_random)
     std = accountant.noise_std(count_sum_sensitivity(radius))
@@ -292,7 +306,7 @@ def kernel_kmeans_sums_release(epsilon=1.0, delta=1e-5, n_random=20, n_component
     centers = np.vstack([-0.5 * axis, 0.5 * axis])
 
     def run(H, noise_scale):
-        step = partial(_private_sums_step, radius=radius)
+        step = partial(private_sums_step, radius=radius)
         _, upload = step(
             _client(np.zeros((H.shape[0], 1))),
             {"H": H},
@@ -316,7 +330,9 @@ def scaler_release(epsilon=1.0, delta=1e-5, n_samples=200, n_features=2):
     rows in box coordinates (and the public count). D holds a row at the
     box's lower corner, D' the canary beyond its upper corner (clipped)."""
     from ..preprocessing import FederatedStandardScaler
-    from ..preprocessing._protocols._scaler import private_sensitivity, private_step
+    from ..preprocessing._protocols._scaler import private_sensitivity
+
+    private_step = _step("scaler.dp_statistics")
 
     lower, upper, D, D_prime = _box_neighbours(n_samples, n_features)
     dp = DifferentialPrivacy(epsilon=epsilon, delta=delta, bounds=(lower, upper))
@@ -337,7 +353,6 @@ def classifier_release(epsilon=1.0, delta=1e-5, n_random=20):
     of the random features and [class sums, class counts] (two releases).
     D' replaces a row of class 0 by a canary of class 1 far from every row."""
     from ..classification import FederatedRKHSClassifier
-    from ..classification._protocols._random_features import statistics_step
     from ..kernel._private_features import (
         count_sum_sensitivity,
         feature_norm_bound,
@@ -352,6 +367,7 @@ def classifier_release(epsilon=1.0, delta=1e-5, n_random=20):
     radius = feature_norm_bound(n_random)
     gram_std = accountant.noise_std(gram_sensitivity(radius, n_random))
     sum_std = accountant.noise_std(count_sum_sensitivity(radius))
+    statistics_step = _step("rkhs.feature_statistics")
     rows, replaced, canary = _feature_neighbours()
     labels = np.arange(len(rows)) % 2
     # The canary comes with the other class: it moves both classes' cells.

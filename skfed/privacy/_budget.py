@@ -33,6 +33,8 @@ import warnings
 import weakref
 from typing import NamedTuple
 
+from ._errors import PrivacyBudgetError
+
 __all__ = ["BudgetEntry", "PrivacyBudget"]
 
 # The budgets open in this process, innermost last: a fit charges them all.
@@ -44,13 +46,6 @@ _LIVE = weakref.WeakValueDictionary()
 # Relative slack of the cap's comparison: ten fits at epsilon 0.1 reach
 # 1.0 up to rounding and must fit a cap of 1.
 _RTOL = 1e-9
-
-
-def _budget_error():
-    # Imported late: skfed.privacy re-exports this module.
-    from . import PrivacyBudgetError
-
-    return PrivacyBudgetError
 
 
 class BudgetEntry(NamedTuple):
@@ -194,7 +189,7 @@ class PrivacyBudget:
 
     def _check_process(self):
         if os.getpid() != self._pid:
-            raise _budget_error()(
+            raise PrivacyBudgetError(
                 f"This process ({os.getpid()}) holds a copy of a PrivacyBudget "
                 f"that lives in process {self._pid} (it was pickled into a "
                 "worker process, or the process was forked while it was "
@@ -291,7 +286,7 @@ def _charge_all(budgets, epsilon, delta, label):
         for budget in budgets:
             reason = budget._room(epsilon, delta)
             if reason:
-                raise _budget_error()(
+                raise PrivacyBudgetError(
                     f"{label or 'The release'} at epsilon={epsilon:g}, "
                     f"delta={delta:g} is refused before anything is sent: "
                     f"{reason}. Raise the budget, lower the fits' epsilon, "

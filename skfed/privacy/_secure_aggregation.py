@@ -49,13 +49,15 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import (
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from .._engine._protocol import client_step
-
 __all__ = [
     "FRACTION_BITS",
+    "KEYS_NAMESPACE",
     "MASK_OPTION",
+    "draw_keys",
+    "keep_peers",
     "mask_upload",
     "neighbours",
+    "refuse_unmasked",
     "sum_uploads",
     "unmask_sum",
 ]
@@ -65,7 +67,9 @@ FRACTION_BITS = 32
 _SCALE = float(2**FRACTION_BITS)
 #: The reserved step option that tells a client to mask its upload.
 MASK_OPTION = "_secure_aggregation"
-_NAMESPACE = "secure_aggregation"
+#: Where a client keeps its key exchange's results: read by its masking
+#: only, never by a step.
+KEYS_NAMESPACE = "secure_aggregation"
 _HKDF_INFO = b"skfed secure aggregation pairwise mask key"
 
 
@@ -209,13 +213,16 @@ def _encode_fixed(values, n_clients):
 
 
 # --------------------------------------------------------------------------
-# Client side
+# Client side. The engine runs the key exchange as two client steps
+# (``skfed._engine._secure_aggregation``) and wraps the step of a masked
+# round with :func:`mask_upload` (or, for a client that masks and was asked
+# for a plain upload, :func:`refuse_unmasked`): this module knows nothing of
+# the engine.
 
 
-@client_step("secure_aggregation.keys")
-def keys_step(client, state, message):
-    """Client: draw an X25519 key pair; upload the public key (32 bytes as
-    4 uint64). The private key stays in this client's state."""
+def draw_keys():
+    """Client: draw an X25519 key pair. Returns the state to keep (the
+    private key) and the upload (the public key, 32 bytes as 4 uint64)."""
     private = X25519PrivateKey.generate()
     raw = private.private_bytes(
         serialization.Encoding.Raw,
@@ -229,12 +236,12 @@ def keys_step(client, state, message):
     return state, np.frombuffer(public, dtype=np.uint64).copy()
 
 
-@client_step("secure_aggregation.peers")
-def peers_step(client, state, message):
+def keep_peers(state, message):
     """Client: keep every client's public key and its own place among them
     (``message`` = (public keys as an (M, 4) uint64 array, own index)), and
     derive the pairwise keys with its neighbours on the ring of all M
-    clients once (one X25519 agreement each, not one per round)."""
+    clients once (one X25519 agreement each, not one per round). Returns
+    the new state (``state``: what :func:`draw_keys` kept)."""
     keys, index = message
     state = dict(state)
     state["public_keys"] = np.asarray(keys, dtype=np.uint64)
@@ -249,7 +256,7 @@ def peers_step(client, state, message):
         ],
         dtype=np.uint8,
     ).reshape(len(peers), 32)
-    return state, None
+    return state
 
 
 def neighbours(position, n_alive):
@@ -283,6 +290,25 @@ def _pair_stream(key, round_index, n_words):
     nonce = bytes(4) + int(round_index).to_bytes(12, "little")
     stream = Cipher(algorithms.ChaCha20(key, nonce), mode=None).encryptor()
     return np.frombuffer(stream.update(bytes(8 * n_words)), dtype=np.uint64)
+
+
+def refuse_unmasked(upload, step_name):
+    """Client: ``upload`` unless there is one. A client whose own settings
+    say it masks sends a sum-only upload masked or not at all, whatever the
+    server asks.
+
+    Raises
+    ------
+    PermissionError
+        When the step would upload something unmasked.
+    """
+    if upload is not None:
+        raise PermissionError(
+            f"This client masks its sum-only uploads (secure aggregation is "
+            f"its own setting), and step {step_name!r} was asked for one "
+            "unmasked: refused. Fit with secure_aggregation=True."
+        )
+    return upload
 
 
 def mask_upload(client, upload, spec):

@@ -21,8 +21,8 @@ from sklearn.metrics.pairwise import euclidean_distances, rbf_kernel
 from skfed import FederatedKernelKMeans
 from skfed._engine._federation import ClientData
 from skfed._testing import iteration_round_uploads, iteration_uploads
-from skfed.cluster import _kernel_kmeans_protocol as kkm
-from skfed.cluster._kernel_kmeans_protocol import replay_eigenvectors
+from skfed.cluster._protocols import _kernel_kmeans as kkm
+from skfed.cluster._protocols._kernel_kmeans import replay_eigenvectors
 from skfed.kernel import random_fourier_features, sample_fourier_weights
 
 
@@ -200,7 +200,7 @@ def test_feature_gram_sums_float32_products_of_the_exact_features():
     # The features' cosines are float32 numbers: a float32 block holds them
     # exactly, and only the sums (and B) are rounded, to about 1e-7 of G.
     rng = np.random.RandomState(0)
-    n, d, D, r, eta = 2 * kkm._CHUNK + 17, 5, 40, 3, 0.4
+    n, d, D, r, eta = 2 * kkm.CHUNK + 17, 5, 40, 3, 0.4
     X = rng.standard_normal((n, d)) * 2 + 1e4
     B = rng.standard_normal((n, r))
     omega, offset = sample_fourier_weights(3, d, D, 0.2)

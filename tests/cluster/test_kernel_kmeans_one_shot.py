@@ -15,7 +15,7 @@ from sklearn.metrics.pairwise import rbf_kernel
 
 from skfed import FederatedKernelKMeans
 from skfed.cluster._kernel_kmeans import one_shot_features, one_shot_sketch
-from skfed.cluster._kernel_kmeans_one_shot import feature_map
+from skfed.cluster._protocols._kernel_kmeans_one_shot import feature_map
 from skfed.kernel import random_fourier_features, sample_fourier_weights
 
 

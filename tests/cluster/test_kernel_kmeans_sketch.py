@@ -14,7 +14,7 @@ from sklearn.metrics import normalized_mutual_info_score as nmi
 
 from skfed import FederatedKernelKMeans
 from skfed.cluster._kernel_kmeans import one_shot_features, one_shot_sketch
-from skfed.cluster._kernel_kmeans_one_shot import (
+from skfed.cluster._protocols._kernel_kmeans_one_shot import (
     feature_covariance_basis,
     sketch_matrix,
     sketched_covariance_basis,

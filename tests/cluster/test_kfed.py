@@ -22,12 +22,12 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils._param_validation import InvalidParameterError
 from threadpoolctl import threadpool_info
 
-import skfed.cluster._coreset as coreset_module
-import skfed.cluster._kfed_protocol as kfed_module
+import skfed.cluster._kmeans._restarts as restarts_module
+import skfed.cluster._protocols._kfed_local as kfed_module
 from skfed import ClientStepError, ClientValueError, KFed
 from skfed._engine._protocol import run_alone
 from skfed._testing import gathered_outputs
-from skfed.cluster._lloyd import lloyd_rows
+from skfed.cluster._kmeans import lloyd_rows, weighted_kmeans_plusplus
 from skfed.partition import labels_per_client
 
 HYPOTHESIS = settings(
@@ -544,8 +544,27 @@ def test_small_client_uploads_raw_rows_visibly(blobs):
     (upload,) = [r for r in kfed.communication_ if r.name == "local centers"]
     floats = dict(zip(upload.clients, upload.floats))
     assert floats == {0: 4 * (X.shape[1] + 1), 1: 3 * (X.shape[1] + 1)}
-    with pytest.raises(ValueError, match=r"Client\(s\) 1 .*allow_raw_upload"):
-        KFed(n_clusters=4, allow_raw_upload=False).fit(X, partitions=partitions)
+    with pytest.raises(ValueError, match=r"Client\(s\) 1 .*raw_rows='refuse'"):
+        KFed(n_clusters=4, raw_rows="refuse").fit(X, partitions=partitions)
+    with pytest.warns(FutureWarning, match="allow_raw_upload was deprecated"):
+        with pytest.raises(ValueError, match=r"Client\(s\) 1 .*allow_raw_upload"):
+            KFed(n_clusters=4, allow_raw_upload=False).fit(X, partitions=partitions)
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_allow_raw_upload_is_deprecated_for_raw_rows(blobs, value):
+    X, _ = blobs
+    partitions = np.arange(len(X)) % 3
+    with pytest.warns(FutureWarning, match="removed in 0.3.0.*raw_rows="):
+        old = KFed(n_clusters=4, random_state=0, allow_raw_upload=value).fit(
+            X, partitions=partitions
+        )
+    new = KFed(
+        n_clusters=4, random_state=0, raw_rows="allow" if value else "refuse"
+    ).fit(X, partitions=partitions)
+    assert_allclose(old.cluster_centers_, new.cluster_centers_)
+    # Unset, it warns nothing (the suite turns warnings into errors).
+    KFed(n_clusters=4, random_state=0).fit(X, partitions=partitions)
 
 
 def test_single_sample_clients(blobs):
@@ -1021,7 +1040,7 @@ def test_server_merge_restarts_side_by_side_or_in_turn_are_alike(seed, monkeypat
     X, y = load_digits(return_X_y=True)
     ids = label_dirichlet(y, 10, alpha=0.3, min_size=5, random_state=seed)
     batched = KFed(10, random_state=seed).fit(X, partitions=ids)
-    monkeypatch.setattr(coreset_module, "_BATCHED_RESTARTS_FLOATS", 0)
+    monkeypatch.setattr(restarts_module, "_BATCHED_RESTARTS_FLOATS", 0)
     in_turn = KFed(10, random_state=seed).fit(X, partitions=ids)
     # The same uploads; the centers differ only by the server's draws.
     assert batched.local_centers_.keys() == in_turn.local_centers_.keys()
@@ -1035,7 +1054,7 @@ def test_server_merge_restarts_side_by_side_or_in_turn_are_alike(seed, monkeypat
 def test_better_of_keeps_the_cheaper_local_solution():
     # The default local step keeps the lower weighted local cost of the
     # Awasthi–Sheffet result and plain k-means++/Lloyd (local work only).
-    from skfed.cluster._kfed_protocol import _better_of
+    from skfed.cluster._protocols._kfed_local import _better_of
 
     rng = np.random.RandomState(0)
     X = np.vstack([rng.normal(0, 1, (30, 2)), rng.normal(10, 1, (30, 2))])
@@ -1120,7 +1139,7 @@ def test_greedy_seeding_takes_one_seed_per_blob_and_no_zero_weight_row():
     sq_norms = np.einsum("ij,ij->i", X_f32, X_f32)
     for seed in range(5):
         rng = np.random.RandomState(np.random.PCG64(seed))
-        seeds = kfed_module._greedy_kmeans_plusplus(X_f32, sq_norms, weights, 20, rng)
+        seeds = weighted_kmeans_plusplus(X_f32, weights, 20, rng, x_sq=sq_norms)
         assert sorted(y[seeds]) == list(range(20))
         assert np.all(weights[seeds] > 0)
 

@@ -10,10 +10,10 @@ from sklearn.cluster import KMeans
 from sklearn.datasets import make_blobs
 from sklearn.metrics import adjusted_rand_score
 
-import skfed.cluster._kfed_protocol as kfed_module
+import skfed.cluster._protocols._kfed_local as kfed_module
 from skfed import KFed
-from skfed.cluster._kfed_moves import improve_by_moves
-from skfed.cluster._lloyd import lloyd_rows
+from skfed.cluster._kmeans import lloyd_rows
+from skfed.cluster._protocols._kfed_moves import improve_by_moves
 
 SMALL_ROWS = kfed_module.SMALL_ROWS
 
@@ -190,13 +190,13 @@ def test_single_seeding_on_large_clients_is_greedy_float32(monkeypatch):
     X, _ = mixture(SMALL_ROWS + 1 + 500, 5, 8, 10.0, 0)
     partitions = np.repeat([0, 1], [SMALL_ROWS + 1, 500])
     calls = []
-    real = kfed_module._greedy_kmeans_plusplus
+    real = kfed_module.weighted_kmeans_plusplus
 
     def greedy(X_f32, *args, **kwargs):
         calls.append(X_f32.shape[0])
         return real(X_f32, *args, **kwargs)
 
-    monkeypatch.setattr(kfed_module, "_greedy_kmeans_plusplus", greedy)
+    monkeypatch.setattr(kfed_module, "weighted_kmeans_plusplus", greedy)
     assert 8 < kfed_module.GREEDY_MIN_CLUSTERS
     KFed(8, random_state=0).fit(X, partitions=partitions)
     assert calls == [SMALL_ROWS + 1]
@@ -316,7 +316,7 @@ def test_split_savings_are_each_clusters_own_split():
     # and the saving is the fall in weighted cost of the split found;
     # clusters of no row, of one row and of rows all at their center save
     # nothing.
-    from skfed.cluster import _kfed_moves
+    from skfed.cluster._protocols import _kfed_moves
 
     X, _ = mixture(3000, 7, 10, 6.0, 5)
     w = np.random.RandomState(0).uniform(0.5, 2.0, size=len(X))

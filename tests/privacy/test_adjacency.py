@@ -11,7 +11,7 @@ from numpydoc.docscrape import ClassDoc
 from sklearn.datasets import make_blobs
 
 from skfed import DistributedKernelPCA, FederatedKernelKMeans, KFed
-from skfed.cluster import _kfed_private
+from skfed.cluster._protocols import _kfed_private
 from skfed.kernel._private_features import (
     count_sum_sensitivity,
     feature_gram_statistics,

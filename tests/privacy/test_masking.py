@@ -19,7 +19,7 @@ from skfed._engine._ledger import PER_CLIENT, SUM_ONLY
 from skfed._engine._protocol import client_step
 from skfed._engine._validation import check_partitions
 from skfed._testing import statistics
-from skfed.cluster._coreset import _cluster_sums_step
+from skfed.cluster._protocols._coreset import cluster_sums_step
 from skfed.privacy import _secure_aggregation as secagg
 
 
@@ -132,7 +132,7 @@ def test_a_masking_node_refuses_a_plain_sum_only_step(flag):
         "op": "step",
         "name": "coreset.cluster_sums",
         "options": {"rows": None, "weighted": False},
-        "module": _cluster_sums_step.__module__,
+        "module": cluster_sums_step.__module__,
         "message": X[:2],
     }
     answer = node.answer(step, context)

@@ -17,12 +17,12 @@ import skfed
 from skfed import ClientStepError
 from skfed._engine._federation import Federation, client_config
 from skfed._engine._protocol import check_collectable
+from skfed._engine._secure_aggregation import keys_step
 from skfed._engine._transport import StepFailure
 from skfed._engine._validation import check_partitions
 from skfed._testing import InProcessGrid, keep_message_as_labels
-from skfed.cluster._coreset import _cluster_sums_step
+from skfed.cluster._protocols._coreset import cluster_sums_step
 from skfed.privacy import DifferentialPrivacy
-from skfed.privacy._secure_aggregation import keys_step
 
 pytest.importorskip("flwr")
 
@@ -179,7 +179,7 @@ def test_every_in_process_transport_refuses_keys_and_refused_outputs():
     # The clients' side of each transport's collection: the joblib
     # transport's, a worker process's and a dask worker's reads of what the
     # clients keep, all through skfed._engine._transport.collected.
-    from skfed._engine import _dask, _processes
+    from skfed._engine._transports import _dask, _processes
 
     X, _ = _data()
     config = client_config(type("E", (), {"raw_rows": "refuse"})())
@@ -195,7 +195,7 @@ def test_every_in_process_transport_refuses_keys_and_refused_outputs():
         clients = {c: fed.transport.client(c) for c in fed.client_ids}
         # Nor can a step a server names read them (as rows to cluster, say).
         steal = partial(
-            _cluster_sums_step,
+            cluster_sums_step,
             rows=("secure_aggregation", "private"),
             weighted=False,
             min_rows=2,

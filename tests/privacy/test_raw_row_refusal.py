@@ -23,7 +23,7 @@ from skfed._engine._federation import ClientStepError, Federation, client_config
 from skfed._engine._validation import check_partitions
 from skfed._numerics._rows import row_hashes
 from skfed._testing import rows_found
-from skfed.cluster._kfed_protocol import _few_row_clusters, _local_step
+from skfed.cluster._protocols._kfed_local import _few_row_clusters, local_step
 from skfed.decomposition._protocols._random_features import statistics_step
 from skfed.kernel import federated_gamma
 from skfed.kernel._private_features import (
@@ -80,7 +80,9 @@ def test_kfed_refusal_is_the_same_with_allow_raw_upload_false(received):
     X, ids, _ = _with_outlier()
     est = skfed.KFed(
         n_clusters=3, n_local_clusters=4, random_state=0, allow_raw_upload=False
-    ).fit(X, partitions=ids)
+    )
+    with pytest.warns(FutureWarning, match="allow_raw_upload"):
+        est.fit(X, partitions=ids)
     assert rows_found(received["uploads"], X) == set()
     assert est.communication_.raw_rows == 0
 
@@ -454,4 +456,4 @@ def test_a_refusing_client_refuses_a_step_asked_without_its_minimum():
             "allow_raw_upload": True,
         }
         with pytest.raises(ClientStepError, match="raw rows.*'allow_raw_upload'"):
-            fed.run_round("local", partial(_local_step, **options), None)
+            fed.run_round("local", partial(local_step, **options), None)

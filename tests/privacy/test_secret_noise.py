@@ -12,8 +12,8 @@ import pytest
 from sklearn.datasets import make_blobs
 
 from skfed import DistributedKernelPCA, KFed
-from skfed._engine._transport import JoblibTransport
-from skfed.cluster import _kfed_private
+from skfed._engine._transports._joblib import JoblibTransport
+from skfed.cluster._protocols import _kfed_private
 from skfed.kernel._private_features import (
     feature_gram_statistics,
     feature_norm_bound,

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..._engine._protocol import client_step
 from ..._numerics._seeds import SEED_MAX
-from ...cluster._kernel_kmeans_one_shot import (
+from ...cluster._protocols._kernel_kmeans_one_shot import (
     feature_covariance_basis,
     one_shot_embedding,
 )

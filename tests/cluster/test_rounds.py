@@ -1,0 +1,123 @@
+"""The rounds each clustering estimator declares (``_rounds``, from the
+protocols' Round constants) are the rounds its fit runs: in that order, a
+repeated round at most as often as declared, every other round once, with
+the declared disclosure and, under differential privacy, the declared
+noised releases (which the accountant charges)."""
+
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.datasets import make_blobs
+
+from skfed import DistributedKMeans, FederatedKernelKMeans, KFed
+from skfed.cluster._protocols import _coreset, _kfed
+from skfed.privacy import DifferentialPrivacy
+
+BOUNDS = (np.full(2, -15.0), np.full(2, 15.0))
+
+
+def _dp():
+    return DifferentialPrivacy(epsilon=4.0, bounds=BOUNDS)
+
+
+@pytest.fixture(scope="module")
+def data():
+    X, _ = make_blobs(600, centers=3, n_features=2, random_state=0)
+    return X, np.arange(len(X)) % 3
+
+
+CASES = [
+    KFed(3, random_state=0),
+    KFed(3, refine_iter=4, random_state=0),
+    KFed(3, privacy=_dp(), private_iter=3, random_state=0),
+    DistributedKMeans(3, random_state=0),
+    DistributedKMeans(3, refine_iter=0, random_state=0),
+    DistributedKMeans(3, secure_aggregation=True, random_state=0),
+    DistributedKMeans(3, raw_rows="refuse", max_iter=5, random_state=0),
+    FederatedKernelKMeans(3, random_state=0),
+    FederatedKernelKMeans(3, secure_aggregation=True, random_state=0),
+    FederatedKernelKMeans(3, gamma=0.1, privacy=_dp(), refine_iter=2, random_state=0),
+]
+
+
+def _in_declared_order(run, declared):
+    """Whether ``run`` is ``declared`` with some repeated rounds run fewer
+    times: each name in turn found further along, and every round that is
+    declared once run."""
+    position = 0
+    for name in run:
+        while position < len(declared) and declared[position] != name:
+            position += 1
+        if position == len(declared):
+            return False
+        position += 1
+    once = [n for n in declared if declared.count(n) == 1]
+    return all(n in run for n in once)
+
+
+@pytest.mark.parametrize("est", CASES, ids=lambda e: repr(e)[:80])
+def test_a_fit_runs_the_rounds_it_declares(est, data, rounds_run):
+    X, partitions = data
+    declared = est._rounds()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est.fit(X, partitions=partitions)
+    names = [r.name for r in declared]
+    # Secure aggregation's key exchange is the engine's, not the protocol's.
+    run = [n for n in rounds_run if not n.startswith("secure aggregation")]
+    assert _in_declared_order(run, names), (run, names)
+    # What the ledger recorded of each uploading round is what was declared
+    # (a per-client round whose uploads were rows is recorded as raw rows).
+    kinds = {r.name: r.kind for r in declared}
+    for record in est.communication_.disclosure():
+        if record["name"].startswith("secure aggregation"):
+            continue
+        recorded = record["disclosure"]
+        if recorded == "raw_rows" and kinds[record["name"]] == "per_client":
+            assert record["raw_rows"]
+            continue
+        assert recorded == kinds[record["name"]], record["name"]
+    if est.privacy is not None:
+        noised = sum(r["noised"] for r in est.communication_.disclosure())
+        assert noised == est._privacy_releases() > 0
+
+
+def test_dspgd_declares_each_of_its_rounds(data, rounds_run):
+    # How many iterations and Lanczos products DSPGD takes depends on the
+    # data: each of its rounds is declared once, and every one it runs is.
+    X, partitions = data
+    est = FederatedKernelKMeans(3, algorithm="dspgd", max_iter=3, random_state=0)
+    declared = {r.name for r in est._rounds()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est.fit(X, partitions=partitions)
+    assert set(rounds_run) <= declared
+    assert {"random features", "eigenpairs", "coreset sampling"} <= set(rounds_run)
+
+
+def test_the_rounds_decide_the_refusals_before_any_round(data, rounds_run):
+    X, partitions = data
+    # The coreset's sampled rows under raw_rows="refuse" (the embedding's
+    # rows determine X's): refused, naming the round.
+    with pytest.raises(ValueError, match="'coreset sampling'"):
+        FederatedKernelKMeans(3, raw_rows="refuse").fit(X, partitions=partitions)
+    # Un-noised rounds under differential privacy: refused, naming them and
+    # what to use instead.
+    with pytest.raises(ValueError, match=r"'coreset local cost'.*KFed\(privacy="):
+        DistributedKMeans(3, privacy=_dp()).fit(X, partitions=partitions)
+    assert rounds_run == []
+    # Nothing to mask: k-FED without refinement uploads only per-client
+    # local centers.
+    with pytest.warns(UserWarning, match="secure_aggregation=True has no effect"):
+        KFed(3, secure_aggregation=True).fit(X, partitions=partitions)
+
+
+def test_repeated_rounds_are_one_declaration():
+    # The refinement is one round, whichever protocol runs it; the private
+    # local step is the plain one's name with its noised releases.
+    assert _kfed.REFINEMENT is _coreset.REFINEMENT
+    private = _kfed.kfed_rounds(private_iter=4)[0]
+    assert private.name == _kfed.LOCAL_CENTERS.name
+    assert private.disclosure.noised == 4 and private.sensitivity is not None
+    assert _coreset.coreset_rounds("auto").count(_coreset.REFINEMENT) == 3
