@@ -169,11 +169,10 @@ def feature_statistics_sensitivity(n_random_features):
 def statistics_noise(round, accountant, n_random_features):
     """The ``noise`` option of a statistics step, ``(radius, gram_std,
     sum_std)``: the features' norm bound and the standard deviations of the
-    two releases that ``round`` declares (its ``sensitivity`` gives one per
-    release) at the fit's noise multiplier."""
-    radius = feature_norm_bound(n_random_features)
-    gram, sums = round.sensitivity(n_random_features)
-    return radius, accountant.noise_std(gram), accountant.noise_std(sums)
+    two releases that ``round`` declares (its ``sensitivity`` gives one
+    distance per release) at the fit's noise multiplier."""
+    gram_std, sum_std = round.noise_std(accountant, n_random_features)
+    return feature_norm_bound(n_random_features), gram_std, sum_std
 
 
 def clip_rows(Z, radius):
