@@ -37,6 +37,7 @@ __all__ = [
     "paired_fourier_map",
     "private_statistics",
     "statistics_noise",
+    "FEATURE_CHUNK",
     "FEATURE_STATISTICS",
     "PRIVATE_STATISTICS",
 ]
@@ -47,7 +48,7 @@ __all__ = [
 _SLACK = 1e-6
 # Rows of random features a client holds at once (as the one-shot kernel
 # k-means' clients).
-_CHUNK = 4096
+FEATURE_CHUNK = 4096
 
 
 # Two entries: this fit's map and that of one running beside it. Every
@@ -188,7 +189,7 @@ def clip_rows(Z, radius):
     return Z
 
 
-def feature_blocks(X, omega, offset, *, chunk=_CHUNK):
+def feature_blocks(X, omega, offset, *, chunk=FEATURE_CHUNK):
     """Z = z(X) under the shared map a block of rows at a time: yields
     (the block's slice of rows, its rows of Z).
 
@@ -202,7 +203,7 @@ def feature_blocks(X, omega, offset, *, chunk=_CHUNK):
         yield block, rows
 
 
-def feature_gram_statistics(X, omega, offset, *, radius=None, chunk=_CHUNK):
+def feature_gram_statistics(X, omega, offset, *, radius=None, chunk=FEATURE_CHUNK):
     """A client's Σ z zᵀ (upper triangle, row by row) and Σ z over its
     rows, a block of rows at a time (Z is never held whole).
 

@@ -28,10 +28,7 @@ import numpy as np
 
 from ..._engine._protocol import client_step
 from ..._numerics._seeds import SEED_MAX
-from ...cluster._protocols._kernel_kmeans_one_shot import (
-    feature_covariance_basis,
-    one_shot_embedding,
-)
+from ...kernel._embedding import feature_covariance_basis, feature_embedding
 from ...kernel._private_features import (
     feature_gram_statistics,
     feature_statistics_counting_rows,
@@ -165,12 +162,12 @@ def run_feature_pca(
 
 def feature_projection(X, seed, n_random_features, gamma, kernel, components, offset):
     """(z(x) − z̄)ᵀ V for the rows X, a block of rows at a time (the
-    estimator's transform): kernel k-means' one-shot embedding with this
+    estimator's transform): the random features' embedding with this
     kernel's map."""
     omega, offset_map = paired_fourier_map(
         seed, X.shape[1], n_random_features, gamma, kernel
     )
-    return one_shot_embedding(X, omega, offset_map, components, offset)
+    return feature_embedding(X, omega, offset_map, components, offset)
 
 
 # --------------------------------------------------------------------------
