@@ -47,14 +47,11 @@ from threadpoolctl import threadpool_limits
 
 from skfed import FederatedRKHSClassifier
 from skfed._testing import rkhs_paper_data
-from skfed.classification._sparse_dual import (
-    AtomDictionary,
-    active_set_dual,
-    dense_dual,
-    dual_value,
-    gaussian_atoms,
-    solve_sparse_dual,
-)
+from skfed.classification._solvers._active_set import active_set_dual
+from skfed.classification._solvers._dual import dual_value
+from skfed.classification._solvers._fista import solve_sparse_dual
+from skfed.classification._solvers._svm import dense_dual
+from skfed.kernel._multiwidth import AtomDictionary, gaussian_atoms
 
 RESULTS = results_dir()
 N_CLIENTS = 8

@@ -23,11 +23,20 @@ try:
 except ImportError:  # pragma: no cover - depends on the installed release
     lloyd_iter_chunked_dense = None
 
+try:
+    # scikit-learn's binding of libsvm, private to it: None on a release
+    # that moved or changed it (the classifier's dual solves then go
+    # through SVC.fit, to the same solution).
+    from sklearn.svm import _libsvm as libsvm
+except ImportError:  # pragma: no cover - depends on the installed release
+    libsvm = None
+
 __all__ = [
     "Hidden",
     "Interval",
     "StrOptions",
     "check_sample_weight",
+    "libsvm",
     "lloyd_iter_chunked_dense",
     "validate_params",
 ]

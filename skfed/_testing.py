@@ -400,6 +400,32 @@ def rounds_run(monkeypatch):
     return names
 
 
+def assert_runs_its_declared_rounds(est, run, *, optional=()):
+    """The rounds ``run`` (names, in order) are the estimator's declared
+    ``_rounds()`` in order, up to declared rounds in ``optional`` that the
+    data made unnecessary; the ledger records each as declared. The key
+    exchange of secure aggregation is the federation's, not the protocol's."""
+    declared = est._rounds()
+    names = [r.name for r in declared]
+    run = [n for n in run if not n.startswith("secure aggregation")]
+    i = 0
+    for name in run:
+        while i < len(names) and names[i] != name and names[i] in optional:
+            i += 1
+        assert i < len(names) and names[i] == name, (run, names)
+        i += 1
+    assert all(n in optional for n in names[i:]), (run, names)
+    by_name = {r.name: r for r in declared}
+    for record in est.communication_.disclosure():
+        if record["name"].startswith("secure aggregation"):
+            continue
+        r = by_name[record["name"]]
+        assert record["noised"] == r.disclosure.noised
+        # A round that counts rows in its uploads records them as such.
+        counts_rows = r.disclosure.rows is not None and record["raw_rows"]
+        assert record["disclosure"] == ("raw_rows" if counts_rows else r.kind)
+
+
 def server_received(monkeypatch):
     """What a curious server sees from now on: every ``(round, client,
     upload)`` it receives and every ``(round, message)`` it sends, one
@@ -417,11 +443,13 @@ def server_received(monkeypatch):
         answer = type(transport).run.__get__(transport)
         previous = vars(transport).get("run")
 
+        label = getattr(name, "name", name)  # a declared Round by its name
+
         def recording(call, ids, messages):
             results = answer(call, ids, messages)
-            log["messages"].extend((name, m) for m in messages)
+            log["messages"].extend((label, m) for m in messages)
             log["uploads"].extend(
-                (name, c, r)
+                (label, c, r)
                 for c, r in zip(ids, results)
                 if not isinstance(r, StepFailure)
             )

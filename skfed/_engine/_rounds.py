@@ -31,8 +31,9 @@ class Round(NamedTuple):
         For a noised release: ``sensitivity(*bounds) -> float``, the L2
         distance one client's upload can move when one of its rows is
         replaced by any other row within the clip bounds (replace-one
-        adjacency, client sizes public). :meth:`noise_std` calibrates the
-        Gaussian noise to it.
+        adjacency, client sizes public); for a round of several releases,
+        a tuple of one such distance per release. :meth:`noise_std`
+        calibrates the Gaussian noise to it.
     determines_rows : bool, default=False
         The uploads are not rows, but a server that knows the protocol
         solves them back to rows (kernel k-means' embedded coreset points):
@@ -78,10 +79,13 @@ class Round(NamedTuple):
     def noise_std(self, accountant, *bounds):
         """The Gaussian noise's standard deviation for this round's
         release: the fit's noise multiplier times the declared sensitivity
-        at ``bounds``."""
+        at ``bounds`` (a tuple, one per release, for a round of several)."""
         if self.sensitivity is None:
             raise TypeError(f"Round {self.name!r} declares no sensitivity.")
-        return accountant.noise_std(self.sensitivity(*bounds))
+        sensitivity = self.sensitivity(*bounds)
+        if isinstance(sensitivity, tuple):
+            return tuple(accountant.noise_std(s) for s in sensitivity)
+        return accountant.noise_std(sensitivity)
 
 
 def download(name):

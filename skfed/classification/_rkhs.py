@@ -6,11 +6,16 @@ the pooled critical samples (Peifer & Ribeiro's federated classifier, after
 Peifer, Chamon, Paternain & Ribeiro's sparse RKHS representations), and optional
 refinement rounds send the samples the global model violates. The
 protocol (:func:`run_rkhs` and its steps) lives in
-:mod:`skfed.classification._rkhs_protocol`; the row-free path
+:mod:`skfed.classification._protocols._critical_samples`; the row-free path
 (``method="random_features"``, least squares on shared random features of
 the same multi-width kernel from summed statistics) in
-:mod:`skfed.classification._rkhs_features`; this module is the estimator.
+:mod:`skfed.classification._protocols._random_features`; their solvers in
+:mod:`skfed.classification._solvers`; this module is the estimator.
 """
+
+# Long module: the estimator's docstring, the user's reference for every
+# parameter and attribute, takes about 360 of its lines; the code is the
+# estimator's alone.
 
 import numbers
 import warnings
@@ -20,7 +25,6 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
@@ -34,10 +38,17 @@ from .._engine._remote import (
 )
 from .._engine._validation import StrictInterval, check_magnitude, clip_to_data
 from .._numerics._blocks import row_blocks
+from .._sklearn_compat import StrOptions
+from ..kernel._multiwidth import gaussian_atoms
 from ..privacy import DifferentialPrivacy
-from ._rkhs_features import feature_scores, run_feature_ridge
-from ._rkhs_protocol import run_rkhs
-from ._sparse_dual import gaussian_atoms
+from ._protocols._critical_samples import CRITICAL_SAMPLES, VIOLATING_SAMPLES, run_rkhs
+from ._protocols._data_scale import DATA_SCALE
+from ._protocols._random_features import (
+    FEATURE_STATISTICS,
+    PRIVATE_FEATURE_STATISTICS,
+    feature_scores,
+    run_feature_ridge,
+)
 
 __all__ = ["FederatedRKHSClassifier"]
 
@@ -403,7 +414,6 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
     (True, True)
     """
 
-    _CRITICAL_RAW_ROUNDS = ("critical samples", "violating samples")
     _raw_rows_alternative = (
         "With method='critical_samples' the server solves on the clients' "
         "critical samples (rows of X with their labels). Use "
@@ -423,17 +433,15 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         return "critical_samples"
 
     @property
-    def _raw_row_rounds(self):
+    def _private_alternative(self):
         if self._method() == "random_features":
-            return ()
-        return self._CRITICAL_RAW_ROUNDS
-
-    @property
-    def _privacy_refusal(self):
-        if self._method() == "random_features":
-            return ""
+            return (
+                "Pass widths as a list of kernel widths known from the domain "
+                "or from public data: an int derives them from the clients' "
+                "data scale, which is not noised."
+            )
         return (
-            "with method='critical_samples' the server solves on the "
+            "With method='critical_samples' the server solves on the "
             "clients' critical samples, rows of X with their labels, and "
             "the model is a kernel expansion over them; no noise of bounded "
             "sensitivity releases a row. Use method='random_features' (or the "
@@ -441,16 +449,18 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
             "random-feature statistics, with explicit widths."
         )
 
-    def _privacy_releases(self):
-        # The statistics round: the Gram triangle, then [class sums, counts].
-        return 2
-
-    def _has_sum_only_rounds(self):
-        # The random features' statistics; otherwise only the data scale
-        # behind an int ``widths``, then samples.
-        return self._method() == "random_features" or isinstance(
-            self.widths, numbers.Integral
-        )
+    def _rounds(self):
+        rounds = []
+        if isinstance(self.widths, numbers.Integral):
+            rounds += DATA_SCALE.run(self.secure_aggregation)
+        if self._method() == "random_features":
+            private = self.privacy is not None
+            rounds.append(PRIVATE_FEATURE_STATISTICS if private else FEATURE_STATISTICS)
+            return rounds
+        # A single client sends all its samples instead (ALL_SAMPLES, rows
+        # of X as well), and there are no refinement rounds.
+        refinement = [VIOLATING_SAMPLES] * self.refinement_rounds
+        return [*rounds, CRITICAL_SAMPLES, *refinement]
 
     _parameter_constraints: dict = {
         "sparsity": [StrictInterval(numbers.Real, 0, 1, closed="left")],

@@ -3,10 +3,14 @@ representative points, then a sketched low-rank solve in their span.
 
 Balcan, Liang, Song, Woodruff & Xie, "Communication Efficient Distributed
 Kernel Principal Component Analysis", KDD 2016 (Algorithms 1-4). The
-protocol (:func:`run_kernel_pca` and its steps) lives in
-:mod:`skfed.decomposition._kernel_pca_protocol`; this module is the
+protocols (:func:`run_kernel_pca`, the random-feature solver, their
+steps) live in :mod:`skfed.decomposition._protocols`; this module is the
 estimator.
 """
+
+# Long module: the estimator's docstring, the user's reference for every
+# parameter and attribute, takes about 350 of its lines; the code is the
+# estimator's alone.
 
 import numbers
 import warnings
@@ -20,16 +24,33 @@ from sklearn.base import (
     _fit_context,
 )
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.extmath import row_norms
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._engine._federation import FederatedMixin
 from .._engine._remote import blockwise, is_dask_collection, is_remote
 from .._engine._validation import StrictInterval, check_magnitude, clip_to_data
+from .._sklearn_compat import StrOptions
+from ..kernel._pairwise import kernel_matrix
+from ..kernel._private_features import FEATURE_STATISTICS, PRIVATE_STATISTICS
 from ..privacy import DifferentialPrivacy, check_privacy
-from ._kernel_pca_features import feature_projection, run_feature_pca
-from ._kernel_pca_protocol import kernel_matrix, run_kernel_pca
+from ._protocols._kernel_width import MEDIAN_SAMPLE
+from ._protocols._random_features import feature_projection, run_feature_pca
+from ._protocols._representatives import (
+    DISLR,
+    DISLR_UNCENTRED,
+    ERROR,
+    FEATURE_MEAN,
+    run_kernel_pca,
+)
+from ._protocols._sampling import (
+    ADAPTIVE_RESIDUALS,
+    ADAPTIVE_SAMPLE,
+    EMBEDDING,
+    LEVERAGE_SAMPLE,
+    LEVERAGE_SCORES,
+    UNIFORM_SAMPLE,
+)
 
 __all__ = ["DistributedKernelPCA"]
 
@@ -393,24 +414,53 @@ class DistributedKernelPCA(
     (300, 3)
     """
 
-    _REPRESENTATIVE_RAW_ROUNDS = (
-        "uniform sample",
-        "leverage sample",
-        "adaptive sample",
-    )
-    _MEDIAN_RAW_ROUND = ("median sample (d <= 64 or the laplacian kernel)",)
-    _raw_rows_alternative = (
-        "With solver='representatives' its components are combinations of "
-        "κ(y, ·) over representatives y, rows of X that the server forwards "
-        "to every client. solver='random_features' with an explicit gamma "
-        "sends no rows of X (one sum of random-feature statistics per "
-        "client, each of at least n_random_features distinct rows)."
+    _private_alternative = (
+        "Use solver='random_features' (or 'auto') with an explicit gamma: one "
+        "noised upload of random-feature statistics per client."
     )
 
-    def _has_sum_only_rounds(self):
-        # The feature mean is the representatives' only sum-only round; the
-        # random features' statistics are a sum.
-        return self._solver() == "random_features" or bool(self.center)
+    @property
+    def _raw_rows_alternative(self):
+        text = []
+        if self._solver() == "representatives":
+            text.append(
+                "With solver='representatives' its components are combinations "
+                "of κ(y, ·) over representatives y, rows of X that the server "
+                "forwards to every client."
+            )
+        if self.gamma is None and self.kernel in ("rbf", "laplacian"):
+            text.append(
+                "The median heuristic (gamma=None) samples rows of X, sent as "
+                "they are with d <= 64 or the laplacian kernel, randomly "
+                "projected otherwise."
+            )
+        text.append(
+            "solver='random_features' with an explicit gamma sends no rows of "
+            "X (one sum of random-feature statistics per client, each of at "
+            "least n_random_features distinct rows)."
+        )
+        return " ".join(text)
+
+    def _rounds(self):
+        rounds = []
+        if self.gamma is None and self.kernel in ("rbf", "laplacian"):
+            # Declared as rows: above 64 features the "rbf" sample is
+            # projected, but by a map the server drew, of rows of X.
+            rounds.append(MEDIAN_SAMPLE)
+        if self._solver() == "random_features":
+            private = self.privacy is not None
+            rounds.append(PRIVATE_STATISTICS if private else FEATURE_STATISTICS)
+            return rounds
+        if self.sampling == "uniform":
+            rounds.append(UNIFORM_SAMPLE)
+        else:
+            # disLS with leverage draws, RepSample with adaptive ones.
+            if self.leverage_fraction > 0:
+                rounds += [EMBEDDING, LEVERAGE_SCORES, LEVERAGE_SAMPLE]
+            if self.leverage_fraction < 1:
+                rounds += [ADAPTIVE_RESIDUALS, ADAPTIVE_SAMPLE]
+        rounds += [FEATURE_MEAN, DISLR] if self.center else [DISLR_UNCENTRED]
+        return [*rounds, ERROR]
 
     _parameter_constraints: dict = {
         "n_components": [StrictInterval(numbers.Integral, 1, None, closed="left")],
@@ -502,10 +552,6 @@ class DistributedKernelPCA(
             return self.solver
         return "representatives" if self.privacy is None else "random_features"
 
-    def _privacy_releases(self):
-        # The statistics round: the Gram triangle, then [feature sums, count].
-        return 2
-
     def _check_solver(self):
         """Refuse, before any round, a solver or kernel the fit cannot use,
         saying what to use instead."""
@@ -535,13 +581,6 @@ class DistributedKernelPCA(
                 "public data)."
             )
         return solver
-
-    @property
-    def _raw_row_rounds(self):
-        if self._solver() == "random_features":
-            # Only the median heuristic may send rows (gamma=None).
-            return self._MEDIAN_RAW_ROUND if self.gamma is None else ()
-        return self._REPRESENTATIVE_RAW_ROUNDS + self._MEDIAN_RAW_ROUND
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, *, partitions=None):

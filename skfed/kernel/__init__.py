@@ -1,5 +1,7 @@
-"""Kernel approximations shared by the estimators: random features, sketches,
-and kernel-width heuristics computed without gathering the data."""
+"""Kernels shared by the estimators: exact evaluation (``_pairwise``, the
+multi-width Gaussian atoms of ``_multiwidth``), random features and their
+private statistics, sketches and explicit feature maps, and kernel-width
+heuristics computed without gathering the data."""
 
 from ._median import (
     allocate_quota,
@@ -8,6 +10,7 @@ from ._median import (
     median_sample_step,
 )
 from ._random_features import (
+    WidthRounds,
     ZeroSpreadError,
     federated_gamma,
     gamma_from_moments,
@@ -15,6 +18,7 @@ from ._random_features import (
     moments_step,
     random_fourier_features,
     sample_fourier_weights,
+    width_rounds,
 )
 from ._sketch import (
     count_sketch_matrix,
@@ -25,6 +29,7 @@ from ._sketch import (
 )
 
 __all__ = [
+    "WidthRounds",
     "ZeroSpreadError",
     "allocate_quota",
     "canonical_row_order",
@@ -41,4 +46,5 @@ __all__ = [
     "sample_tensor_sketch",
     "sketch_columns",
     "tensor_sketch",
+    "width_rounds",
 ]

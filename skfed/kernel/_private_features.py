@@ -17,9 +17,13 @@ from functools import lru_cache, partial
 
 import numpy as np
 
-from .._engine._ledger import SUM_ONLY, Disclosure
+from .._engine._rounds import sum_only
 from .._numerics._blocks import row_blocks
-from ._random_features import random_fourier_features, sample_fourier_weights
+from ._random_features import (
+    feature_statistics_raw_rows,
+    random_fourier_features,
+    sample_fourier_weights,
+)
 
 __all__ = [
     "count_sum_sensitivity",
@@ -27,9 +31,15 @@ __all__ = [
     "feature_sum_sensitivity",
     "feature_gram_statistics",
     "feature_norm_bound",
+    "feature_statistics_counting_rows",
+    "feature_statistics_sensitivity",
     "gram_sensitivity",
     "paired_fourier_map",
     "private_statistics",
+    "statistics_noise",
+    "FEATURE_CHUNK",
+    "FEATURE_STATISTICS",
+    "PRIVATE_STATISTICS",
 ]
 
 # Relative slack on the norm bounds: the cosines are taken in float32
@@ -38,7 +48,7 @@ __all__ = [
 _SLACK = 1e-6
 # Rows of random features a client holds at once (as the one-shot kernel
 # k-means' clients).
-_CHUNK = 4096
+FEATURE_CHUNK = 4096
 
 
 # Two entries: this fit's map and that of one running beside it. Every
@@ -145,6 +155,27 @@ def count_sum_sensitivity(radius):
     return max(2.0 * radius, math.sqrt(2.0 * (radius**2 + 1.0)))
 
 
+def feature_statistics_sensitivity(n_random_features):
+    """The L2 sensitivities of the two releases of a client's random-feature
+    statistics, the upper triangle of Σ z zᵀ and Σ z
+    (:func:`gram_sensitivity` and :func:`feature_sum_sensitivity` at the
+    norm bound of D features): one per release, from D alone."""
+    radius = feature_norm_bound(n_random_features)
+    return (
+        gram_sensitivity(radius, n_random_features),
+        feature_sum_sensitivity(radius),
+    )
+
+
+def statistics_noise(round, accountant, n_random_features):
+    """The ``noise`` option of a statistics step, ``(radius, gram_std,
+    sum_std)``: the features' norm bound and the standard deviations of the
+    two releases that ``round`` declares (its ``sensitivity`` gives one
+    distance per release) at the fit's noise multiplier."""
+    gram_std, sum_std = round.noise_std(accountant, n_random_features)
+    return feature_norm_bound(n_random_features), gram_std, sum_std
+
+
 def clip_rows(Z, radius):
     """Scale, in place, the rows of ``Z`` longer than ``radius`` down to it.
 
@@ -158,7 +189,7 @@ def clip_rows(Z, radius):
     return Z
 
 
-def feature_blocks(X, omega, offset, *, chunk=_CHUNK):
+def feature_blocks(X, omega, offset, *, chunk=FEATURE_CHUNK):
     """Z = z(X) under the shared map a block of rows at a time: yields
     (the block's slice of rows, its rows of Z).
 
@@ -172,7 +203,7 @@ def feature_blocks(X, omega, offset, *, chunk=_CHUNK):
         yield block, rows
 
 
-def feature_gram_statistics(X, omega, offset, *, radius=None, chunk=_CHUNK):
+def feature_gram_statistics(X, omega, offset, *, radius=None, chunk=FEATURE_CHUNK):
     """A client's Σ z zᵀ (upper triangle, row by row) and Σ z over its
     rows, a block of rows at a time (Z is never held whole).
 
@@ -213,12 +244,32 @@ def symmetric_from_upper(upper, n_random_features):
     return gram
 
 
+# Each client's upper triangle of Z[m]ᵀZ[m] and Z[m]ᵀ1, summed (a client
+# of fewer distinct rows than D gives its rows away, which the fit counts
+# with ``feature_statistics_raw_rows``)...
+FEATURE_STATISTICS = sum_only("random feature statistics")
+# ... or, under differential privacy, two releases per client: the Gram
+# triangle, then Z[m]ᵀ1 (n_m, public, follows unnoised).
+PRIVATE_STATISTICS = FEATURE_STATISTICS.noised(2)._replace(
+    sensitivity=feature_statistics_sensitivity
+)
+
+
+def feature_statistics_counting_rows(n_random_features):
+    """:data:`FEATURE_STATISTICS` as a fit of D features runs it: the ledger
+    counts the rows of a client whose statistics determine them (see
+    :func:`~skfed.kernel._random_features.feature_statistics_raw_rows`)."""
+    rows = partial(feature_statistics_raw_rows, n_random_features=n_random_features)
+    disclosure = FEATURE_STATISTICS.disclosure._replace(rows=rows)
+    return FEATURE_STATISTICS._replace(disclosure=disclosure)
+
+
 def private_statistics(fed, step, message, n_random_features):
     """Server: the noised sums of the clients' feature statistics under the
     fit's accountant (differential privacy), and the row count (public).
 
-    One ``"random feature statistics"`` round, sum-only, two releases per
-    client: the upper triangle of Z[m]ᵀZ[m], of replace-one sensitivity
+    One round, :data:`PRIVATE_STATISTICS` (sum-only, two releases per
+    client): the upper triangle of Z[m]ᵀZ[m], of replace-one sensitivity
     :func:`~skfed.kernel._private_features.gram_sensitivity`, and Z[m]ᵀ1,
     of sensitivity 2R, R the features' norm bound; the row count n_m is
     public and follows without noise. Both bounds come from D alone.
@@ -232,18 +283,11 @@ def private_statistics(fed, step, message, n_random_features):
     n_samples : float
         N, at least 1.
     """
-    accountant = fed.accountant
-    radius = feature_norm_bound(n_random_features)
-    noise = (
-        radius,
-        accountant.noise_std(gram_sensitivity(radius, n_random_features)),
-        accountant.noise_std(feature_sum_sensitivity(radius)),
-    )
+    noise = statistics_noise(PRIVATE_STATISTICS, fed.accountant, n_random_features)
     total = fed.run_round(
-        "random feature statistics",
+        PRIVATE_STATISTICS,
         partial(step, n_features=n_random_features, noise=noise),
         message,
-        disclosure=Disclosure(SUM_ONLY, noised=2),
     )
     # N is exact, but a client may hold no row; the means divide by it.
     return total[:-1], max(float(total[-1]), 1.0)

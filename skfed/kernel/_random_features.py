@@ -3,13 +3,14 @@ average-distance kernel width."""
 
 import math
 from functools import partial
+from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
 from sklearn.utils import check_random_state
 
-from .._engine._ledger import PER_CLIENT, SUM_ONLY, Disclosure
 from .._engine._protocol import client_step
+from .._engine._rounds import per_client, sum_only
 from .._numerics._blocks import row_blocks
 from ..privacy._refusal import MIN_ROWS, MIN_SPREAD_ROWS, require_distinct_rows
 
@@ -440,14 +441,50 @@ def _gamma(n, ss, floor=0.0):
     return gamma
 
 
-def federated_gamma(fed, name):
+class WidthRounds(NamedTuple):
+    """The rounds of :func:`federated_gamma`, declared by the protocol that
+    runs them (:func:`width_rounds`).
+
+    Attributes
+    ----------
+    moments : Round
+        Each client's row count, mean and spread (``per_client``).
+    mean : Round
+        Under secure aggregation: N and Σ x (``sum_only``).
+    spread : Round
+        Under secure aggregation: Σ ‖x − x̄‖² (``sum_only``).
+    """
+
+    moments: object
+    mean: object
+    spread: object
+
+    def run(self, secure_aggregation):
+        """The rounds a fit runs: the moments, or the two masked sums."""
+        return (self.mean, self.spread) if secure_aggregation else (self.moments,)
+
+
+def width_rounds(name):
+    """The rounds of :func:`federated_gamma` under the name ``name``: one
+    round ``name``, or ``name + " (mean)"`` and ``name + " (spread)"``
+    under secure aggregation."""
+    return WidthRounds(
+        per_client(name, rows=moments_raw_rows),
+        sum_only(f"{name} (mean)", rows=count_and_sum_raw_rows),
+        sum_only(f"{name} (spread)"),
+    )
+
+
+def federated_gamma(fed, rounds):
     """Server: γ = N² / (2 Σ_ij ‖x_i − x_j‖²) over the federation ``fed``.
 
-    One round ``name`` of :func:`moments_step` (``per_client``: the server
-    sees each client's mean and spread). Under secure aggregation, two
-    ``sum_only`` rounds instead, ``name + " (mean)"`` (N and Σ x, so x̄) and
-    ``name + " (spread)"`` (Σ ‖x − x̄‖², x̄ sent to every client), whose
-    masked sums give the same γ within the fixed-point precision.
+    One round ``rounds.moments`` of :func:`moments_step` (``per_client``:
+    the server sees each client's mean and spread). Under secure
+    aggregation, two ``sum_only`` rounds instead, ``rounds.mean`` (N and
+    Σ x, so x̄) and ``rounds.spread`` (Σ ‖x − x̄‖², x̄ sent to every
+    client), whose masked sums give the same γ within the fixed-point
+    precision. ``rounds`` is a :class:`WidthRounds` (or a name, for
+    :func:`width_rounds` of it).
 
     Under ``raw_rows="refuse"`` every client first checks that its upload
     comes from at least ``MIN_SPREAD_ROWS`` (the mean and spread) or
@@ -455,26 +492,18 @@ def federated_gamma(fed, name):
     :mod:`skfed.privacy._refusal`). The ledger counts the moments of copies of one
     row (zero spread: the mean is the row) as one raw row.
     """
+    if isinstance(rounds, str):
+        rounds = width_rounds(rounds)
     refuse = fed.raw_rows == "refuse"
     spread_rows = {"min_rows": MIN_SPREAD_ROWS} if refuse else {}
     if not fed.secure_aggregation:
         return gamma_from_moments(
-            fed.run_round(
-                name,
-                partial(moments_step, **spread_rows),
-                disclosure=Disclosure(PER_CLIENT, rows=moments_raw_rows),
-            )
+            fed.run_round(rounds.moments, partial(moments_step, **spread_rows))
         )
     n, total = fed.run_round(
-        f"{name} (mean)",
+        rounds.mean,
         partial(count_and_sum_step, **({"min_rows": MIN_ROWS} if refuse else {})),
-        disclosure=Disclosure(SUM_ONLY, rows=count_and_sum_raw_rows),
     )
     mean = total / n
-    ss = fed.run_round(
-        f"{name} (spread)",
-        partial(spread_step, **spread_rows),
-        mean,
-        disclosure=SUM_ONLY,
-    )
+    ss = fed.run_round(rounds.spread, partial(spread_step, **spread_rows), mean)
     return _gamma(n, ss, floor=fed.n_clients * 2.0**-32)

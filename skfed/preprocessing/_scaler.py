@@ -1,8 +1,8 @@
 """Standardization fitted over the clients: the pooled data's mean and
 variance from sums, without pooling a row.
 
-The rounds live in :mod:`skfed.preprocessing._scaler_protocol`; this module
-is the estimator.
+The rounds live in :mod:`skfed.preprocessing._protocols._scaler`; this
+module is the estimator.
 """
 
 from functools import partial
@@ -17,16 +17,21 @@ from sklearn.base import (
     _fit_context,
 )
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.sparsefuncs import inplace_column_scale
 from sklearn.utils.validation import FLOAT_DTYPES, check_is_fitted, validate_data
 
 from .._engine._federation import FederatedMixin
 from .._engine._remote import blockwise, is_dask_collection, is_remote
 from .._engine._validation import check_magnitude
+from .._sklearn_compat import StrOptions
 from ..privacy import DifferentialPrivacy, check_privacy, feature_bounds
 from ..privacy._secure_aggregation import FRACTION_BITS
-from ._scaler_protocol import private_sensitivity, run_scaler
+from ._protocols._scaler import (
+    SCALER_MEAN,
+    SCALER_SPREAD,
+    SCALER_STATISTICS,
+    run_scaler,
+)
 
 __all__ = ["FederatedStandardScaler"]
 
@@ -237,14 +242,19 @@ class FederatedStandardScaler(
         self.secure_aggregation = secure_aggregation
         self.privacy = privacy
 
-    def _has_sum_only_rounds(self):
-        return bool(self.with_mean or self.with_std)
+    def _rounds(self):
+        if not (self.with_mean or self.with_std):
+            # The row count is the federation's metadata: no round.
+            return []
+        if self.privacy is not None:
+            return [SCALER_STATISTICS]
+        return [SCALER_MEAN, SCALER_SPREAD] if self.with_std else [SCALER_MEAN]
 
     def _privacy_releases(self):
-        # One noised release of the sums. With neither statistic the fit
-        # makes none, and privacy_spent_ says so (the accountant is still
-        # calibrated for one: it cannot be for none).
-        return 1
+        # With neither statistic the fit makes no release, and
+        # privacy_spent_ says so; the accountant is still calibrated for
+        # one (it cannot be for none).
+        return max(super()._privacy_releases(), 1)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -291,7 +301,7 @@ class FederatedStandardScaler(
         if private is not None:
             lower, upper = private
             n_free = int(np.count_nonzero(upper > lower))
-            std = fed.accountant.noise_std(private_sensitivity(n_free, self.with_std))
+            std = SCALER_STATISTICS.noise_std(fed.accountant, n_free, self.with_std)
             private = (lower, upper, std)
         with fed:
             result = fed.run_protocol(

@@ -330,7 +330,7 @@ def scaler_release(epsilon=1.0, delta=1e-5, n_samples=200, n_features=2):
     rows in box coordinates (and the public count). D holds a row at the
     box's lower corner, D' the canary beyond its upper corner (clipped)."""
     from ..preprocessing import FederatedStandardScaler
-    from ..preprocessing._scaler_protocol import private_sensitivity
+    from ..preprocessing._protocols._scaler import private_sensitivity
 
     private_step = _step("scaler.dp_statistics")
 

@@ -1,16 +1,12 @@
 """Tests of FederatedRKHSClassifier against SVC, the centralized learner and
 the formulas of the user guide."""
 
-import itertools
-import threading
-import tracemalloc
 import warnings
 
 import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from sklearn import config_context
 from sklearn.datasets import load_breast_cancer, load_digits, make_moons
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import StratifiedKFold, cross_val_score, train_test_split
@@ -19,23 +15,14 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.svm import SVC
 
 from skfed import FederatedRKHSClassifier
-from skfed._engine._federation import ClientData, Federation
-from skfed._testing import rkhs_paper_data
-from skfed.classification import _rkhs_protocol as rkhs_protocol
-from skfed.classification._rkhs_protocol import (
-    _local_dual_step,
-    _server_pool,
+from skfed._testing import assert_runs_its_declared_rounds, rkhs_paper_data
+from skfed.classification._protocols._critical_samples import (
     _server_solve,
-    _server_widths,
 )
-from skfed.classification._sparse_dual import (
-    AtomDictionary,
-    dense_dual,
-    dual_value,
-    gaussian_atoms,
-    threshold,
-)
-from skfed.kernel import gamma_from_moments
+from skfed.classification._solvers._dual import dual_value, threshold
+from skfed.classification._solvers._svm import dense_dual
+from skfed.kernel._multiwidth import AtomDictionary, gaussian_atoms
+from skfed.privacy import DifferentialPrivacy
 
 
 def svc_score(X, y, X_test, y_test):
@@ -150,271 +137,6 @@ def test_more_widths_than_one_can_be_selected(centralized):
 
 # --------------------------------------------------------------------------
 # Critical samples and Proposition 2
-
-
-def _client(X, y):
-    return ClientData(0, X, y, np.arange(len(y)), (1, 2, 3))
-
-
-def test_client_sends_exactly_its_samples_with_positive_dual():
-    X, y, _ = rkhs_paper_data(200, seed=6)
-    widths = np.array([0.05, 0.1, 0.2])
-    state, (X_sent, y_sent, lam_sent) = _local_dual_step(
-        _client(X, y),
-        None,
-        None,
-        widths=widths,
-        n_problems=1,
-        epsilon=0.0,
-        upper=1.0,
-        max_iter=200,
-        tol=1e-6,
-    )
-    lam = state["local_dual"][:, 0]
-    critical = np.flatnonzero(lam > 0)
-    np.testing.assert_array_equal(state["sent"], critical)
-    np.testing.assert_array_equal(X_sent, X[critical])
-    np.testing.assert_allclose(lam_sent[:, 0], lam[critical])
-    assert 0 < len(critical) < len(y)
-    # Complementary slackness of the local (γ = 0) model: every sample left
-    # behind meets its constraint y f(x) ≥ 1 - ε; critical ones are on or
-    # inside the margin.
-    ypm = np.where(y == 1, 1.0, -1.0)
-    dictionary = AtomDictionary(X, X, widths, dtype=np.float64)
-    Phi = dictionary.columns(np.arange(dictionary.n_atoms))
-    fit = dense_dual(
-        Phi, ypm, beta=1.0, epsilon=0.0, upper=1.0, bias=True, max_iter=200, tol=1e-6
-    )
-    margin = ypm * (Phi @ fit["coef"] + fit["intercept"])
-    assert np.all(margin[lam == 0] >= 1 - 1e-2)
-    assert np.all(margin[lam > 0] <= 1 + 1e-2)
-
-
-def _local_peak(X, y, widths):
-    tracemalloc.start()
-    try:
-        state, _ = _local_dual_step(
-            _client(X, y),
-            None,
-            None,
-            widths=widths,
-            n_problems=1,
-            epsilon=0.0,
-            upper=1.0,
-            max_iter=1000,
-            tol=1e-4,
-        )
-        return state, tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-
-
-def test_client_step_holds_its_dictionary_once():
-    # The client step took Φ[:, every atom], a copy of the Φ the dictionary
-    # holds: peak memory 2.6 times Φ, now 1.6 (Φ, its distances, the Gram).
-    X, y, _ = rkhs_paper_data(1000, seed=6)
-    widths = np.geomspace(0.1, 0.5, 5)
-    dictionary = AtomDictionary(X, X, widths)
-    assert np.shares_memory(dictionary.columns(), dictionary._full)
-    phi_bytes = 1000 * 5000 * 4
-    _, peak = _local_peak(X, y, widths)
-    assert peak < 2 * phi_bytes
-
-
-def test_large_client_memory_grows_linearly_in_its_rows(monkeypatch):
-    # The dense local dual holds Φ (n × n · n_widths) and ΦΦᵀ: O(n²), 40 GB
-    # for a client of 100,000 rows. Above _LOCAL_ROWS rows a client solves
-    # one dual per chunk, so doubling its rows doubles its memory at most.
-    monkeypatch.setattr(rkhs_protocol, "_LOCAL_ROWS", 200)
-    X, y, _ = rkhs_paper_data(1600, seed=6)
-    widths = np.geomspace(0.1, 0.5, 5)
-    state, peak_half = _local_peak(X[:800], y[:800], widths)
-    _, peak_full = _local_peak(X, y, widths)
-    assert peak_full < 1.5 * peak_half
-    # Every chunk's critical samples are sent: some, not all.
-    lam = state["local_dual"][:, 0]
-    assert 0 < np.sum(lam > 0) < len(lam)
-
-
-def test_chunks_follow_the_rows_values_not_their_storage(monkeypatch):
-    # Chunks are cut from the rows in an order fixed by their values: the
-    # same rows stored in another order send the same samples and the fit
-    # gives the same model.
-    monkeypatch.setattr(rkhs_protocol, "_LOCAL_ROWS", 60)
-    X, y, _ = rkhs_paper_data(400, seed=3)
-    parts = np.arange(400) % 2
-    perm = np.random.RandomState(0).permutation(400)
-    a = FederatedRKHSClassifier(random_state=0).fit(X, y, partitions=parts)
-    b = FederatedRKHSClassifier(random_state=0).fit(
-        X[perm], y[perm], partitions=parts[perm]
-    )
-    np.testing.assert_allclose(a.intercept_, b.intercept_, rtol=1e-6, atol=1e-9)
-    np.testing.assert_allclose(
-        np.sort(a.kernel_centers_, axis=0),
-        np.sort(b.kernel_centers_, axis=0),
-        rtol=1e-6,
-    )
-    assert a.communication_.upload_floats == b.communication_.upload_floats
-
-
-def test_chunked_local_duals_stay_close_to_svc(monkeypatch):
-    # Chunks of 100 rows on clients of 300: each chunk has its own margin,
-    # the refinement rounds send what the global model violates.
-    monkeypatch.setattr(rkhs_protocol, "_LOCAL_ROWS", 100)
-    X, y = make_moons(1200, noise=0.25, random_state=0)
-    X_test, y_test = make_moons(2000, noise=0.25, random_state=1)
-    est = FederatedRKHSClassifier(random_state=0).fit(
-        X, y, partitions=np.arange(1200) % 4
-    )
-    assert est.score(X_test, y_test) >= svc_score(X, y, X_test, y_test) - 0.02
-
-
-def test_one_vs_rest_problems_share_each_chunks_gram_matrix(monkeypatch):
-    # A chunk's one-vs-rest problems are posed on the same atoms: libsvm's
-    # Gram matrix is formed once per chunk (not per problem), and each
-    # problem's λ is the one it gets when solved alone.
-    monkeypatch.setattr(rkhs_protocol, "_LOCAL_ROWS", 70)
-    X, y = load_digits(return_X_y=True)
-    X, y = X[:300] / 16.0, y[:300] % 4
-    widths = np.array([2.0, 4.0])
-    options = {"epsilon": 0.3, "upper": 1.0, "max_iter": 200, "tol": 1e-3}
-    grams = []
-    dense_gram = rkhs_protocol.dense_gram
-
-    def counted(Phi):
-        grams.append(Phi.shape)
-        return dense_gram(Phi)
-
-    monkeypatch.setattr(rkhs_protocol, "dense_gram", counted)
-    lam, _ = rkhs_protocol._chunked_local_duals(
-        X, y, widths=widths, n_problems=4, **options
-    )
-    chunks = rkhs_protocol._local_chunks(X)
-    assert len(chunks) == len(grams) == 5
-    for chunk in chunks:
-        Phi = AtomDictionary(X[chunk], X[chunk], widths).columns()
-        for p in range(4):
-            ypm = np.where(y[chunk] == p, 1.0, -1.0)
-            alone = dense_dual(Phi, ypm, beta=1.0, bias=True, **options)
-            np.testing.assert_array_equal(lam[chunk, p], alone["lam"])
-
-
-def _spy_on_server_pools(monkeypatch):
-    pools = []
-    solve = rkhs_protocol._server_solve
-
-    def spy(X, y_code, *args, **kwargs):
-        pools.append((X, y_code))
-        return solve(X, y_code, *args, **kwargs)
-
-    monkeypatch.setattr(rkhs_protocol, "_server_solve", spy)
-    return pools
-
-
-def test_server_reduces_a_large_pool_without_communication(monkeypatch):
-    # Forty clients of 30 rows: each sends about as many critical samples as
-    # a chunk of a large client, and the pool grows with the clients. Above
-    # _SERVER_ROWS the server reduces it by the clients' own chunked rule;
-    # the samples it drops stay with it and are checked against the model.
-    X, y = make_moons(1200, noise=0.25, random_state=0)
-    X_test, y_test = make_moons(2000, noise=0.25, random_state=1)
-    parts = np.arange(1200) % 40
-
-    pools = _spy_on_server_pools(monkeypatch)
-    whole = FederatedRKHSClassifier(random_state=0).fit(X, y, partitions=parts)
-    critical = sum(len(v) for v in whole.critical_samples_.values())
-    assert len(pools[0][0]) == critical
-
-    pools.clear()
-    monkeypatch.setattr(rkhs_protocol, "_SERVER_ROWS", 100)
-    reduced = FederatedRKHSClassifier(random_state=0).fit(X, y, partitions=parts)
-    assert len(pools[0][0]) < critical / 2
-    # The one-shot round is the clients' business: the same uploads.
-    log_whole, log_reduced = whole.communication_, reduced.communication_
-    for direction in ("upload", "download"):
-        assert (
-            log_reduced.floats_by_name(direction)["critical samples"]
-            == log_whole.floats_by_name(direction)["critical samples"]
-        )
-    assert reduced.critical_samples_.keys() == whole.critical_samples_.keys()
-    for cid, idx in whole.critical_samples_.items():
-        np.testing.assert_array_equal(reduced.critical_samples_[cid], idx)
-    svc = svc_score(X, y, X_test, y_test)
-    assert reduced.score(X_test, y_test) >= svc - 0.02
-    assert reduced.score(X_test, y_test) >= whole.score(X_test, y_test) - 0.02
-
-    # A reduction that would keep most of the pool is not used.
-    pools.clear()
-    monkeypatch.setattr(rkhs_protocol, "_SERVER_KEEP", 0.05)
-    FederatedRKHSClassifier(random_state=0).fit(X, y, partitions=parts)
-    assert len(pools[0][0]) == critical
-
-
-def test_server_reduction_in_threads_gives_the_same_model(monkeypatch):
-    # With n_jobs=2 the server's chunked duals run in the fit's threads:
-    # each chunk is solved alone, so the model is the one of n_jobs=1.
-    X, y = make_moons(1200, noise=0.25, random_state=0)
-    X_test = make_moons(500, noise=0.25, random_state=1)[0]
-    parts = np.arange(1200) % 40
-    monkeypatch.setattr(rkhs_protocol, "_SERVER_ROWS", 100)
-    monkeypatch.setattr(rkhs_protocol, "_LOCAL_ROWS", 60)
-    threads = []
-    server_map = Federation.server_map
-
-    def spy(fed, func, items):
-        def run(item):
-            threads.append(threading.get_ident())
-            return func(item)
-
-        return server_map(fed, run, items)
-
-    monkeypatch.setattr(Federation, "server_map", spy)
-    one = FederatedRKHSClassifier(random_state=0).fit(X, y, partitions=parts)
-    assert len(threads) > 2 and set(threads) == {threading.get_ident()}
-    threads.clear()
-    two = FederatedRKHSClassifier(random_state=0, n_jobs=2).fit(X, y, partitions=parts)
-    assert len(threads) > 2 and threading.get_ident() not in threads
-    np.testing.assert_array_equal(two.support_, one.support_)
-    np.testing.assert_allclose(
-        two.decision_function(X_test), one.decision_function(X_test)
-    )
-
-
-@pytest.mark.parametrize("server_rows", [None, 100])
-def test_reduced_pool_keeps_the_refinement_certificate(monkeypatch, server_rows):
-    # With ρ = 1 and rounds that stop early, every sample meets the final
-    # model's constraints unless it is in the server's final pool: the
-    # clients check theirs, the server its reserve, by the same rule. (On
-    # these noisy moons the first models violate 170 and then 59 of the
-    # samples the reduction dropped.)
-    X, y = make_moons(1200, noise=0.25, random_state=0)
-    pools = _spy_on_server_pools(monkeypatch)
-    if server_rows is not None:
-        monkeypatch.setattr(rkhs_protocol, "_SERVER_ROWS", server_rows)
-    clf = FederatedRKHSClassifier(
-        refinement_margin=1.0, refinement_rounds=10, random_state=0
-    ).fit(X, y, partitions=np.arange(1200) % 40)
-    assert clf.n_refinement_rounds_ < 10
-    critical = sum(len(v) for v in clf.critical_samples_.values())
-    if server_rows is not None:
-        assert len(pools[0][0]) < critical
-    ypm = np.where(y == clf.classes_[1], 1.0, -1.0)
-    margins = ypm * clf.decision_function(X)
-    sent = np.concatenate(list(clf.sent_samples_.values()))
-    assert set(np.flatnonzero(margins < 1 - clf.epsilon - 1e-4)) <= set(sent)
-    # Hence the refit of the model's kernels on the server's final pool is
-    # the refit on every sample (Proposition 2), and the model is that refit
-    # up to the server's tolerance.
-    X_pool, y_pool = pools[-1]
-    kw = {"beta": 1 - clf.sparsity, "epsilon": clf.epsilon, "upper": 1.0}
-    kw.update(bias=True, max_iter=1, tol=1e-8)
-    atoms = (clf.kernel_centers_, clf.kernel_widths_)
-    Phi_pool = gaussian_atoms(X_pool, *atoms, dtype=np.float64)
-    final = dense_dual(Phi_pool, np.where(y_pool == 1, 1.0, -1.0), **kw)
-    Phi = gaussian_atoms(X, *atoms, dtype=np.float64)
-    everything = dense_dual(Phi, ypm, **kw)
-    np.testing.assert_allclose(everything["coef"], final["coef"], atol=1e-6)
-    np.testing.assert_allclose(final["coef"], clf.kernel_coef_[0], atol=5e-3)
 
 
 def test_removing_a_non_critical_sample_leaves_the_model_unchanged():
@@ -687,33 +409,6 @@ def test_float32_in_float32_out(synthetic):
     assert up.bytes == tuple(n * (2 * 4 + 8 + 8) for n in critical)
 
 
-def test_kernels_do_not_depend_on_an_offset_in_the_data():
-    """Gaussian kernels see only differences. Φ in float32 from ‖x‖² − 2x·s
-    + ‖s‖² at the raw coordinates cancelled: with an offset of 1000 some
-    kernel values were off by 1 (measured from the centres' mean, the
-    float32 values are identical)."""
-    X, _, _ = rkhs_paper_data(300, seed=2)
-    widths = np.array([0.05, 0.2])
-    every = np.arange(len(X) * len(widths))
-    reference = AtomDictionary(X, X, widths).columns(every)
-    shifted = AtomDictionary(X + 1000, X + 1000, widths)
-    np.testing.assert_allclose(shifted.columns(every), reference, atol=1e-6)
-    v = np.random.RandomState(0).standard_normal(len(X))
-    with config_context(working_memory=0.05):  # the chunked products
-        chunked = AtomDictionary(X + 1000, X + 1000, widths)
-        assert chunked._full is None
-        np.testing.assert_allclose(chunked.columns(every), reference, atol=1e-6)
-        np.testing.assert_allclose(
-            chunked.rmatvec(v), reference.T @ v, rtol=1e-5, atol=1e-4
-        )
-    # Prediction in float32 (the user's dtype) measures from the centres too.
-    np.testing.assert_allclose(
-        gaussian_atoms(X + 1000, X[:20] + 1000, np.full(20, 0.05)),
-        gaussian_atoms(X, X[:20], np.full(20, 0.05)),
-        atol=1e-6,
-    )
-
-
 def test_an_offset_in_the_data_costs_no_accuracy():
     # Before the kernels were measured from the centres' mean, an offset of
     # 1000 cost 1 to 6 accuracy points and 2 to 4 times the kernels here.
@@ -786,49 +481,15 @@ def test_refit_stopped_at_the_libsvm_cap_warns(monkeypatch, C, hint):
     # On noisy data with C=np.inf libsvm crawls into its iteration cap (11 of
     # 12 refits at N = 300, noise 0.1) and the fit used to say nothing; a
     # low cap stands in for the crawl here.
-    import skfed.classification._sparse_dual as sparse_dual
+    import skfed.classification._solvers._svm as svm
 
-    monkeypatch.setattr(sparse_dual, "_SMO_MAX_ITER", 3)
+    monkeypatch.setattr(svm, "_SMO_MAX_ITER", 3)
     X, y, _ = rkhs_paper_data(100, noise=0.1, seed=2)
     # sparsity=0.5, ε = 0 (the former defaults): with the current ones the
     # model keeps so few kernels that libsvm finishes the refit within the 3
     # iterations allowed here.
     with pytest.warns(ConvergenceWarning, match=f"libsvm's iteration cap.*{hint}"):
         FederatedRKHSClassifier(0.5, epsilon=0.0, C=C, random_state=0).fit(X, y)
-
-
-def test_libsvm_cap_is_reported_without_a_warning_or_global_state(monkeypatch):
-    # dense_dual runs in client threads and in the server's threads: it
-    # reads libsvm's early stop from fit_status_, and neither warns nor
-    # touches the process-wide warning machinery (catching the warning
-    # there, two threads left every later warning recorded into a dead
-    # list).
-    import skfed.classification._sparse_dual as sparse_dual
-
-    rng = np.random.default_rng(0)
-    Phi = rng.standard_normal((200, 150)).astype(np.float32)
-    y = np.where(rng.standard_normal(200) > 0, 1.0, -1.0)
-    kw = {"beta": 1.0, "epsilon": 0.0, "upper": 1.0, "bias": True}
-    kw.update(max_iter=100, tol=1e-3)
-    assert dense_dual(Phi, y, **kw)["converged"]
-    filters, show = warnings.filters, warnings._showwarnmsg_impl
-
-    def solve_many(out):
-        for _ in range(30):
-            out.append(dense_dual(Phi, y, **kw)["converged"])
-
-    monkeypatch.setattr(sparse_dual, "_SMO_MAX_ITER", 3)
-    results = [[], []]
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        threads = [threading.Thread(target=solve_many, args=(r,)) for r in results]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    assert results == [[False] * 30, [False] * 30]
-    assert warnings.filters is filters
-    assert warnings._showwarnmsg_impl is show
 
 
 def test_hard_margin_on_separable_data():
@@ -931,40 +592,6 @@ def test_identical_samples_with_derived_widths_raise():
         FederatedRKHSClassifier().fit(X, y)
 
 
-def test_server_widths_are_order_free():
-    # Summed in the clients' order, moments like these gave two different
-    # sets of widths over the 24 orders (the last bit).
-    rng = np.random.RandomState(0)
-    uploads = []
-    for m in range(4):
-        X = rng.uniform(0, 1, (rng.randint(5, 50), 2)) * 10**m
-        spread = float(((X - X.mean(axis=0)) ** 2).sum())
-        uploads.append((float(len(X)), X.sum(axis=0), spread))
-    widths = {
-        tuple(_server_widths(gamma_from_moments([uploads[i] for i in order]), 5))
-        for order in itertools.permutations(range(4))
-    }
-    assert len(widths) == 1
-
-
-def test_server_pool_is_order_free():
-    rng = np.random.RandomState(0)
-    a = (rng.rand(3, 2), np.array([0.0, 1.0, 1.0]), rng.rand(3, 1))
-    b = (rng.rand(2, 2), np.array([1.0, 0.0]), rng.rand(2, 1))
-    X1, y1, l1, o1 = _server_pool([a, b], 1, np.float64)
-    X2, y2, l2, o2 = _server_pool([b, a], 1, np.float64)
-    np.testing.assert_array_equal(X1, X2)
-    np.testing.assert_array_equal(y1, y2)
-    np.testing.assert_array_equal(l1, l2)
-    # A row (and class) two clients hold arrives with a λ from each; the tie
-    # is broken by λ, not by the order of the clients.
-    c = (a[0][:1], a[1][:1], rng.rand(1, 1))
-    X1, y1, l1, o1 = _server_pool([a, b, c], 1, np.float64)
-    X2, y2, l2, o2 = _server_pool([c, b, a], 1, np.float64)
-    np.testing.assert_array_equal(X1, X2)
-    np.testing.assert_array_equal(l1, l2)
-
-
 # -- hostile input --------------------------------------------------------
 
 
@@ -1011,162 +638,6 @@ def test_defaults_are_sparse_and_close_to_svc_on_breast_cancer():
     assert np.mean(kernels) * 4 <= np.mean(svs)
 
 
-def test_server_reduction_never_drops_a_class(monkeypatch):
-    # Chunk duals that leave every sample of a class at λ = 0 must not leave
-    # the server a pool without that class: the pool is then solved whole.
-    X, y, _ = rkhs_paper_data(300, seed=2)
-    y_code = (y == np.unique(y)[1]).astype(np.intp)
-    lam, index = np.zeros((300, 1)), np.arange(300)
-    monkeypatch.setattr(rkhs_protocol, "_SERVER_ROWS", 50)
-    options = {"epsilon": 0.0, "upper": 1.0, "max_iter": 1000, "tol": 1e-4}
-
-    def critical_in(classes):
-        # Five critical samples of each class in ``classes``, none other.
-        def duals(X_, y_, **kw):
-            out = np.zeros((len(y_), 1))
-            for c in classes:
-                out[np.flatnonzero(y_ == c)[:5]] = 0.1
-            return out, True
-
-        return duals
-
-    def reduce():
-        return rkhs_protocol._server_reduce(
-            X, y_code, lam, index, widths=np.ones(2), n_problems=1, **options
-        )
-
-    for classes in ([0], [1], []):
-        monkeypatch.setattr(rkhs_protocol, "_chunked_local_duals", critical_in(classes))
-        pool, reserve = reduce()
-        assert len(pool[0]) == 300 and len(reserve[0]) == 0
-    monkeypatch.setattr(rkhs_protocol, "_chunked_local_duals", critical_in([0, 1]))
-    pool, reserve = reduce()
-    assert len(pool[0]) == 10 and len(reserve[0]) == 290
-    assert set(pool[1]) == {0, 1}
-
-
-def test_reduced_pool_does_not_depend_on_client_names_or_sample_order(monkeypatch):
-    # The server reduces its pool in the pool's canonical order, so renaming
-    # the clients or storing the samples in another order gives the same
-    # model, as without the reduction.
-    monkeypatch.setattr(rkhs_protocol, "_SERVER_ROWS", 100)
-    pools = _spy_on_server_pools(monkeypatch)
-    X, y = make_moons(1200, noise=0.25, random_state=0)
-    X_test, _ = make_moons(500, noise=0.25, random_state=1)
-    parts = np.arange(1200) % 40
-    ref = FederatedRKHSClassifier(random_state=0).fit(X, y, partitions=parts)
-    assert len(pools[0][0]) < sum(len(v) for v in ref.critical_samples_.values())
-    perm = np.random.RandomState(0).permutation(1200)
-    renamed = (7 * parts + 3) % 40
-    other = FederatedRKHSClassifier(random_state=0).fit(
-        X[perm], y[perm], partitions=renamed[perm]
-    )
-    np.testing.assert_allclose(
-        other.decision_function(X_test), ref.decision_function(X_test), atol=1e-6
-    )
-    assert other.n_samples_sent_ == ref.n_samples_sent_
-
-
-@pytest.mark.parametrize("n_atoms", [40, 400])
-@pytest.mark.parametrize("upper", [1.0, np.inf])
-def test_dense_dual_is_svcs_solution_to_the_bit(n_atoms, upper):
-    # dense_dual calls libsvm without SVC's estimator around it; the
-    # arguments are those SVC.fit passes, so λ, b and the iteration count
-    # are SVC's exactly (one libsvm run on the same float64 input: no BLAS
-    # in between). 400 atoms on 300 samples go through the Gram matrix.
-    X, y = make_moons(300, noise=0.3, random_state=0)
-    ypm = np.where(y == 1, 1.0, -1.0)
-    Phi = AtomDictionary(X, X[:n_atoms], [0.3, 0.8]).columns()
-    beta, epsilon = 0.4, 0.3
-    fit = dense_dual(
-        Phi,
-        ypm,
-        beta=beta,
-        epsilon=epsilon,
-        upper=upper,
-        bias=True,
-        max_iter=10,
-        tol=1e-4,
-    )
-    C = upper / (beta * (1 - epsilon)) if np.isfinite(upper) else 1e4
-    gram = Phi.shape[1] > Phi.shape[0]
-    features = (Phi @ Phi.T).astype(np.float64) if gram else Phi.astype(np.float64)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        svc = SVC(
-            kernel="precomputed" if gram else "linear",
-            C=C,
-            tol=1e-4,
-            max_iter=1_000_000,
-        ).fit(features, ypm)
-    lam = np.zeros(len(ypm))
-    lam[svc.support_] = beta * (1 - epsilon) * np.abs(svc.dual_coef_[0])
-    np.testing.assert_array_equal(fit["lam"], lam)
-    assert fit["intercept"] == (1 - epsilon) * svc.intercept_[0]
-    assert fit["n_iter"] == svc.n_iter_.sum()
-    assert fit["converged"] == (svc.fit_status_ == 0)
-
-
-def test_refinement_solves_again_only_the_problems_its_samples_violate(
-    monkeypatch,
-):
-    # Five classes of digits (two digits each), three clients: the
-    # refinement rounds add a few samples near one or two of the one-vs-rest
-    # boundaries. A problem whose
-    # constraints y f(x) >= 1 - ε every new sample meets keeps its solution
-    # (λ = 0 on the new samples keeps its refit optimal, Proposition 2)
-    # instead of being solved again; before, every problem was.
-    X, y = load_digits(return_X_y=True)
-    X, y = StandardScaler().fit_transform(X[:800]), y[:800] % 5
-    sparse_solves = []
-    solve = rkhs_protocol.active_set_dual
-
-    def counted(*args, **kwargs):
-        sparse_solves.append(1)
-        return solve(*args, **kwargs)
-
-    monkeypatch.setattr(rkhs_protocol, "active_set_dual", counted)
-    server_solves = []
-    server_solve = rkhs_protocol._server_solve
-
-    def spy(X_pool, y_pool, *args, **kwargs):
-        model = server_solve(X_pool, y_pool, *args, **kwargs)
-        server_solves.append((X_pool, y_pool, model))
-        return model
-
-    monkeypatch.setattr(rkhs_protocol, "_server_solve", spy)
-    clf = FederatedRKHSClassifier(random_state=0).fit(X, y, partitions=3)
-    # At least one refinement round (how many depends on the solver's
-    # path, within its tolerance).
-    assert len(server_solves) >= 2
-    assert len(sparse_solves) < 5 * len(server_solves)
-    # Every problem kept from one solve to the next is the refit of its
-    # kernels on the grown pool, to the tolerance of libsvm.
-    kept = 0
-    for (_, _, before), (X_pool, y_pool, after) in itertools.pairwise(server_solves):
-        dictionary = AtomDictionary(X_pool, X_pool, clf.widths_)
-        for p, problem in enumerate(after["problems"]):
-            if problem["trace"] is not before["problems"][p]["trace"]:
-                continue
-            kept += 1
-            ypm = np.where(y_pool == p, 1.0, -1.0)
-            Phi = dictionary.columns(problem["atoms"])
-            refit = dense_dual(
-                Phi,
-                ypm,
-                beta=0.3,
-                epsilon=0.3,
-                upper=1.0,
-                bias=True,
-                max_iter=1000,
-                tol=1e-6,
-            )
-            kept_f = Phi @ problem["coef"] + problem["intercept"]
-            refit_f = Phi @ refit["coef"] + refit["intercept"]
-            np.testing.assert_allclose(kept_f, refit_f, atol=2e-2)
-    assert kept >= 1
-
-
 def _moons(n, seed):
     return make_moons(n, noise=0.2, random_state=seed)
 
@@ -1196,230 +667,50 @@ def test_two_d_fits_send_under_30_percent_with_5x_fewer_kernels(make):
     assert clf.score(X_test, y_test) >= svc.score(X_test, y_test) - 0.01
 
 
-@pytest.mark.parametrize("binding", ["changed", "missing"])
-def test_dense_dual_falls_back_to_svc_when_libsvms_binding_changes(
-    monkeypatch, binding
-):
-    # The direct libsvm call uses scikit-learn's private binding; a release
-    # that changes or removes it must give SVC.fit's solution, not an error.
-    import types
-
-    import skfed.classification._sparse_dual as sparse_dual
-
-    X, y = make_moons(200, noise=0.3, random_state=0)
-    ypm = np.where(y == 1, 1.0, -1.0)
-    Phi = AtomDictionary(X, X[:50], [0.3, 0.8]).columns()
-    kw = {"beta": 0.4, "epsilon": 0.3, "upper": 1.0, "bias": True}
-    kw.update(max_iter=10, tol=1e-4)
-    direct = dense_dual(Phi, ypm, **kw)
-
-    def changed_fit(*args, **kwargs):
-        raise TypeError("fit() got an unexpected keyword argument 'nu'")
-
-    fake = types.SimpleNamespace(fit=changed_fit, set_verbosity_wrap=lambda v: None)
-    monkeypatch.setattr(sparse_dual, "_libsvm", fake if binding == "changed" else None)
-    through_svc = dense_dual(Phi, ypm, **kw)
-    np.testing.assert_array_equal(through_svc["lam"], direct["lam"])
-    assert through_svc["intercept"] == direct["intercept"]
-    assert through_svc["converged"] and through_svc["n_iter"] == direct["n_iter"]
+# --------------------------------------------------------------------------
+# The rounds the estimator declares
 
 
-def _svm_dual_and_primal(Phi, y, fit, *, beta, epsilon, upper):
-    # D and P of the γ = 0 problem (the dense dual's), from a fit's λ, α, b.
-    c = Phi.astype(np.float64).T @ (y * fit["lam"])
-    dual = (1 - epsilon) * fit["lam"].sum() - c @ c / (2 * beta)
-    f = Phi.astype(np.float64) @ fit["coef"] + fit["intercept"]
-    slack = np.maximum(1 - epsilon - y * f, 0)
-    primal = 0.5 * beta * fit["coef"] @ fit["coef"] + upper * slack.sum()
-    return dual, primal, f
-
-
-@pytest.mark.parametrize("n_atoms", [12, 600])
-def test_working_set_solve_matches_the_full_solve(n_atoms):
-    # The working-set solve (libsvm on the unsettled rows, the rows at C
-    # pooled per class) starting from a nearby problem's margins solves
-    # the full problem to the tolerance: the same dual and primal values,
-    # the same decisions. 600 atoms on 500 rows go through the Gram matrix.
-    ypm, Phi, kw = _moons_dual_problem(500, 0, n_atoms, beta=0.4, epsilon=0.3)
-    # The previous step of the active-set loop: one atom fewer.
-    nearby = dense_dual(Phi[:, 1:], ypm, **kw)
-    full = dense_dual(Phi, ypm, **kw)
-    chunked = dense_dual(Phi, ypm, margins=nearby["margins"], **kw)
-    (d_ws, p_ws, f_ws), (_, _, f_full) = _assert_same_svm(Phi, ypm, chunked, full, kw)
-    # Weak duality holds for both: P ≥ D up to the solver tolerance.
-    assert p_ws >= d_ws - 1e-3 * abs(d_ws)
-    assert np.abs(f_ws - f_full).max() <= 0.05
-    # Φ is float32: α is summed in it, the margins in float64.
-    np.testing.assert_allclose(chunked["margins"], ypm * f_ws / 0.7, atol=1e-3)
-    # Rows at the bound are rows at the bound.
-    at_c = full["lam"] >= 0.999 * kw["upper"]
-    assert np.mean(at_c == (chunked["lam"] >= 0.999 * kw["upper"])) >= 0.98
-
-
-def _dp(kw):
-    return {k: kw[k] for k in ("beta", "epsilon", "upper")}
-
-
-def _moons_dual_problem(n, seed, n_atoms, *, beta, epsilon):
-    """±1 labels, the atoms' features Φ (two widths over the first
-    ``n_atoms`` rows) and the dense dual's options, on noisy moons."""
-    X, y = make_moons(n, noise=0.3, random_state=seed)
-    ypm = np.where(y == 1, 1.0, -1.0)
-    Phi = AtomDictionary(X, X[:n_atoms], [0.3, 0.8]).columns()
-    kw = {"beta": beta, "epsilon": epsilon, "upper": 1.0, "bias": True}
-    kw.update(max_iter=10, tol=1e-5)
-    return ypm, Phi, kw
-
-
-def _assert_same_svm(Phi, ypm, got, expected, kw):
-    """``got`` solves ``expected``'s problem: the same dual and primal
-    values, the same decisions; returns both fits' D, P and f."""
-    d_exp, p_exp, f_exp = _svm_dual_and_primal(Phi, ypm, expected, **_dp(kw))
-    d_got, p_got, f_got = _svm_dual_and_primal(Phi, ypm, got, **_dp(kw))
-    assert d_got == pytest.approx(d_exp, rel=1e-3)
-    assert p_got == pytest.approx(p_exp, rel=1e-3)
-    assert np.mean(np.sign(f_got) == np.sign(f_exp)) >= 0.99
-    return (d_got, p_got, f_got), (d_exp, p_exp, f_exp)
-
-
-@pytest.mark.parametrize("guess", ["held at zero", "held at C"])
-def test_working_set_adds_the_violators_its_first_guess_missed(monkeypatch, guess):
-    # A first working set far from the solution: a handful of rows free
-    # and the rest held at 0 (or at C). The KKT check on every row must add
-    # the violators until none is left, and reach the full solution.
-    import skfed.classification._sparse_dual as sparse_dual
-
-    ypm, Phi, kw = _moons_dual_problem(400, 1, 15, beta=0.5, epsilon=0.0)
-    full = dense_dual(Phi, ypm, **kw)
-    margins = np.full(len(ypm), 5.0 if guess == "held at zero" else -5.0)
-    first = np.concatenate([np.flatnonzero(ypm > 0)[:3], np.flatnonzero(ypm < 0)[:3]])
-    margins[first] = 1.0
-    sizes = []
-    solve = sparse_dual._binary_svc
-
-    def counted(features, y, **options):
-        sizes.append(len(y))
-        return solve(features, y, **options)
-
-    monkeypatch.setattr(sparse_dual, "_binary_svc", counted)
-    chunked = dense_dual(Phi, ypm, margins=margins, **kw)
-    assert len(sizes) >= 2 and sizes[0] <= 8  # 6 free rows (+ the groups)
-    _assert_same_svm(Phi, ypm, chunked, full, kw)
-    # Every row meets its KKT condition to the tolerance (margins in
-    # libsvm's scaling, where the margin is 1).
-    lam, m = chunked["lam"], chunked["margins"]
-    C = kw["upper"]
-    assert np.all(m[lam == 0] >= 1 - 1e-3)
-    assert np.all(m[lam >= C] <= 1 + 1e-3)
-
-
-@pytest.mark.parametrize("binding", ["changed", "missing"])
-def test_working_set_solve_falls_back_to_svc(monkeypatch, binding):
-    # The rows held at C reach libsvm as weighted rows: SVC.fit's
-    # sample_weight must carry them when the private binding is unusable.
-    import types
-
-    import skfed.classification._sparse_dual as sparse_dual
-
-    ypm, Phi, kw = _moons_dual_problem(300, 2, 20, beta=0.4, epsilon=0.3)
-    margins = dense_dual(Phi[:, 2:], ypm, **kw)["margins"]
-    direct = dense_dual(Phi, ypm, margins=margins, **kw)
-
-    def changed_fit(*args, **kwargs):
-        raise TypeError("fit() got an unexpected keyword argument 'nu'")
-
-    fake = types.SimpleNamespace(fit=changed_fit, set_verbosity_wrap=lambda v: None)
-    monkeypatch.setattr(sparse_dual, "_libsvm", fake if binding == "changed" else None)
-    through_svc = dense_dual(Phi, ypm, margins=margins, **kw)
-    np.testing.assert_allclose(through_svc["lam"], direct["lam"], atol=1e-6)
-    assert through_svc["intercept"] == pytest.approx(direct["intercept"], abs=1e-6)
-    assert through_svc["converged"]
-
-
-@settings(max_examples=40, deadline=None)
-@given(
-    seed=st.integers(0, 2**31 - 1),
-    scale_c=st.sampled_from([0.1, 1.0, 3.0]),
-    scale_e=st.sampled_from([0.01, 0.3, 2.0]),
-    direction_sum=st.floats(0, 200),
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"method": "critical_samples"},
+        {"method": "critical_samples", "secure_aggregation": True},
+        {"method": "critical_samples", "widths": [0.3, 1.0], "refinement_rounds": 0},
+        {"method": "random_features"},
+        {"method": "random_features", "secure_aggregation": True},
+        {
+            "method": "random_features",
+            "widths": [0.3, 1.0],
+            "privacy": DifferentialPrivacy(epsilon=4.0, delta=1e-6),
+        },
+    ],
 )
-def test_line_search_matches_bisection_over_every_atom(
-    seed, scale_c, scale_e, direction_sum
-):
-    # The line search sums the atoms that stay on one side of the threshold
-    # once and bisects over the others; the step is the one a bisection of
-    # the slope over every atom finds.
-    from skfed.classification._sparse_dual import _line_search
-
-    rng = np.random.RandomState(seed)
-    c = rng.normal(size=2000) * scale_c
-    e = rng.normal(size=2000) * scale_e
-    e[rng.rand(2000) < 0.1] = 0
-    gamma, epsilon = 0.5, 0.1
-    beta = 1 - gamma
-    tau = np.sqrt(2 * gamma * beta)
-
-    def slope(t):
-        u = c + t * e
-        return (1 - epsilon) * direction_sum - np.sum(e * u * (np.abs(u) > tau)) / beta
-
-    if slope(1.0) >= 0:
-        expected = 1.0
-    elif slope(0.0) <= 0:
-        expected = 0.0
-    else:
-        lo, hi = 0.0, 1.0
-        for _ in range(50):
-            mid = 0.5 * (lo + hi)
-            lo, hi = (mid, hi) if slope(mid) > 0 else (lo, mid)
-        expected = hi
-    got = _line_search(c, e, direction_sum, gamma=gamma, epsilon=epsilon)
-    assert got == pytest.approx(expected, abs=1e-12)
+def test_a_fit_runs_the_rounds_it_declares(params, rounds_run):
+    X, y = make_moons(240, noise=0.2, random_state=0)
+    clf = FederatedRKHSClassifier(random_state=0, **params).fit(X, y, partitions=3)
+    # Refinement stops when no client holds a violating sample.
+    assert_runs_its_declared_rounds(clf, rounds_run, optional=("violating samples",))
+    noised = sum(r["noised"] for r in clf.communication_.disclosure())
+    assert clf._privacy_releases() == noised
 
 
-@pytest.mark.parametrize("kink", [0.3, 0.7 + 2.0**-52, 1 / 3])
-def test_line_search_stops_just_past_the_kink_where_the_slope_turns(kink):
-    # One atom enters at t = kink and its share of the slope, τ/β · e,
-    # turns the slope from positive to negative there: the step is the
-    # first multiple of 2⁻⁵⁰ past the kink (where a bisection of [0, 1]
-    # lands), and the entering atom is above the threshold there.
-    from skfed.classification._sparse_dual import _line_search
-
-    gamma, epsilon = 0.5, 0.0
-    beta = 1 - gamma
-    tau = np.sqrt(2 * gamma * beta)
-    # Atom 0 crosses τ at t = kink; atom 1 stays below it throughout.
-    e = np.array([1.0, 0.01])
-    c = np.array([tau - kink, 0.0])
-    direction_sum = 0.5 * tau * e[0] / beta  # slope +0.5 before, < 0 after
-    t = _line_search(c, e, direction_sum, gamma=gamma, epsilon=epsilon)
-    step = 2.0**-50
-    grid = (np.ceil(kink / step) + np.arange(-2, 3)) * step
-    expected = grid[np.argmax(c[0] + grid * e[0] > tau)]
-    assert t == expected
-
-
-@pytest.mark.parametrize("n, working", [(300, False), (1200, True)])
-def test_working_sets_only_on_pools_above_their_first_size(n, working, monkeypatch):
-    # On a pool of at most 600 rows every quadratic step is libsvm on all
-    # the rows (the path of the user guide's moons example, whose
-    # refinement sent 69% more rows when small pools took working sets);
-    # above, the steps after the first guess take working sets.
-    from skfed.classification import _sparse_dual as sparse_dual
-
-    calls = []
-    original = sparse_dual._working_set_svc
-
-    def spy(*args, **kwargs):
-        calls.append(1)
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(sparse_dual, "_working_set_svc", spy)
-    X, y = make_moons(n, noise=0.2, random_state=0)
-    ypm = np.where(y == 1, 1.0, -1.0)
-    dictionary = AtomDictionary(X, X, [0.3, 0.8])
-    result = sparse_dual.active_set_dual(
-        dictionary, ypm, gamma=0.7, epsilon=0.3, upper=1.0, max_iter=50, tol=1e-4
-    )
-    assert result["n_iter"] >= 2 and len(result["atoms"]) > 0
-    assert bool(calls) == working
+def test_the_declared_rounds_follow_the_parameters():
+    clf = FederatedRKHSClassifier(method="critical_samples", refinement_rounds=2)
+    assert [r.name for r in clf._rounds()] == [
+        "data scale",
+        "critical samples",
+        "violating samples",
+        "violating samples",
+    ]
+    clf.set_params(secure_aggregation=True, widths=4)
+    assert [r.name for r in clf._rounds()][:2] == [
+        "data scale (mean)",
+        "data scale (spread)",
+    ]
+    clf.set_params(method="auto", raw_rows="refuse", widths=[1.0])
+    (statistics,) = clf._rounds()
+    assert statistics.kind == "sum_only" and statistics.disclosure.noised == 0
+    clf.set_params(privacy=DifferentialPrivacy())
+    (statistics,) = clf._rounds()
+    assert statistics.disclosure.noised == 2 and clf._privacy_releases() == 2

@@ -16,11 +16,10 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from skfed import FederatedRKHSClassifier
 from skfed._engine._ledger import SUM_ONLY
-from skfed.classification._rkhs_features import (
+from skfed.classification._solvers._feature_ridge import (
     gcv_score,
-    multiwidth_map,
-    solve_from_statistics,
 )
+from skfed.kernel._multiwidth import multiwidth_map
 from skfed.kernel._private_features import feature_blocks
 from skfed.partition import iid, label_dirichlet
 from skfed.privacy import DifferentialPrivacy
@@ -252,20 +251,6 @@ def test_penalty_against_centralized_leave_one_out(load):
         clf.feature_coef_, np.atleast_2d(ridge_at.coef_), rtol=1e-5, atol=1e-8
     )
     np.testing.assert_allclose(clf.intercept_, ridge_at.intercept_, atol=1e-8)
-
-
-def test_solve_from_statistics_against_pooled_ridge_and_noisy_floor():
-    rng = np.random.RandomState(0)
-    Z = rng.uniform(-0.3, 0.3, size=(80, 6))
-    codes = rng.randint(0, 3, size=80)
-    E = np.eye(3)[codes]
-    total = np.concatenate([(Z.T @ Z)[np.triu_indices(6)], (Z.T @ E).ravel(), E.sum(0)])
-    coef, intercept, alpha, _ = solve_from_statistics(total, 6, 3, alpha_floor=0.5)
-    assert alpha >= 0.5
-    T = 2 * E - 1
-    ridge = RidgeCV(alphas=[alpha]).fit(Z, T)
-    np.testing.assert_allclose(coef, ridge.coef_.T, rtol=1e-8, atol=1e-10)
-    np.testing.assert_allclose(intercept, ridge.intercept_, atol=1e-10)
 
 
 # -- invariances ---------------------------------------------------------------

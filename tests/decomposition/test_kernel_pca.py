@@ -23,10 +23,11 @@ from sklearn.model_selection import GroupKFold, cross_validate
 from sklearn.pipeline import Pipeline
 from threadpoolctl import threadpool_limits
 
-import skfed.decomposition._kernel_pca_protocol as kpca_module
 from skfed import DistributedKernelPCA
+from skfed._testing import assert_runs_its_declared_rounds
 from skfed.kernel import allocate_quota
 from skfed.partition import power_law
+from skfed.privacy import DifferentialPrivacy
 
 
 def exact_kernel(est, X):
@@ -568,18 +569,6 @@ def test_sizes_that_would_allocate_gigabytes_are_refused_up_front():
         DistributedKernelPCA(2, n_random_features=10**7).fit(X)
 
 
-def test_kernel_rows_far_from_the_origin():
-    # The model's kernels are exact at an offset of 1e9 (the expanded
-    # squared distances inside "rbf" cancelled there).
-    X = np.random.RandomState(1).normal(size=(80, 3))
-    spec = {"kernel": "rbf", "gamma": 0.5}
-    from skfed.decomposition._kernel_pca_protocol import _kernel
-
-    near = _kernel(X, X[:20], spec)
-    far = _kernel(X + 1e9, X[:20] + 1e9, spec)
-    np.testing.assert_allclose(far, near, atol=1e-6)
-
-
 def test_clients_smaller_than_their_quota():
     rng = np.random.RandomState(0)
     X = rng.normal(size=(120, 3))
@@ -723,65 +712,6 @@ def test_verbose_reports_each_round(capsys):
         assert f"'{name}'" in err
 
 
-# ---------------------------------------------------------------------------
-# RepSample's inclusion probabilities
-
-
-class _FakeClient:
-    def __init__(self, X, seed):
-        self.X, self.n_samples, self._seed = X, X.shape[0], seed
-
-    def random_state(self, *keys):
-        return np.random.RandomState([self._seed, *keys])
-
-
-def test_systematic_draws_have_the_inclusion_probabilities():
-    scores = np.array([50.0, 1.0, 2.0, 0.0, 3.0, 1.0, 4.0, 0.5])
-    pi = kpca_module._inclusion_probabilities(scores, 3)
-    assert pi.sum() == pytest.approx(3)
-    assert pi[0] == 1 and pi[3] == 0
-    # Unsaturated points keep the proportions of their scores.
-    positive = scores > 0
-    positive[0] = False
-    assert_allclose(pi[positive] / scores[positive], pi[1] / scores[1])
-    X = np.arange(8.0)[:, None]
-    counts = np.zeros(8)
-    for seed in range(1500):
-        client = _FakeClient(X, seed)
-        state = {"kpca_scores": scores, "kpca_order": np.arange(8)}
-        _, rows = kpca_module._sample_step(
-            client, state, 3, scores_key="kpca_scores", stream=0
-        )
-        assert rows.shape[0] == 3
-        counts[rows[:, 0].astype(int)] += 1
-    assert_allclose(counts / 1500, pi, atol=0.05)
-
-
-@settings(max_examples=40, deadline=None)
-@given(
-    # Scores within a dynamic range of 1e6 (scores below the rounding of
-    # their sum cannot be told from zero).
-    st.lists(st.one_of(st.just(0.0), st.floats(1e-3, 1e3)), min_size=2, max_size=40),
-    st.integers(1, 10),
-    st.integers(2, 5),
-)
-def test_server_quota_matches_pooled_inclusion_probabilities(scores, total, n_clients):
-    scores = np.array(scores)
-    clients = np.arange(len(scores)) % n_clients
-    summaries = [
-        kpca_module._score_summary(scores[clients == m], total)
-        for m in range(n_clients)
-    ]
-    sizes = np.bincount(clients, minlength=n_clients)
-    quota = kpca_module._inclusion_quota(summaries, total, sizes)
-    pi = kpca_module._inclusion_probabilities(scores, total)
-    expected = np.bincount(clients, weights=pi, minlength=n_clients)
-    # Clients tying for the last draws all take one (see allocate_quota).
-    excess = quota.sum() - min(total, np.count_nonzero(scores > 0))
-    assert 0 <= excess < n_clients
-    assert np.all(np.abs(quota - expected) < 1 + 1e-6)
-
-
 def test_many_clients_still_find_the_dominant_rows(varying_norms):
     X, gamma = varying_norms
     k = 5
@@ -811,27 +741,41 @@ def test_no_leverage_draws_skip_the_leverage_rounds(digits):
     assert est.n_representatives_ <= 30
 
 
-@pytest.mark.parametrize("n_clients", [3, 200])
-def test_master_lowrank_solve_spans_the_svd_subspace(n_clients):
-    # With many clients the master takes the top singular vectors from the
-    # r x r Gram matrix of the stacked factors; they span what the SVD's do.
-    rng = np.random.RandomState(0)
-    r, q, k = 60, 8, 5
-    scales = np.logspace(0, -2, r)[:, None]
-    factors = [scales * rng.standard_normal((r, q)) for _ in range(n_clients)]
-    W = kpca_module._lowrank_solve(factors, k)
-    U = np.linalg.svd(np.hstack(factors), full_matrices=False)[0][:, :k]
-    assert W.shape == (r, k)
-    assert np.max(subspace_angles(W, U)) < 1e-8
-    assert_allclose(W.T @ W, np.eye(k), atol=1e-10)
+# --------------------------------------------------------------------------
+# The rounds the estimator declares
 
 
-def test_master_lowrank_solve_keeps_the_svd_rank_cut():
-    # Stacked factors of rank 3 < k: the Gram path cannot tell a tiny
-    # singular value from rounding, so the SVD decides and keeps 3.
-    rng = np.random.RandomState(1)
-    basis = np.linalg.qr(rng.standard_normal((40, 3)))[0]
-    factors = [basis @ rng.standard_normal((3, 6)) for _ in range(50)]
-    W = kpca_module._lowrank_solve(factors, 5)
-    assert W.shape == (40, 3)
-    assert np.max(subspace_angles(W, basis)) < 1e-8
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        {"sampling": "uniform", "center": False},
+        {"leverage_fraction": 1.0, "kernel": "laplacian"},
+        {"leverage_fraction": 0.0, "kernel": "poly", "secure_aggregation": True},
+        {"kernel": "linear", "lowrank_upload": "sketch"},
+        {"solver": "random_features", "n_random_features": 40},
+        {"solver": "random_features", "n_random_features": 40, "gamma": 0.3},
+        {
+            "n_random_features": 40,
+            "gamma": 0.3,
+            "privacy": DifferentialPrivacy(epsilon=4.0, delta=1e-6),
+        },
+    ],
+)
+def test_a_fit_runs_the_rounds_it_declares(params, rounds_run):
+    X = np.random.RandomState(0).normal(size=(240, 4))
+    est = DistributedKernelPCA(2, n_representatives=30, random_state=0, **params)
+    est.fit(X, partitions=3)
+    assert_runs_its_declared_rounds(est, rounds_run)
+    noised = sum(r["noised"] for r in est.communication_.disclosure())
+    assert est._privacy_releases() == noised
+
+
+def test_the_declared_rounds_follow_the_parameters():
+    est = DistributedKernelPCA(kernel="poly", sampling="uniform", center=False)
+    assert [r.name for r in est._rounds()] == ["uniform sample", "disLR", "error"]
+    # The median heuristic is declared as rows of X: refused up front.
+    est.set_params(kernel="rbf", solver="random_features", raw_rows="refuse")
+    assert [r.name for r in est._rounds() if r.sends_rows] == ["median sample"]
+    with pytest.raises(ValueError, match="'median sample'.*explicit gamma"):
+        est.fit(np.random.RandomState(0).normal(size=(60, 3)), partitions=2)

@@ -16,7 +16,9 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from skfed import KFed, partition
-from skfed.preprocessing import FederatedStandardScaler, _scaler_protocol
+from skfed._testing import assert_runs_its_declared_rounds
+from skfed.preprocessing import FederatedStandardScaler
+from skfed.preprocessing._protocols import _scaler as scaler_protocol
 from skfed.privacy import Accountant, DifferentialPrivacy, PrivacyLeakWarning
 from skfed.privacy._secure_aggregation import FRACTION_BITS
 
@@ -347,13 +349,13 @@ def test_noise_scale_by_formula(monkeypatch, with_std):
     # One feature of zero width: known constant, so not in the sensitivity.
     lower, upper = np.array([-20.0, -200.0, 3.0]), np.array([20.0, 200.0, 3.0])
     stds = []
-    original = _scaler_protocol.gaussian_noise
+    original = scaler_protocol.gaussian_noise
 
     def recording(value, std):
         stds.append(std)
         return original(value, std)
 
-    monkeypatch.setattr(_scaler_protocol, "gaussian_noise", recording)
+    monkeypatch.setattr(scaler_protocol, "gaussian_noise", recording)
     dp = DifferentialPrivacy(epsilon=1.0, bounds=(lower, upper))
     fed = FederatedStandardScaler(privacy=dp, with_std=with_std, random_state=0)
     fed.fit(X, partitions=np.arange(len(X)) % 3)
@@ -451,3 +453,30 @@ def test_what_cannot_be_squared_is_refused():
         fed.transform(X * 1e300)
     wide = FederatedStandardScaler().fit(X * 1e140, partitions=3)
     assert np.all(np.abs(wide.transform(X * 1e140)) < 10)
+
+
+# --------------------------------------------------------------------------
+# The rounds the estimator declares
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        {"with_std": False},
+        {"with_mean": False},
+        {"with_mean": False, "with_std": False},
+        {"secure_aggregation": True},
+        {"privacy": DifferentialPrivacy(epsilon=4.0, delta=1e-6, bounds=(-9, 9))},
+        {
+            "with_std": False,
+            "privacy": DifferentialPrivacy(epsilon=4.0, delta=1e-6, bounds=(-9, 9)),
+        },
+    ],
+)
+def test_a_fit_runs_the_rounds_it_declares(params, rounds_run):
+    X, _ = _data(d=3)
+    est = FederatedStandardScaler(random_state=0, **params).fit(X, partitions=3)
+    assert_runs_its_declared_rounds(est, rounds_run)
+    noised = sum(r["noised"] for r in est.communication_.disclosure())
+    assert sum(r.disclosure.noised for r in est._rounds()) == noised

@@ -23,7 +23,7 @@ from skfed._engine._federation import ClientData, Federation
 from skfed._testing import blobs
 from skfed.cluster._protocols import _kernel_kmeans_private
 from skfed.cluster._protocols._kernel_kmeans_private import private_sums_step
-from skfed.decomposition._kernel_pca_features import _statistics_step
+from skfed.decomposition._protocols._random_features import statistics_step
 from skfed.kernel._private_features import (
     count_sum_sensitivity,
     feature_gram_statistics,
@@ -227,7 +227,7 @@ def test_statistics_noise_is_the_multiplier_times_the_sensitivity():
     accountant = Accountant(dp, 2, estimator="t")
     message = (5, gamma, "rbf")
     with _one_client_federation(X, accountant) as fed:
-        total, n = private_statistics(fed, _statistics_step, message, D)
+        total, n = private_statistics(fed, statistics_step, message, D)
     omega, offset = paired_fourier_map(5, X.shape[1], D, gamma, "rbf")
     upper, sums = feature_gram_statistics(X, omega, offset)
     R = feature_norm_bound(D)
@@ -318,7 +318,7 @@ def test_same_seed_reproduces_the_clipped_fit_but_never_the_noise(make):
 _NOISING_MODULES = (
     "skfed.cluster._protocols._kernel_kmeans_one_shot",
     "skfed.cluster._protocols._kernel_kmeans_private",
-    "skfed.decomposition._kernel_pca_features",
+    "skfed.decomposition._protocols._random_features",
 )
 
 

@@ -24,7 +24,7 @@ from skfed._engine._validation import check_partitions
 from skfed._numerics._rows import row_hashes
 from skfed._testing import blobs, rows_found
 from skfed.cluster._protocols._kfed_local import _few_row_clusters, local_step
-from skfed.decomposition._kernel_pca_features import _statistics_step
+from skfed.decomposition._protocols._random_features import statistics_step
 from skfed.kernel import federated_gamma
 from skfed.kernel._private_features import (
     feature_gram_statistics,
@@ -440,7 +440,7 @@ def test_a_refusing_client_refuses_a_step_asked_without_its_minimum():
     parts = check_partitions(np.arange(len(X)) % 3, len(X))
     fed = Federation.from_arrays(X, None, parts, random_state=0, client_config=config)
     with fed:
-        plain = partial(_statistics_step, n_features=8)
+        plain = partial(statistics_step, n_features=8)
         with pytest.raises(ClientStepError, match="refuses to send raw rows"):
             fed.run_round("features", plain, (0, 0.1, "rbf"), disclosure="sum_only")
         # Nor does a "noise" of zero deviation pass for privacy on a client

@@ -40,15 +40,48 @@ from typing import NamedTuple
 import numpy as np
 import scipy.sparse as sp
 
-from .._engine._ledger import SUM_ONLY, Disclosure
-from .._engine._protocol import client_step
-from .._numerics._blocks import row_blocks
-from ..privacy import gaussian_noise
+from ..._engine._protocol import client_step
+from ..._engine._rounds import sum_only
+from ..._numerics._blocks import row_blocks
+from ...privacy import gaussian_noise
 
-__all__ = ["ScalerResult", "private_sensitivity", "run_scaler"]
+__all__ = [
+    "SCALER_MEAN",
+    "SCALER_SPREAD",
+    "SCALER_STATISTICS",
+    "ScalerResult",
+    "private_sensitivity",
+    "private_step",
+    "run_scaler",
+]
+
 
 # Rows a client densifies at once under differential privacy (sparse rows
 # are clipped into a box whose centre fills every column).
+def private_sensitivity(n_free, with_std):
+    """The L2 sensitivity of one client's release to one of its rows
+    replaced by any other (replace-one adjacency; the row count is public
+    and released without noise).
+
+    A row in box coordinates v ∈ [-1, 1]^d replaced by v' moves Σ v by
+    v' − v (norm at most 2√d') and Σ v² by v'² − v² (entries in [-1, 1],
+    norm at most √d'), where d' counts the features whose box has a
+    positive width (v is 0 on the others). So Δ = √(5d'), or 2√d' without
+    the squares. The bound comes from the box's dimension, never from the
+    data.
+    """
+    return math.sqrt((5 if with_std else 4) * n_free)
+
+
+# Without privacy: (n_m, Σ x / N), then (Σ (x − x̄) / N, Σ (x − x̄)² / N).
+SCALER_MEAN = sum_only("scaler mean")
+SCALER_SPREAD = sum_only("scaler spread")
+# Under privacy: [Σ v, Σ v², n_m] noised, one release of sensitivity
+# private_sensitivity(n_free, with_std).
+SCALER_STATISTICS = sum_only(
+    "scaler statistics", noised=1, sensitivity=private_sensitivity
+)
+
 _CHUNK = 4096
 
 
@@ -75,7 +108,7 @@ def run_scaler(fed, *, with_mean, with_std, private=None):
     private : tuple (lower, upper, noise_std) or None
         Differential privacy: the clipping box and the standard deviation
         of the noise of the one release (:func:`private_sensitivity` times
-        the accountant's noise multiplier).
+        the accountant's noise multiplier, ``SCALER_STATISTICS.noise_std``).
 
     Returns
     -------
@@ -86,9 +119,7 @@ def run_scaler(fed, *, with_mean, with_std, private=None):
     if private is not None:
         return _run_private(fed, with_std=with_std, private=private)
     n_total = int(fed.n_samples)
-    n_samples, share = fed.run_round(
-        "scaler mean", _mean_step, n_total, disclosure=SUM_ONLY
-    )
+    n_samples, share = fed.run_round(SCALER_MEAN, _mean_step, n_total)
     n_samples = int(n_samples)
     if n_samples == 0:
         raise ValueError("No client holds a row: there is nothing to scale.")
@@ -97,28 +128,11 @@ def run_scaler(fed, *, with_mean, with_std, private=None):
     mean = share * (n_total / n_samples)
     var = None
     if with_std:
-        shift, second = fed.run_round(
-            "scaler spread", _spread_step, (n_samples, mean), disclosure=SUM_ONLY
-        )
+        shift, second = fed.run_round(SCALER_SPREAD, _spread_step, (n_samples, mean))
         # Masked sums round each share to 2^-32: a constant feature's
         # variance may come back a hair below zero.
         var = np.maximum(second - shift**2, 0.0)
     return ScalerResult(n_samples, mean, var, list(fed.client_ids))
-
-
-def private_sensitivity(n_free, with_std):
-    """The L2 sensitivity of one client's release to one of its rows
-    replaced by any other (replace-one adjacency; the row count is public
-    and released without noise).
-
-    A row in box coordinates v ∈ [-1, 1]^d replaced by v' moves Σ v by
-    v' − v (norm at most 2√d') and Σ v² by v'² − v² (entries in [-1, 1],
-    norm at most √d'), where d' counts the features whose box has a
-    positive width (v is 0 on the others). So Δ = √(5d'), or 2√d' without
-    the squares. The bound comes from the box's dimension, never from the
-    data.
-    """
-    return math.sqrt((5 if with_std else 4) * n_free)
 
 
 def _run_private(fed, *, with_std, private):
@@ -127,10 +141,7 @@ def _run_private(fed, *, with_std, private):
     upper = np.asarray(upper, dtype=np.float64)
     d = lower.shape[0]
     total = fed.run_round(
-        "scaler statistics",
-        _private_step_with(with_std, noise_std),
-        (lower, upper),
-        disclosure=Disclosure(SUM_ONLY, noised=1),
+        SCALER_STATISTICS, _private_step_with(with_std, noise_std), (lower, upper)
     )
     # Everything below is post-processing of the noised sums.
     count = max(float(total[-1]), 1.0)
@@ -148,7 +159,7 @@ def _run_private(fed, *, with_std, private):
 
 
 def _private_step_with(with_std, noise_std):
-    return partial(_private_step, with_std=bool(with_std), noise_std=float(noise_std))
+    return partial(private_step, with_std=bool(with_std), noise_std=float(noise_std))
 
 
 # --------------------------------------------------------------------------
@@ -195,7 +206,7 @@ def _spread_step(client, state, message):
 
 
 @client_step("scaler.dp_statistics", sum_only=True)
-def _private_step(client, state, message, *, with_std, noise_std):
+def private_step(client, state, message, *, with_std, noise_std):
     """Client, under differential privacy: [Σ v, Σ v², n_m] with Gaussian
     noise, v the rows clipped into the box and moved to [-1, 1]^d (Σ v²
     only with ``with_std``): one release, d + 1 or 2d + 1 floats.

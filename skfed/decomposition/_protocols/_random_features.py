@@ -22,33 +22,33 @@ The rest is post-processing.
 """
 
 from functools import partial
-from types import SimpleNamespace
 from typing import NamedTuple
 
 import numpy as np
 
-from .._engine._ledger import SUM_ONLY, Disclosure
-from .._engine._protocol import client_step
-from .._numerics._seeds import SEED_MAX
-from ..cluster._protocols._kernel_kmeans_one_shot import (
-    feature_covariance_basis,
-    one_shot_embedding,
-)
-from ..kernel._private_features import (
+from ..._engine._protocol import client_step
+from ..._numerics._seeds import SEED_MAX
+from ...kernel._embedding import feature_covariance_basis, feature_embedding
+from ...kernel._private_features import (
     feature_gram_statistics,
+    feature_statistics_counting_rows,
     paired_fourier_map,
     private_statistics,
 )
-from ..kernel._random_features import (
+from ...kernel._random_features import (
     FEATURE_REMEDY,
     feature_min_rows,
-    feature_statistics_raw_rows,
 )
-from ..privacy import gaussian_noise
-from ..privacy._refusal import require_distinct_rows
-from ._kernel_pca_protocol import _server_gamma
+from ...privacy import gaussian_noise
+from ...privacy._refusal import require_distinct_rows
+from ._kernel_width import server_gamma
 
-__all__ = ["FeaturePCAResult", "feature_projection", "run_feature_pca"]
+__all__ = [
+    "FeaturePCAResult",
+    "feature_projection",
+    "run_feature_pca",
+    "statistics_step",
+]
 
 
 class FeaturePCAResult(NamedTuple):
@@ -93,9 +93,11 @@ def run_feature_pca(
 ):
     """Random-feature kernel PCA on an open federation.
 
-    One round, ``"random feature statistics"``: down the seed and γ (2
-    floats), up D(D+1)/2 + D floats per client (one more, the noised row
-    count, under privacy), sum-only.
+    One round, :data:`~skfed.kernel._private_features.FEATURE_STATISTICS`
+    (under privacy :data:`~skfed.kernel._private_features.PRIVATE_STATISTICS`,
+    :func:`~skfed.kernel._private_features.private_statistics`): down the
+    seed and γ (2 floats), up D(D+1)/2 + D floats per client (one more, the
+    public row count, under privacy), sum-only.
 
     Parameters
     ----------
@@ -120,33 +122,21 @@ def run_feature_pca(
     result : FeaturePCAResult
     """
     seed = int(random_state.randint(SEED_MAX))
-    if gamma is None:
-        # The representatives' solver's median heuristic reads these three.
-        options = SimpleNamespace(
-            kernel=kernel, gamma=None, median_factor=median_factor
-        )
-        gamma = _server_gamma(fed, options, random_state)
-    gamma = float(gamma)
+    gamma = float(server_gamma(fed, kernel, gamma, median_factor, random_state))
     message = (seed, gamma, kernel)
     if fed.accountant is None:
         refuse = {}
         if fed.raw_rows == "refuse":
             refuse = {"min_rows": feature_min_rows(n_random_features)}
         total = fed.run_round(
-            "random feature statistics",
-            partial(_statistics_step, n_features=n_random_features, **refuse),
+            feature_statistics_counting_rows(n_random_features),
+            partial(statistics_step, n_features=n_random_features, **refuse),
             message,
-            disclosure=Disclosure(
-                SUM_ONLY,
-                rows=partial(
-                    feature_statistics_raw_rows, n_random_features=n_random_features
-                ),
-            ),
         )
         n_samples = fed.n_samples
     else:
         total, n_samples = private_statistics(
-            fed, _statistics_step, message, n_random_features
+            fed, statistics_step, message, n_random_features
         )
     eigenvalues, components, offset = feature_covariance_basis(
         total, n_samples, n_random_features, n_components
@@ -172,12 +162,12 @@ def run_feature_pca(
 
 def feature_projection(X, seed, n_random_features, gamma, kernel, components, offset):
     """(z(x) − z̄)ᵀ V for the rows X, a block of rows at a time (the
-    estimator's transform): kernel k-means' one-shot embedding with this
+    estimator's transform): the random features' embedding with this
     kernel's map."""
     omega, offset_map = paired_fourier_map(
         seed, X.shape[1], n_random_features, gamma, kernel
     )
-    return one_shot_embedding(X, omega, offset_map, components, offset)
+    return feature_embedding(X, omega, offset_map, components, offset)
 
 
 # --------------------------------------------------------------------------
@@ -185,7 +175,7 @@ def feature_projection(X, seed, n_random_features, gamma, kernel, components, of
 
 
 @client_step("kernel_pca.feature_statistics", sum_only=True)
-def _statistics_step(client, state, message, *, n_features, noise=None, min_rows=None):
+def statistics_step(client, state, message, *, n_features, noise=None, min_rows=None):
     """Client: the upper triangle of Z[m]ᵀZ[m] (row by row), then Z[m]ᵀ1:
     D(D+1)/2 + D floats.
 

@@ -11,20 +11,10 @@ share of them for each kernel width w (γ = 1 / (2w²)), all scaled by
 the dictionary's widths and ‖z(x)‖ = 1 for every x. Each client uploads,
 once, the upper triangle of Z[m]ᵀZ[m], Z[m]ᵀE[m] (E the one-hot class
 indicators of its rows) and its class counts. From the sums the server
-has the centred Gram matrix C = ZᵀZ − N z̄ z̄ᵀ and B = ZᵀT − N z̄ t̄ᵀ for the
-±1 targets T of one-vs-rest least squares (as ``RidgeClassifier``: one
-column for two classes, one per class otherwise), and solves
-
-    W = (C + λI)⁻¹ B,   b = t̄ − Wᵀz̄,
-
-with λ chosen by generalized cross-validation on the same sums: with
-C = V diag(s) Vᵀ and B' = VᵀB,
-
-    RSS(λ) = ‖T − t̄‖² − 2 Σ_i ‖B'_i‖² / (s_i + λ) + Σ_i s_i ‖B'_i‖² / (s_i + λ)²,
-    GCV(λ) = N · RSS(λ) / (N − 1 − Σ_i s_i / (s_i + λ))²
-
-(the 1 is the intercept's degree of freedom). No row of X and no label
-leaves a client; the round is ``sum_only``, so secure aggregation masks it.
+solves one-vs-rest ridge regression, its penalty chosen by generalized
+cross-validation on the same sums
+(:mod:`skfed.classification._solvers._feature_ridge`). No row of X and no
+label leaves a client; the round is ``sum_only``, so secure aggregation masks it.
 
 Under ``raw_rows="refuse"`` a client leaves out the rows of a class it
 holds fewer than two distinct rows of (that class's feature sum would be
@@ -43,37 +33,61 @@ noise's spectral scale. The rest is post-processing.
 
 import math
 import numbers
-from functools import lru_cache, partial
+from functools import partial
 from typing import NamedTuple
 
 import numpy as np
-from scipy.linalg import eigh
-from scipy.optimize import minimize_scalar
 
-from .._engine._ledger import SUM_ONLY, Disclosure
-from .._engine._protocol import client_step
-from .._numerics._seeds import SEED_MAX
-from ..kernel._private_features import (
+from ..._engine._protocol import client_step
+from ..._engine._rounds import sum_only
+from ..._numerics._seeds import SEED_MAX
+from ...kernel._multiwidth import features_per_width, multiwidth_map
+from ...kernel._private_features import (
     clip_rows,
     count_sum_sensitivity,
     feature_blocks,
     feature_norm_bound,
     gram_sensitivity,
-    paired_fourier_map,
-    symmetric_from_upper,
+    statistics_noise,
 )
-from ..kernel._random_features import feature_min_rows
-from ..privacy import gaussian_noise
-from ..privacy._refusal import MIN_ROWS, n_distinct_rows, require_distinct_rows
-from ._rkhs_protocol import _data_scale, _server_widths
+from ...kernel._random_features import feature_min_rows
+from ...privacy import gaussian_noise
+from ...privacy._refusal import MIN_ROWS, n_distinct_rows, require_distinct_rows
+from .._solvers._feature_ridge import solve_from_statistics
+from ._data_scale import data_scale, server_widths
 
-__all__ = ["FeatureRidgeResult", "feature_scores", "run_feature_ridge"]
+__all__ = [
+    "FEATURE_STATISTICS",
+    "FeatureRidgeResult",
+    "PRIVATE_FEATURE_STATISTICS",
+    "class_statistics_sensitivity",
+    "feature_scores",
+    "run_feature_ridge",
+    "statistics_raw_rows",
+    "statistics_step",
+]
 
-# The GCV search: a log grid over λ / s_max, then a bounded refinement
-# around its best point (so that the chosen λ moves continuously with the
-# sums: masking's rounding cannot flip it between grid points).
-_GCV_RANGE = (1e-9, 1e1)
-_GCV_GRID = 61
+
+def class_statistics_sensitivity(n_random_features):
+    """The L2 sensitivities of the two releases of a client's statistics:
+    the Gram triangle (:func:`~skfed.kernel._private_features.gram_sensitivity`)
+    and [Z[m]ᵀE[m], class counts], which one row replaced moves as a
+    per-center sum and count
+    (:func:`~skfed.kernel._private_features.count_sum_sensitivity`); both
+    at the norm bound of D features."""
+    radius = feature_norm_bound(n_random_features)
+    return gram_sensitivity(radius, n_random_features), count_sum_sensitivity(radius)
+
+
+# The clients' summed statistics (the rows a single-row class gives away
+# are counted by the fit's ``statistics_raw_rows``).
+FEATURE_STATISTICS = sum_only("random feature statistics")
+# Under differential privacy: two releases per client, the row count
+# (public) unnoised.
+PRIVATE_FEATURE_STATISTICS = FEATURE_STATISTICS.noised(2)._replace(
+    sensitivity=class_statistics_sensitivity
+)
+
 # What a refusing client's error advises.
 _REMEDY = (
     "Use n_random_features at most the distinct rows of the smallest client "
@@ -117,38 +131,12 @@ class FeatureRidgeResult(NamedTuple):
     failed_clients: dict
 
 
-def features_per_width(n_random_features, n_widths):
-    """D_w, the features of each width: an even share of D (so that the
-    map's norm is exactly 1), at least 2."""
-    return 2 * max(1, math.ceil(n_random_features / (2 * n_widths)))
-
-
-@lru_cache(maxsize=2)
-def multiwidth_map(seed, n_features, n_random_features, widths):
-    """Ω and b of the shared multi-width map, read-only.
-
-    ``widths`` is a tuple; width i draws its paired features from seed
-    ``seed + i`` (independent frequencies per width). Scaled by √(2/D) as a
-    whole, z(x)ᵀz(x') estimates the mean of the widths' Gaussian kernels.
-    """
-    per_width = features_per_width(n_random_features, len(widths))
-    omegas, offsets = [], []
-    for i, width in enumerate(widths):
-        omega, offset = paired_fourier_map(
-            (int(seed) + i) % SEED_MAX, n_features, per_width, 0.5 / width**2
-        )
-        omegas.append(omega)
-        offsets.append(offset)
-    omega, offset = np.hstack(omegas), np.concatenate(offsets)
-    omega.flags.writeable = offset.flags.writeable = False
-    return omega, offset
-
-
 def run_feature_ridge(fed, *, n_classes, widths, n_random_features, random_state):
     """Random-feature least-squares classification on an open federation.
 
-    Rounds: ``"data scale"`` (only for an int ``widths``, as the critical
-    samples'), then ``"random feature statistics"``: down the seed and the
+    Rounds: :data:`~._data_scale.DATA_SCALE` (only for an int ``widths``,
+    as the critical samples'), then :data:`FEATURE_STATISTICS`
+    (:data:`PRIVATE_FEATURE_STATISTICS` under privacy): down the seed and the
     widths, up D(D+1)/2 + D·n_classes + n_classes floats per client
     (one more, the public row count, under privacy), sum-only (noised under
     privacy).
@@ -171,42 +159,29 @@ def run_feature_ridge(fed, *, n_classes, widths, n_random_features, random_state
     result : FeatureRidgeResult
     """
     if isinstance(widths, numbers.Integral):
-        widths = _server_widths(_data_scale(fed), widths)
+        widths = server_widths(data_scale(fed), widths)
     widths = tuple(float(w) for w in widths)
     D = len(widths) * features_per_width(n_random_features, len(widths))
     seed = int(random_state.randint(SEED_MAX))
     message = (seed, widths)
-    step = partial(_statistics_step, n_random_features=D, n_classes=n_classes)
+    step = partial(statistics_step, n_random_features=D, n_classes=n_classes)
     floor = 0.0
     if fed.accountant is None:
         refuse = {}
         if fed.raw_rows == "refuse":
             refuse = {"min_rows": feature_min_rows(D)}
+        rows = partial(statistics_raw_rows, n_random_features=D, n_classes=n_classes)
         total = fed.run_round(
-            "random feature statistics",
+            FEATURE_STATISTICS._replace(
+                disclosure=FEATURE_STATISTICS.disclosure._replace(rows=rows)
+            ),
             partial(step, **refuse),
             message,
-            disclosure=Disclosure(
-                SUM_ONLY,
-                rows=partial(
-                    statistics_raw_rows, n_random_features=D, n_classes=n_classes
-                ),
-            ),
         )
     else:
-        accountant = fed.accountant
-        radius = feature_norm_bound(D)
-        gram_std = accountant.noise_std(gram_sensitivity(radius, D))
-        noise = (
-            radius,
-            gram_std,
-            accountant.noise_std(count_sum_sensitivity(radius)),
-        )
+        noise = statistics_noise(PRIVATE_FEATURE_STATISTICS, fed.accountant, D)
         total = fed.run_round(
-            "random feature statistics",
-            partial(step, noise=noise),
-            message,
-            disclosure=Disclosure(SUM_ONLY, noised=2),
+            PRIVATE_FEATURE_STATISTICS, partial(step, noise=noise), message
         )
         # N is public (replace-one adjacency): the clients' exact sizes.
         total, n_public = total[:-1], float(total[-1])
@@ -214,7 +189,7 @@ def run_feature_ridge(fed, *, n_classes, widths, n_random_features, random_state
         # matrix of entry variance n_clients · std²: its spectral norm is
         # about 2 √(n_clients · D) std, which λ must exceed for C + λI to
         # stay positive definite.
-        floor = 2.0 * math.sqrt(fed.n_clients * D) * gram_std
+        floor = 2.0 * math.sqrt(fed.n_clients * D) * noise[1]
     coef, intercept, alpha, gcv = solve_from_statistics(
         total,
         D,
@@ -235,16 +210,6 @@ def run_feature_ridge(fed, *, n_classes, widths, n_random_features, random_state
     )
 
 
-def unpack_statistics(total, n_random_features, n_classes):
-    """(ZᵀZ, ZᵀE, class counts) from a summed upload."""
-    D = n_random_features
-    n_upper = D * (D + 1) // 2
-    gram = symmetric_from_upper(total[:n_upper], D)
-    cross = total[n_upper : n_upper + D * n_classes].reshape(D, n_classes)
-    counts = total[n_upper + D * n_classes :]
-    return gram, cross, counts
-
-
 def statistics_raw_rows(upload, n_random_features, n_classes):
     """Rows of X a statistics upload gives away: one per class of which the
     client holds a single row, whose class sum is that row's features
@@ -252,86 +217,6 @@ def statistics_raw_rows(upload, n_random_features, n_classes):
     D = n_random_features
     counts = upload[D * (D + 1) // 2 + D * n_classes :][:n_classes]
     return int(np.sum(counts == 1))
-
-
-def solve_from_statistics(
-    total, n_random_features, n_classes, *, alpha_floor=0.0, n_samples=None
-):
-    """Server: W, b and λ (by GCV) from the clients' summed statistics.
-
-    Parameters
-    ----------
-    total : ndarray
-        Σ_m of the clients' uploads (see :func:`_statistics_step`).
-    n_random_features : int
-        D.
-    n_classes : int
-    alpha_floor : float, default=0.0
-        Smallest λ considered (the noise's scale under privacy).
-    n_samples : float, default=None
-        N when it is known exactly (the public sizes under privacy, where
-        the class counts are noised); the counts' sum otherwise.
-
-    Returns
-    -------
-    coef : ndarray of shape (D, n_problems)
-    intercept : ndarray of shape (n_problems,)
-    alpha : float
-    gcv : float
-    """
-    gram, cross, counts = unpack_statistics(total, n_random_features, n_classes)
-    # Noised counts may be negative on tiny data; the means divide by N.
-    counts = np.maximum(counts, 0.0)
-    n = max(float(counts.sum() if n_samples is None else n_samples), 2.0)
-    sums = cross.sum(axis=1)  # Zᵀ1: every row has one class
-    # ±1 targets: T = 2E − 1, one column for two classes (class 1 positive).
-    cross_t = 2.0 * cross - sums[:, None]
-    count_t = 2.0 * counts - n
-    if n_classes == 2:
-        cross_t, count_t = cross_t[:, 1:], count_t[1:]
-    mean_z = sums / n
-    mean_t = count_t / n
-    cov = gram - n * np.outer(mean_z, mean_z)
-    B = cross_t - n * np.outer(mean_z, mean_t)
-    # ‖T − t̄‖² per column: every entry is ±1, so ‖T‖² = N.
-    target_ss = float(np.sum(n - n * mean_t**2))
-    s, V = eigh(cov)
-    s = np.clip(s, 0.0, None)
-    projected = np.sum((V.T @ B) ** 2, axis=1)
-    alpha, gcv = _gcv_alpha(s, projected, target_ss, n, floor=alpha_floor)
-    coef = V @ ((V.T @ B) / (s + alpha)[:, None])
-    intercept = mean_t - mean_z @ coef
-    return coef, intercept, alpha, gcv
-
-
-def gcv_score(alpha, s, projected, target_ss, n):
-    """GCV(λ) = N · RSS(λ) / (N − 1 − Σ s_i / (s_i + λ))² (see the module
-    docstring); ``projected`` is ‖B'_i‖² per eigenvector."""
-    shrink = 1.0 / (s + alpha)
-    rss = target_ss - 2.0 * projected @ shrink + (s * projected) @ shrink**2
-    dof = 1.0 + float(s @ shrink)
-    return n * max(rss, 0.0) / max(n - dof, 1e-12) ** 2
-
-
-def _gcv_alpha(s, projected, target_ss, n, *, floor=0.0):
-    """λ minimising GCV: a log grid relative to the largest eigenvalue,
-    then a bounded search between the best point's neighbours."""
-    top = max(float(s[-1]), 1e-300)
-    low = max(_GCV_RANGE[0] * top, floor, 1e-300)
-    high = max(_GCV_RANGE[1] * top, 10.0 * low)
-    grid = np.geomspace(low, high, _GCV_GRID)
-    scores = np.array([gcv_score(a, s, projected, target_ss, n) for a in grid])
-    best = int(np.argmin(scores))
-    lo = np.log(grid[max(best - 1, 0)])
-    hi = np.log(grid[min(best + 1, len(grid) - 1)])
-    found = minimize_scalar(
-        lambda t: gcv_score(math.exp(t), s, projected, target_ss, n),
-        bounds=(lo, hi),
-        method="bounded",
-        options={"xatol": 1e-6},
-    )
-    alpha = math.exp(found.x) if found.fun <= scores[best] else float(grid[best])
-    return alpha, float(min(found.fun, scores[best]))
 
 
 def feature_scores(X, seed, n_random_features, widths, coef, intercept):
@@ -351,7 +236,7 @@ def feature_scores(X, seed, n_random_features, widths, coef, intercept):
 
 
 @client_step("rkhs.feature_statistics", sum_only=True)
-def _statistics_step(
+def statistics_step(
     client, state, message, *, n_random_features, n_classes, noise=None, min_rows=None
 ):
     """Client: the upper triangle of Z[m]ᵀZ[m] (row by row), Z[m]ᵀE[m]

@@ -15,29 +15,46 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._engine._ledger import RAW_ROWS, Disclosure, raw_rows_of
-from .._engine._protocol import PER_CLIENT, PUBLIC, client_step, collectable
-from .._numerics._rows import canonical_row_order
-from ..kernel import ZeroSpreadError, federated_gamma
-from ._sparse_dual import (
-    AtomDictionary,
-    active_set_dual,
-    dense_dual,
-    dense_gram,
-    gaussian_atoms,
-    solve_sparse_dual,
-)
+from ..._engine._ledger import RAW_ROWS, Disclosure, raw_rows_of
+from ..._engine._protocol import PER_CLIENT, PUBLIC, client_step, collectable
+from ..._engine._rounds import Round
+from ..._numerics._rows import canonical_row_order
+from ...kernel._multiwidth import AtomDictionary, gaussian_atoms
+from .._solvers._active_set import active_set_dual
+from .._solvers._fista import solve_sparse_dual
+from .._solvers._svm import dense_dual, dense_gram
+from ._data_scale import data_scale, server_widths
 
 # Which of its rows a client sent (the server received them) and whether
 # its own solve converged.
 collectable("rkhs", ("sent", "new"), PUBLIC)
 collectable("rkhs", "local_converged", PER_CLIENT)
 
-__all__ = ["RKHSResult", "run_rkhs"]
+__all__ = [
+    "ALL_SAMPLES",
+    "CRITICAL_SAMPLES",
+    "RKHSResult",
+    "VIOLATING_SAMPLES",
+    "run_rkhs",
+]
 
-# Log-spaced widths for an int ``widths``, as multiples of the root mean
-# squared distance between samples (the federated data scale).
-_WIDTH_RANGE = (0.2, 1.0)
+
+def _rows_of_first(payload):
+    """Rows of X in an upload or message whose first item is rows of X."""
+    return int(payload[0].shape[0])
+
+
+# A single client sends its rows: the server's solve is the model.
+ALL_SAMPLES = Round("all samples", raw_rows_of(0))
+# The rows with λ > 0 of each client's local duals, with their labels.
+CRITICAL_SAMPLES = Round("critical samples", raw_rows_of(0))
+# The rows the model violates; the model's centers are rows of X,
+# forwarded to every client.
+VIOLATING_SAMPLES = Round(
+    "violating samples",
+    Disclosure(RAW_ROWS, rows=_rows_of_first, forwarded=_rows_of_first),
+)
+
 # Rows per local dual (see _local_dual_step): a dual over 1,000 rows took
 # 0.06 s and 40 MB on blobs, over 2,000 rows 0.56 s; the critical samples
 # per chunk stayed at 11-16 for either.
@@ -137,15 +154,13 @@ refinement_margin, max_iter, tol
     message = None
     if isinstance(widths, numbers.Integral):
         # Each client's mean and spread, or their sums when masked.
-        widths = _server_widths(_data_scale(fed), widths)
+        widths = server_widths(data_scale(fed), widths)
         message = widths
     if fed.n_clients == 1:
-        uploads = fed.run_round(
-            "all samples", _send_all_step, disclosure=raw_rows_of(0)
-        )
+        uploads = fed.run_round(ALL_SAMPLES, _send_all_step)
     else:
         uploads = fed.run_round(
-            "critical samples",
+            CRITICAL_SAMPLES,
             partial(
                 _local_dual_step,
                 widths=None if message is not None else widths,
@@ -153,7 +168,6 @@ refinement_margin, max_iter, tol
                 **options,
             ),
             message,
-            disclosure=raw_rows_of(0),
         )
     sent = fed.local_results("rkhs", "sent")
     critical = {c: np.sort(idx) for c, idx in sent.items()}
@@ -195,15 +209,9 @@ refinement_margin, max_iter, tol
     while fed.n_clients > 1 and n_rounds < refinement_rounds:
         n_rounds += 1
         uploads = fed.run_round(
-            "violating samples",
+            VIOLATING_SAMPLES,
             partial(_violations_step, threshold=margin),
             _model_message(model),
-            # The model's centers are rows of X, forwarded to every client.
-            disclosure=Disclosure(
-                RAW_ROWS,
-                rows=_rows_of_first,
-                forwarded=_rows_of_first,
-            ),
         )
         if sum(len(u[1]) for u in uploads) == 0:
             break
@@ -536,38 +544,9 @@ def _reserve_violations(reserve, model, threshold):
     return (X[out], y_code[out], index[out]), (X[stay], y_code[stay], index[stay])
 
 
-def _rows_of_first(payload):
-    """Rows of X in an upload or message whose first item is rows of X."""
-    return int(payload[0].shape[0])
-
-
 def _model_message(model):
     """Server: the model the clients check their samples against."""
     return (model["centers"], model["widths"], model["coef"], model["intercept"])
-
-
-def _server_widths(gamma, n_widths):
-    """Server: widths log-spaced around the root mean squared distance
-    √(1 / (2γ)), γ from :func:`_data_scale`."""
-    return np.sqrt(0.5 / gamma) * np.geomspace(*_WIDTH_RANGE, num=n_widths)
-
-
-def _data_scale(fed):
-    """Round(s) ``"data scale"``: γ = 1 / (2 · mean squared distance).
-
-    ``federated_gamma`` sums the clients' moments in an order fixed by
-    their values, so renaming clients cannot move the widths by a rounding
-    error.
-    """
-    try:
-        return federated_gamma(fed, "data scale")
-    except ZeroSpreadError as exc:
-        # The shared message speaks of ``gamma``; here the knob is ``widths``.
-        raise ValueError(
-            "All samples are identical, so the data scale that an int "
-            "``widths`` derives the kernel widths from is zero; pass widths "
-            "as a list of positive floats or check the data."
-        ) from exc
 
 
 def _server_pool(uploads, n_problems, dtype):
