@@ -723,13 +723,3 @@ def _receive(client, state, message):
     """Client step that keeps what the server sent."""
     return state, None
 
-
-def __getattr__(name):
-    # FederatedMixin moved to skfed._engine._estimator, which imports this
-    # module: importable from here too, only when asked for, so that the
-    # two modules do not import each other when they load.
-    if name == "FederatedMixin":
-        from ._estimator import FederatedMixin
-
-        return FederatedMixin
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

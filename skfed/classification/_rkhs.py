@@ -28,7 +28,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._engine._federation import FederatedMixin
+from .._engine._estimator import FederatedMixin
 from .._engine._remote import (
     blockwise,
     code_labels,

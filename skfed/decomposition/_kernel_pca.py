@@ -27,7 +27,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.extmath import row_norms
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._engine._federation import FederatedMixin
+from .._engine._estimator import FederatedMixin
 from .._engine._remote import blockwise, is_dask_collection, is_remote
 from .._engine._validation import StrictInterval, check_magnitude, clip_to_data
 from .._sklearn_compat import StrOptions

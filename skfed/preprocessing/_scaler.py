@@ -20,7 +20,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.sparsefuncs import inplace_column_scale
 from sklearn.utils.validation import FLOAT_DTYPES, check_is_fitted, validate_data
 
-from .._engine._federation import FederatedMixin
+from .._engine._estimator import FederatedMixin
 from .._engine._remote import blockwise, is_dask_collection, is_remote
 from .._engine._validation import check_magnitude
 from .._sklearn_compat import StrOptions
