@@ -722,4 +722,3 @@ def _server_view(uploads, kind, masked):
 def _receive(client, state, message):
     """Client step that keeps what the server sent."""
     return state, None
-

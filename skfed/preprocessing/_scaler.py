@@ -6,7 +6,6 @@ module is the estimator.
 """
 
 from functools import partial
-from numbers import Integral
 
 import numpy as np
 import scipy.sparse as sp
@@ -22,9 +21,9 @@ from sklearn.utils.validation import FLOAT_DTYPES, check_is_fitted, validate_dat
 
 from .._engine._estimator import FederatedMixin
 from .._engine._remote import blockwise, is_dask_collection, is_remote
+from .._engine._shared_params import shared_constraints, shared_parameter_docs
 from .._engine._validation import check_magnitude
-from .._sklearn_compat import StrOptions
-from ..privacy import DifferentialPrivacy, check_privacy, feature_bounds
+from ..privacy import check_privacy, feature_bounds
 from ..privacy._secure_aggregation import FRACTION_BITS
 from ._protocols._scaler import (
     SCALER_MEAN,
@@ -36,6 +35,7 @@ from ._protocols._scaler import (
 __all__ = ["FederatedStandardScaler"]
 
 
+@shared_parameter_docs()
 class FederatedStandardScaler(
     FederatedMixin, OneToOneFeatureMixin, TransformerMixin, BaseEstimator
 ):
@@ -67,17 +67,9 @@ class FederatedStandardScaler(
         Scale the data to unit variance.
 
     on_client_error : {"raise", "drop"}, default="raise"
-        What the fit does when a client's step raises. ``"raise"``: a
-        :class:`~skfed.ClientStepError` (a :class:`~skfed.ClientValueError`
-        for a ``ValueError``) naming the client and the round. ``"drop"``:
-        the statistics are of the other clients' rows, and the client is
-        listed with the reason in ``failed_clients_``; a client that fails
-        in the second round has its first-round sums taken out by running
-        the fit again without it. When every client fails, the fit raises.
+        With ``"drop"`` the statistics are of the other clients' rows.
 
     n_jobs : int, default=None
-        Number of clients run in parallel (joblib). ``None`` means 1 unless
-        in a :func:`joblib.parallel_config` context.
 
     random_state : int, RandomState instance or None, default=None
         Seeds an int ``partitions``' random split. The differential
@@ -85,43 +77,38 @@ class FederatedStandardScaler(
         entropy, so a private fit is not reproducible.
 
     verbose : int, default=0
-        Print one line per round when positive.
 
     raw_rows : {"allow", "refuse"}, default="allow"
-        Whether rows of X may leave a client as they are. The scaler never
-        sends one, so "refuse" changes nothing; see the privacy page of the
-        documentation.
+        The scaler sends no row, but the mean of a client of one row is
+        that row, and with its count the mean and spread of a client of
+        two rows give both: with "refuse" a client of fewer than two
+        distinct rows (three with ``with_std``) raises instead of uploading.
+        Noised statistics (``privacy``) need no minimum.
 
     secure_aggregation : bool, default=False
-        Whether the clients mask their uploads with pairwise masks that
-        cancel in the sum, so that the server learns the sums and nothing
-        of any one client's (every round of the scaler needs only sums).
-        Adds a key exchange (4 floats up per client, 4 per client down to
-        each) and rounds each client's numbers to a multiple of 2^-32: the
-        mean and the variance are then within M · 2^-33 (M clients) of the
+        Every round of the scaler needs only sums. The rounding to 2^-32
+        puts the mean and the variance are then within M · 2^-33 (M clients) of the
         unmasked ones, absolutely, and a feature whose variance is below
         M · 2^-32 is treated as constant (scale 1). Each client's shares
         (its rows' sum over N, and their squared deviations over N) must
         stay below 2^31 / M in magnitude: features whose variance is
         beyond about 2e9 / M need a known unit first (divide them by a
-        constant). A client that fails in a masked round fails the fit.
+        constant).
 
     privacy : :class:`~skfed.privacy.DifferentialPrivacy` or None, \
             default=None
-        Sample-level (epsilon, delta)-differential privacy for the fit (see
-        the privacy page of the documentation). Each client clips its rows
-        into ``privacy.bounds``, moves them to the box's coordinates
-        (v in [-1, 1]^d: centre subtracted, half-widths divided) and
-        releases Σ v, Σ v² (with ``with_std``) and its row count once, with
-        Gaussian noise of standard deviation z·√(2d + 1) (z·√(d + 1) without
-        ``with_std``; z the accountant's noise multiplier, d the features
-        whose box has a positive width): one round, one release. The server
-        divides by the noised count and keeps the mean in the box and the
-        variance between 0 and its largest value there (post-processing).
-        Each of the M clients adds its own noise, so the noise in
-        ``mean_`` is then about z·√(2d + 1)·√M·h/N for a feature of
-        half-width h: the bounds should be tight and the rows many. What
-        was spent is in ``privacy_spent_``. None: no noise.
+        Each client clips its rows into ``privacy.bounds``, moves them to
+        the box's coordinates (v in [-1, 1]^d: centre subtracted,
+        half-widths divided) and releases Σ v and Σ v² (with ``with_std``)
+        once, with Gaussian noise of standard deviation z·√(5d') (z·2√d'
+        without ``with_std``; z the accountant's noise multiplier, d' the
+        features whose box has a positive width), and its row count n_m,
+        public, without noise: one round, one release. The server divides
+        by N and keeps the mean in the box and the variance between 0 and
+        its largest value there (post-processing). Each of the M clients
+        adds its own noise, so the noise in ``mean_`` is then about
+        z·√(5d')·√M·h/N for a feature of half-width h: the bounds should be
+        tight and the rows many.
 
     Attributes
     ----------
@@ -208,13 +195,8 @@ class FederatedStandardScaler(
         "copy": ["boolean"],
         "with_mean": ["boolean"],
         "with_std": ["boolean"],
-        "on_client_error": [StrOptions({"raise", "drop"})],
-        "n_jobs": [Integral, None],
         "random_state": ["random_state"],
-        "verbose": ["verbose"],
-        "raw_rows": [StrOptions({"allow", "refuse"})],
-        "secure_aggregation": ["boolean"],
-        "privacy": [DifferentialPrivacy, None],
+        **shared_constraints(),
     }
 
     def __init__(

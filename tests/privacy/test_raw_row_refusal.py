@@ -456,3 +456,52 @@ def test_a_refusing_client_refuses_a_step_asked_without_its_minimum():
         }
         with pytest.raises(ClientStepError, match="raw rows.*'allow_raw_upload'"):
             fed.run_round("local", partial(local_step, **options), None)
+
+
+# -- the federated scaler ------------------------------------------------------
+
+
+def test_scaler_mean_of_a_one_row_client_is_its_row_unless_refused(received):
+    X, ids = _one_row_client()
+    scaler = skfed.preprocessing.FederatedStandardScaler().fit(X, partitions=ids)
+    # The server's attack: N is public, so N times the share is the row.
+    (upload,) = [
+        u for name, c, u in received["uploads"] if c == 3 and name == "scaler mean"
+    ]
+    n_m, share = upload
+    assert n_m == 1
+    np.testing.assert_allclose(share * len(X), X[-1], rtol=1e-12)
+    assert scaler.communication_.raw_rows_by_client() == {3: 1}
+    received["uploads"].clear()
+
+    refusing = skfed.preprocessing.FederatedStandardScaler(raw_rows="refuse")
+    with pytest.raises(ValueError, match="1 distinct row.*count and mean"):
+        refusing.fit(X, partitions=ids)
+    assert 3 not in [c for _, c, _ in received["uploads"]]
+
+
+def test_scaler_spread_of_a_two_row_client_is_refused():
+    # With its count and the mean, the two sums of two values give both.
+    X = np.r_[_blobs(300, d=2), [[5.0, 1.0], [7.0, -1.0]]]
+    ids = np.r_[np.arange(300) % 3, 3, 3]
+    refusing = skfed.preprocessing.FederatedStandardScaler(raw_rows="refuse")
+    with pytest.raises(ValueError, match="2 distinct row.*the 3.*spread"):
+        refusing.fit(X, partitions=ids)
+    # The mean alone needs two: that fit goes through, as StandardScaler's.
+    scaler = skfed.preprocessing.FederatedStandardScaler(
+        raw_rows="refuse", with_std=False
+    ).fit(X, partitions=ids)
+    np.testing.assert_allclose(scaler.mean_, X.mean(axis=0), rtol=1e-12)
+    assert scaler.communication_.raw_rows == 0
+
+
+def test_a_refusing_scaler_client_refuses_a_mean_asked_without_its_minimum():
+    from skfed.preprocessing._protocols._scaler import _mean_step
+
+    X = _blobs(60)
+    config = client_config(type("Refusing", (), {"raw_rows": "refuse"})())
+    parts = check_partitions(np.arange(len(X)) % 3, len(X))
+    fed = Federation.from_arrays(X, None, parts, random_state=0, client_config=config)
+    with fed:
+        with pytest.raises(ClientStepError, match="refuses to send raw rows"):
+            fed.run_round("scaler mean", _mean_step, len(X), disclosure="sum_only")

@@ -44,6 +44,7 @@ from ..._engine._protocol import client_step
 from ..._engine._rounds import sum_only
 from ..._numerics._blocks import row_blocks
 from ...privacy import gaussian_noise
+from ...privacy._refusal import MIN_ROWS, MIN_SPREAD_ROWS, require_distinct_rows
 
 __all__ = [
     "SCALER_MEAN",
@@ -74,7 +75,9 @@ def private_sensitivity(n_free, with_std):
 
 
 # Without privacy: (n_m, Σ x / N), then (Σ (x − x̄) / N, Σ (x − x̄)² / N).
-SCALER_MEAN = sum_only("scaler mean")
+# The first of a client of one row is that row, with N public: the ledger
+# counts it, and raw_rows="refuse" makes the client refuse it.
+SCALER_MEAN = sum_only("scaler mean", rows=lambda upload: int(upload[0] == 1))
 SCALER_SPREAD = sum_only("scaler spread")
 # Under privacy: [Σ v, Σ v², n_m] noised, one release of sensitivity
 # private_sensitivity(n_free, with_std).
@@ -83,6 +86,11 @@ SCALER_STATISTICS = sum_only(
 )
 
 _CHUNK = 4096
+_REMEDY = (
+    "Merge this client's rows with another client's, leave it out, or fit "
+    "with privacy=DifferentialPrivacy(...), whose noised statistics need no "
+    "minimum."
+)
 
 
 class ScalerResult(NamedTuple):
@@ -119,7 +127,9 @@ def run_scaler(fed, *, with_mean, with_std, private=None):
     if private is not None:
         return _run_private(fed, with_std=with_std, private=private)
     n_total = int(fed.n_samples)
-    n_samples, share = fed.run_round(SCALER_MEAN, _mean_step, n_total)
+    refuse = fed.raw_rows == "refuse"
+    mean_step = partial(_mean_step, min_rows=MIN_ROWS) if refuse else _mean_step
+    n_samples, share = fed.run_round(SCALER_MEAN, mean_step, n_total)
     n_samples = int(n_samples)
     if n_samples == 0:
         raise ValueError("No client holds a row: there is nothing to scale.")
@@ -128,7 +138,10 @@ def run_scaler(fed, *, with_mean, with_std, private=None):
     mean = share * (n_total / n_samples)
     var = None
     if with_std:
-        shift, second = fed.run_round(SCALER_SPREAD, _spread_step, (n_samples, mean))
+        spread_step = _spread_step
+        if refuse:
+            spread_step = partial(_spread_step, min_rows=MIN_SPREAD_ROWS)
+        shift, second = fed.run_round(SCALER_SPREAD, spread_step, (n_samples, mean))
         # Masked sums round each share to 2^-32: a constant feature's
         # variance may come back a hair below zero.
         var = np.maximum(second - shift**2, 0.0)
@@ -167,24 +180,34 @@ def _private_step_with(with_std, noise_std):
 
 
 @client_step("scaler.mean", sum_only=True)
-def _mean_step(client, state, n_total):
-    """Client: (n_m, Σ x / N) over its rows: 1 + d floats."""
+def _mean_step(client, state, n_total, *, min_rows=None):
+    """Client: (n_m, Σ x / N) over its rows: 1 + d floats.
+
+    With ``min_rows`` (``raw_rows="refuse"``) a client of fewer distinct
+    rows raises instead: the sum of one row, with N public, is that row.
+    """
     X = client.X
+    if min_rows:
+        require_distinct_rows(X, min_rows, "count and mean", _REMEDY)
     total = np.asarray(X.sum(axis=0, dtype=np.float64)).ravel()
     return state, (int(X.shape[0]), total / float(n_total))
 
 
 @client_step("scaler.spread", sum_only=True)
-def _spread_step(client, state, message):
+def _spread_step(client, state, message, *, min_rows=None):
     """Client: (Σ (x − x̄) / N, Σ (x − x̄)² / N) over its rows, per
     feature: 2d floats.
 
     ``message`` is (N, x̄). Sparse rows are not densified: a column's
-    unstored entries each add −x̄_j and x̄_j².
+    unstored entries each add −x̄_j and x̄_j². With ``min_rows``
+    (``raw_rows="refuse"``) a client of fewer distinct rows raises instead:
+    with its count, the two sums of two values give both values.
     """
     n_total, mean = message
     mean = np.asarray(mean, dtype=np.float64)
     X = client.X
+    if min_rows:
+        require_distinct_rows(X, min_rows, "count, mean and spread", _REMEDY)
     if sp.issparse(X):
         X = sp.csr_matrix(X)
         if not X.has_canonical_format:
