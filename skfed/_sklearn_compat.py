@@ -7,6 +7,7 @@ estimator the same behaviour on each supported version.
 """
 
 import numpy as np
+from sklearn.base import _fit_context
 from sklearn.utils._param_validation import (
     Hidden,
     Interval,
@@ -32,6 +33,7 @@ except ImportError:  # pragma: no cover - depends on the installed release
     libsvm = None
 
 __all__ = [
+    "fit_context",
     "Hidden",
     "Interval",
     "StrOptions",
@@ -40,6 +42,11 @@ __all__ = [
     "lloyd_iter_chunked_dense",
     "validate_params",
 ]
+
+
+#: scikit-learn's decorator of ``fit``: validates the parameters once per
+#: fit, and skips the nested estimators' validation when asked.
+fit_context = _fit_context
 
 
 def check_sample_weight(sample_weight, X, *, dtype=None, ensure_non_negative=False):

@@ -24,7 +24,8 @@ import numbers
 
 import numpy as np
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import Interval, validate_params
+
+from ._sklearn_compat import Interval, validate_params
 
 __all__ = ["iid", "label_dirichlet", "labels_per_client", "power_law", "shards"]
 

@@ -144,3 +144,33 @@ def test_long_modules_say_why(name):
         f"{name} has {text.count(chr(10))} lines: split it, or say at its top "
         f"why it is one module ({LONG_REASON!r} ...)."
     )
+
+
+def _sklearn_private_imports(name):
+    tree = ast.parse(MODULES[name].read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            if node.module.split(".")[0] != "sklearn":
+                continue
+            private_module = any(p.startswith("_") for p in node.module.split("."))
+            names = [a.name for a in node.names if a.name.startswith("_")]
+            if private_module or names:
+                yield f"{name}:{node.lineno} from {node.module} import {names or '...'}"
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[0] == "sklearn" and any(p.startswith("_") for p in parts):
+                    yield f"{name}:{node.lineno} import {alias.name}"
+
+
+def test_private_sklearn_names_come_through_the_compatibility_module():
+    # scikit-learn's private modules change without notice: one file to
+    # read when a release moves one.
+    found = [
+        line
+        for name in MODULES
+        if name != "skfed._sklearn_compat"
+        for line in _sklearn_private_imports(name)
+    ]
+    assert found == []
+    assert list(_sklearn_private_imports("skfed._sklearn_compat"))

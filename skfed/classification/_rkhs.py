@@ -22,7 +22,7 @@ import warnings
 from functools import partial
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
+from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
@@ -36,11 +36,12 @@ from .._engine._remote import (
     is_dask_collection,
     is_remote,
 )
+from .._engine._shared_params import shared_constraints, shared_parameter_docs
 from .._engine._validation import StrictInterval, check_magnitude, clip_to_data
 from .._numerics._blocks import row_blocks
 from .._sklearn_compat import StrOptions
+from .._sklearn_compat import fit_context as _fit_context
 from ..kernel._multiwidth import gaussian_atoms
-from ..privacy import DifferentialPrivacy
 from ._protocols._critical_samples import CRITICAL_SAMPLES, VIOLATING_SAMPLES, run_rkhs
 from ._protocols._data_scale import DATA_SCALE
 from ._protocols._random_features import (
@@ -53,6 +54,9 @@ from ._protocols._random_features import (
 __all__ = ["FederatedRKHSClassifier"]
 
 
+@shared_parameter_docs(
+    "on_client_error", "n_jobs", "verbose", "raw_rows", "secure_aggregation", "privacy"
+)
 class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
     """Sparse multi-width Gaussian kernel classifier from critical samples.
 
@@ -224,46 +228,28 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
     random_state : int, RandomState instance or None, default=None
         Seeds the clients and the random split of an int ``partitions``.
     on_client_error : {"raise", "drop"}, default="raise"
-        What a client step that raises does to the fit: ``"raise"`` stops it
-        with a :class:`~skfed.ClientStepError` naming the client and the
-        round; ``"drop"`` leaves that client out and lists it in
-        ``failed_clients_``. A client that fails after its first round
-        makes the server run the protocol again without it, so its data
-        scale and samples take no part (the ledger counts both runs); when
-        every client fails, the fit raises a
-        :class:`~skfed.ClientStepError` saying so.
+
     n_jobs : int, default=None
-        Clients solved in parallel (joblib).
+
     verbose : int, default=0
-        Print one line per round.
 
     raw_rows : {"allow", "refuse"}, default="allow"
-        Whether rows of X (and y) may leave a client as they are.
-        ``method="critical_samples"`` solves on the clients' critical
-        samples, rows of X with their labels (round ``"critical
-        samples"``), so "refuse" raises ``ValueError`` before the first
+        Labels count as rows too. ``method="critical_samples"`` solves on
+        the clients' critical samples, rows of X with their labels (round
+        ``"critical samples"``), so "refuse" raises ``ValueError`` before the first
         round with it; ``method="auto"`` then takes the row-free
-        ``"random_features"``. See the privacy page of the documentation.
+        ``"random_features"``.
 
     secure_aggregation : bool, default=False
-        Whether the clients mask the uploads of the rounds whose server
-        step needs only their sum (``"sum_only"`` in ``communication_``)
-        with pairwise masks that cancel in the sum, so that the server
-        learns the sum and nothing of any one client's upload. Adds a key
-        exchange (4 floats up per client, 4 per client down to each), and
-        rounds each summed number to a multiple of 2^-32 (the model is the
-        unmasked one within that precision); a client that fails in a
-        masked round fails the fit. Masked here: the data scale of an
+        Masked here: the data scale of an
         int ``widths``, then in two rounds of sums (the global mean, then
         the spread around it), and with ``method="random_features"`` the
         random-feature statistics; the critical samples the server solves
-        on are sent as they are (with explicit widths and critical samples
-        it is ignored, with a warning).
+        on are sent as they are.
 
     privacy : :class:`~skfed.privacy.DifferentialPrivacy` or None, \
             default=None
-        Sample-level (ε, δ)-differential privacy for the whole fit, with
-        ``method="random_features"`` (what "auto" takes): each client
+        With ``method="random_features"`` (what "auto" takes) each client
         clips its feature rows to their norm bound (1, from D alone, a
         no-op but for rounding) and adds Gaussian noise to its upload, two
         releases (the Gram triangle; the class sums and counts) whose
@@ -485,12 +471,14 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         "max_iter": [StrictInterval(numbers.Integral, 1, None, closed="left")],
         "tol": [StrictInterval(numbers.Real, 0, 1, closed="neither")],
         "random_state": ["random_state"],
-        "on_client_error": [StrOptions({"raise", "drop"})],
-        "n_jobs": [numbers.Integral, None],
-        "verbose": ["verbose"],
-        "raw_rows": [StrOptions({"allow", "refuse"})],
-        "secure_aggregation": ["boolean"],
-        "privacy": [DifferentialPrivacy, None],
+        **shared_constraints(
+            "on_client_error",
+            "n_jobs",
+            "verbose",
+            "raw_rows",
+            "secure_aggregation",
+            "privacy",
+        ),
     }
 
     def __init__(

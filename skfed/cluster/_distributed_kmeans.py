@@ -14,7 +14,6 @@ from sklearn.base import (
     ClassNamePrefixFeaturesOutMixin,
     ClusterMixin,
     TransformerMixin,
-    _fit_context,
 )
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
@@ -25,6 +24,7 @@ from .._engine._shared_params import shared_constraints, shared_parameter_docs
 from .._engine._validation import StrictInterval, as_id_array, clip_to_data
 from .._sklearn_compat import StrOptions
 from .._sklearn_compat import check_sample_weight as _check_sample_weight
+from .._sklearn_compat import fit_context as _fit_context
 from ._centers import KMeansCentersMixin, labels_where_held
 from ._protocols._coreset import (
     auto_coreset_size,

@@ -23,7 +23,6 @@ from sklearn.base import (
     ClassNamePrefixFeaturesOutMixin,
     ClusterMixin,
     TransformerMixin,
-    _fit_context,
 )
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
@@ -33,6 +32,7 @@ from .._engine._remote import blockwise, is_dask_collection, is_remote
 from .._engine._shared_params import shared_constraints, shared_parameter_docs
 from .._engine._validation import StrictInterval, check_magnitude, clip_to_data
 from .._sklearn_compat import StrOptions
+from .._sklearn_compat import fit_context as _fit_context
 from ..privacy import check_privacy
 from ._centers import KMeansCentersMixin
 from ._protocols._kernel_kmeans import (

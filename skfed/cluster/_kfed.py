@@ -35,7 +35,6 @@ from sklearn.base import (
     ClassNamePrefixFeaturesOutMixin,
     ClusterMixin,
     TransformerMixin,
-    _fit_context,
 )
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
@@ -46,6 +45,7 @@ from .._engine._shared_params import shared_constraints, shared_parameter_docs
 from .._engine._validation import StrictInterval
 from .._sklearn_compat import Hidden, StrOptions
 from .._sklearn_compat import check_sample_weight as _check_sample_weight
+from .._sklearn_compat import fit_context as _fit_context
 from ..privacy import check_privacy, feature_bounds
 from ._centers import KMeansCentersMixin, labels_where_held
 from ._protocols._kfed import (

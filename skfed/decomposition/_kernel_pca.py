@@ -21,7 +21,6 @@ from sklearn.base import (
     BaseEstimator,
     ClassNamePrefixFeaturesOutMixin,
     TransformerMixin,
-    _fit_context,
 )
 from sklearn.utils import check_random_state
 from sklearn.utils.extmath import row_norms
@@ -29,11 +28,13 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._engine._estimator import FederatedMixin
 from .._engine._remote import blockwise, is_dask_collection, is_remote
+from .._engine._shared_params import shared_constraints, shared_parameter_docs
 from .._engine._validation import StrictInterval, check_magnitude, clip_to_data
 from .._sklearn_compat import StrOptions
+from .._sklearn_compat import fit_context as _fit_context
 from ..kernel._pairwise import kernel_matrix
 from ..kernel._private_features import FEATURE_STATISTICS, PRIVATE_STATISTICS
-from ..privacy import DifferentialPrivacy, check_privacy
+from ..privacy import check_privacy
 from ._protocols._kernel_width import MEDIAN_SAMPLE
 from ._protocols._random_features import feature_projection, run_feature_pca
 from ._protocols._representatives import (
@@ -62,6 +63,7 @@ _BLOCK = 2048
 _MAX_CLIENT_FLOATS = 2**28
 
 
+@shared_parameter_docs("n_jobs", "verbose", "raw_rows", "secure_aggregation", "privacy")
 class DistributedKernelPCA(
     FederatedMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
 ):
@@ -179,13 +181,11 @@ class DistributedKernelPCA(
         client draws it from fresh entropy), so a private fit is not
         reproducible.
     n_jobs : int, default=None
-        Clients run in parallel through joblib.
+
     verbose : int, default=0
-        Print one line per round.
 
     raw_rows : {"allow", "refuse"}, default="allow"
-        Whether rows of X may leave a client as they are. The
-        representatives are rows of X that the server forwards to every
+        The representatives are rows of X that the server forwards to every
         client (rounds ``"uniform sample"``, ``"leverage sample"``,
         ``"adaptive sample"``), so "refuse" raises ``ValueError`` before
         the first round. With ``solver="random_features"`` and an explicit
@@ -193,23 +193,12 @@ class DistributedKernelPCA(
         before it uploads, that its statistics come from at least
         ``max(2, n_random_features)`` distinct rows (fewer would let the
         server solve the client's feature Gram matrix for its rows); a
-        client with fewer raises ``ValueError``. See the privacy page of
-        the documentation.
+        client with fewer raises ``ValueError``.
 
     secure_aggregation : bool, default=False
-        Whether the clients mask the uploads of the rounds whose server
-        step needs only their sum (``"sum_only"`` in ``communication_``)
-        with pairwise masks that cancel in the sum, so that the server
-        learns the sum and nothing of any one client's upload. Adds a key
-        exchange (4 floats up per client, 4 per client down to each), and
-        rounds each summed number to a multiple of 2^-32 (the model is the
-        unmasked one within that precision); a client that fails in a
-        masked round fails the fit. Masked here: the feature mean
+        Masked here: the feature mean
         (``center=True``) and the random-feature statistics; with the
-        representatives and ``center=False`` no round is sum-only and it
-        is ignored, with a warning. Under ``privacy`` every client still
-        adds its full noise before masking: the guarantee does not rest on
-        secure aggregation.
+        representatives and ``center=False`` no round is sum-only.
 
     solver : {"auto", "representatives", "random_features"}, default="auto"
         ``"representatives"``: disKPCA as above. ``"random_features"``:
@@ -224,20 +213,18 @@ class DistributedKernelPCA(
         ``"auto"`` takes ``"random_features"`` under ``privacy``,
         ``"representatives"`` otherwise. The solver used is ``solver_``.
 
-    privacy : DifferentialPrivacy or None, default=None
-        A ``skfed.privacy.DifferentialPrivacy``: sample-level
-        (ε, δ)-differential privacy for the whole fit (see the privacy page
-        of the documentation), with ``solver="random_features"``
-        only (the representatives are rows of X: ``ValueError``) and an
-        explicit ``gamma`` (the median heuristic samples rows). Each client
-        clips its random features to their norm bound R (1 for even D: a
-        bound from D, not from the data, so ``privacy.bounds`` is not
-        needed) and adds Gaussian noise, on the client, to the triangle
-        (replace-one L2 sensitivity R √(R² + 2/D)) and to Z[m]ᵀ1 (2R): two
-        releases per client, composed by the accountant
-        (``privacy_spent_``); its row count n_m, public, follows unnoised.
-        The server mirrors the noised triangle and divides by N; everything
-        after is post-processing. The noise's spectral norm grows as √D while the
+    privacy : :class:`~skfed.privacy.DifferentialPrivacy` or None, \
+            default=None
+        With ``solver="random_features"`` only (the representatives are
+        rows of X: ``ValueError``) and an explicit ``gamma`` (the median
+        heuristic samples rows). Each client clips its random features to
+        their norm bound R (1 for even D: a bound from D, not from the
+        data, so ``privacy.bounds`` is not needed) and adds Gaussian noise
+        to the triangle (replace-one L2 sensitivity R √(R² + 2/D)) and to
+        Z[m]ᵀ1 (2R): two releases per client, composed by the accountant;
+        its row count n_m, public, follows unnoised. The server mirrors the
+        noised triangle and divides by N; everything after is
+        post-processing. The noise's spectral norm grows as √D while the
         components' energy does not: a few hundred features keep far more
         of the variance than the default 2,000 (see the privacy page).
 
@@ -486,12 +473,10 @@ class DistributedKernelPCA(
         "local_rank": [StrictInterval(numbers.Integral, 1, None, closed="left"), None],
         "center": ["boolean"],
         "random_state": ["random_state"],
-        "n_jobs": [None, numbers.Integral],
-        "verbose": ["verbose"],
-        "raw_rows": [StrOptions({"allow", "refuse"})],
-        "secure_aggregation": ["boolean"],
         "solver": [StrOptions({"auto", "representatives", "random_features"})],
-        "privacy": [DifferentialPrivacy, None],
+        **shared_constraints(
+            "n_jobs", "verbose", "raw_rows", "secure_aggregation", "privacy"
+        ),
     }
 
     def __init__(

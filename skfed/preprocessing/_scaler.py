@@ -13,7 +13,6 @@ from sklearn.base import (
     BaseEstimator,
     OneToOneFeatureMixin,
     TransformerMixin,
-    _fit_context,
 )
 from sklearn.utils import check_random_state
 from sklearn.utils.sparsefuncs import inplace_column_scale
@@ -23,6 +22,7 @@ from .._engine._estimator import FederatedMixin
 from .._engine._remote import blockwise, is_dask_collection, is_remote
 from .._engine._shared_params import shared_constraints, shared_parameter_docs
 from .._engine._validation import check_magnitude
+from .._sklearn_compat import fit_context as _fit_context
 from ..privacy import check_privacy, feature_bounds
 from ..privacy._secure_aggregation import FRACTION_BITS
 from ._protocols._scaler import (
