@@ -281,7 +281,6 @@ INTEGRATION_CASES = {
 }
 
 
-@client_step("testing.leak_thread_limits")
 def hostile_estimator(name, **params):
     """The exported estimator ``name`` with its :data:`HOSTILE_MINIMUM`
     parameters, ``random_state=0`` and ``params``."""
@@ -326,6 +325,7 @@ def hostile_fit(name, X, y, ids, **params):
         return hostile_estimator(name, **params).fit(X, y, partitions=ids)
 
 
+@client_step("testing.leak_thread_limits")
 def leak_thread_limits(client, state, message):
     """Set BLAS/OpenMP to one thread and never undo it (what interleaved
     limits from concurrent client threads can amount to)."""

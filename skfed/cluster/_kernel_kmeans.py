@@ -16,6 +16,7 @@ k-Means" (ICLR 2021 submission)."""
 # random features', the sketch's and the coreset's sizes from N, d and M).
 
 import numbers
+from functools import partial
 
 import numpy as np
 from sklearn.base import (
@@ -682,7 +683,31 @@ class FederatedKernelKMeans(
                 coreset_size = _AUTO_CORESET_SIZE
         if algorithm == "one_shot":
             with fed:
-                result = run_one_shot(
+                result = fed.run_protocol(
+                    partial(
+                        run_one_shot,
+                        fed,
+                        n_clusters=self.n_clusters,
+                        n_components=self._s(D),
+                        random_state=rng,
+                        coreset_size=coreset_size,
+                        n_init=n_init,
+                        n_random_features=D,
+                        gamma=self.gamma,
+                        refine_iter=self.refine_iter,
+                        sketch_size=sketch,
+                    ),
+                    random_state=rng,
+                )
+            self._set_one_shot_attributes(result, fed)
+            self._label_rows_held_here(X, fed)
+            self._record_privacy(fed)
+            return self
+        eigen_solver = self._eigen_solver(D)
+        with fed:
+            result = fed.run_protocol(
+                partial(
+                    run_kernel_kmeans,
                     fed,
                     n_clusters=self.n_clusters,
                     n_components=self._s(D),
@@ -691,34 +716,18 @@ class FederatedKernelKMeans(
                     n_init=n_init,
                     n_random_features=D,
                     gamma=self.gamma,
+                    threshold=self.threshold,
+                    step_size=self.step_size,
+                    max_iter=self.max_iter,
+                    tol=self.tol,
+                    eigen_solver=eigen_solver,
+                    eigen_tol=self.eigen_tol,
+                    lanczos_block_size=self.lanczos_block_size,
+                    use_cem=self.use_cem,
                     refine_iter=self.refine_iter,
-                    sketch_size=sketch,
-                )
-            self._set_one_shot_attributes(result, fed)
-            self._label_rows_held_here(X, fed)
-            self._record_privacy(fed)
-            return self
-        eigen_solver = self._eigen_solver(D)
-        with fed:
-            result = run_kernel_kmeans(
-                fed,
-                n_clusters=self.n_clusters,
-                n_components=self._s(D),
+                    verbose=self.verbose,
+                ),
                 random_state=rng,
-                coreset_size=coreset_size,
-                n_init=n_init,
-                n_random_features=D,
-                gamma=self.gamma,
-                threshold=self.threshold,
-                step_size=self.step_size,
-                max_iter=self.max_iter,
-                tol=self.tol,
-                eigen_solver=eigen_solver,
-                eigen_tol=self.eigen_tol,
-                lanczos_block_size=self.lanczos_block_size,
-                use_cem=self.use_cem,
-                refine_iter=self.refine_iter,
-                verbose=self.verbose,
             )
         self._set_common_attributes(result, fed)
         self.algorithm_ = "dspgd"

@@ -14,6 +14,7 @@ estimator.
 
 import numbers
 import warnings
+from functools import partial
 
 import numpy as np
 import scipy.sparse as sp
@@ -649,26 +650,30 @@ class DistributedKernelPCA(
         rng = check_random_state(self.random_state)
         fed = self._federation(X, None, partitions, random_state=rng)
         with fed:
-            result = run_kernel_pca(
-                fed,
-                n_components=k,
-                n_representatives=n_rep,
-                embedding_dim=self._embedding_dim,
+            result = fed.run_protocol(
+                partial(
+                    run_kernel_pca,
+                    fed,
+                    n_components=k,
+                    n_representatives=n_rep,
+                    embedding_dim=self._embedding_dim,
+                    random_state=rng,
+                    kernel=self.kernel,
+                    gamma=self.gamma,
+                    degree=self.degree,
+                    coef0=self.coef0,
+                    median_factor=self.median_factor,
+                    sampling=self.sampling,
+                    leverage_fraction=self.leverage_fraction,
+                    n_random_features=self.n_random_features,
+                    sketch_size=self.sketch_size,
+                    center=self.center,
+                    local_rank=self.local_rank,
+                    lowrank_upload=self.lowrank_upload,
+                    lowrank_sketch_size=self.lowrank_sketch_size,
+                    stacklevel=3,
+                ),
                 random_state=rng,
-                kernel=self.kernel,
-                gamma=self.gamma,
-                degree=self.degree,
-                coef0=self.coef0,
-                median_factor=self.median_factor,
-                sampling=self.sampling,
-                leverage_fraction=self.leverage_fraction,
-                n_random_features=self.n_random_features,
-                sketch_size=self.sketch_size,
-                center=self.center,
-                local_rank=self.local_rank,
-                lowrank_upload=self.lowrank_upload,
-                lowrank_sketch_size=self.lowrank_sketch_size,
-                stacklevel=3,
             )
         energy, trace = result.eigenvalues, result.total_energy
         dtype = fed.dtype
@@ -708,13 +713,17 @@ class DistributedKernelPCA(
         rng = check_random_state(self.random_state)
         fed = self._federation(X, None, partitions, random_state=rng)
         with fed:
-            result = run_feature_pca(
-                fed,
-                n_components=k,
-                n_random_features=D,
-                kernel=self.kernel,
-                gamma=self.gamma,
-                median_factor=self.median_factor,
+            result = fed.run_protocol(
+                partial(
+                    run_feature_pca,
+                    fed,
+                    n_components=k,
+                    n_random_features=D,
+                    kernel=self.kernel,
+                    gamma=self.gamma,
+                    median_factor=self.median_factor,
+                    random_state=rng,
+                ),
                 random_state=rng,
             )
         energy, V, offset = result.eigenvalues, result.components, result.offset
