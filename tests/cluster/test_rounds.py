@@ -11,6 +11,7 @@ import pytest
 from sklearn.datasets import make_blobs
 
 from skfed import DistributedKMeans, FederatedKernelKMeans, KFed
+from skfed._testing import assert_runs_its_declared_rounds
 from skfed.cluster._protocols import _coreset, _kfed
 from skfed.privacy import DifferentialPrivacy
 
@@ -41,43 +42,17 @@ CASES = [
 ]
 
 
-def _in_declared_order(run, declared):
-    """Whether ``run`` is ``declared`` with some repeated rounds run fewer
-    times: each name in turn found further along, and every round that is
-    declared once run."""
-    position = 0
-    for name in run:
-        while position < len(declared) and declared[position] != name:
-            position += 1
-        if position == len(declared):
-            return False
-        position += 1
-    once = [n for n in declared if declared.count(n) == 1]
-    return all(n in run for n in once)
-
-
 @pytest.mark.parametrize("est", CASES, ids=lambda e: repr(e)[:80])
 def test_a_fit_runs_the_rounds_it_declares(est, data, rounds_run):
     X, partitions = data
-    declared = est._rounds()
+    names = [r.name for r in est._rounds()]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         est.fit(X, partitions=partitions)
-    names = [r.name for r in declared]
-    # Secure aggregation's key exchange is the engine's, not the protocol's.
-    run = [n for n in rounds_run if not n.startswith("secure aggregation")]
-    assert _in_declared_order(run, names), (run, names)
-    # What the ledger recorded of each uploading round is what was declared
-    # (a per-client round whose uploads were rows is recorded as raw rows).
-    kinds = {r.name: r.kind for r in declared}
-    for record in est.communication_.disclosure():
-        if record["name"].startswith("secure aggregation"):
-            continue
-        recorded = record["disclosure"]
-        if recorded == "raw_rows" and kinds[record["name"]] == "per_client":
-            assert record["raw_rows"]
-            continue
-        assert recorded == kinds[record["name"]], record["name"]
+    # A round declared once per possible run (Lloyd until tol) may run
+    # fewer times; every other runs as declared.
+    repeated = {n for n in names if names.count(n) > 1}
+    assert_runs_its_declared_rounds(est, rounds_run, optional=repeated)
     if est.privacy is not None:
         noised = sum(r["noised"] for r in est.communication_.disclosure())
         assert noised == est._privacy_releases() > 0
