@@ -42,6 +42,11 @@ from ._protocols._kernel_kmeans import (
     replay_eigenvectors,
     run_kernel_kmeans,
 )
+from ._protocols._kernel_kmeans_landmarks import (
+    landmark_embedding,
+    landmark_rounds,
+    run_landmarks,
+)
 from ._protocols._kernel_kmeans_one_shot import (
     centred_map,
     one_shot_embedding,
@@ -70,6 +75,9 @@ _SKETCH_MAX_FEATURES = 2000
 # The final coreset k-means' points under coreset_size="auto" (fewer when
 # the data has fewer rows).
 _AUTO_CORESET_SIZE = 1000
+# n_L of ``n_landmarks="auto"``: as many landmarks as the random features'
+# default D, so that the statistics' upload is the same.
+_DEFAULT_LANDMARKS = 300
 
 
 def one_shot_features(n_samples, n_features, n_clients):
@@ -506,6 +514,8 @@ class FederatedKernelKMeans(
             "secure_aggregation": self.secure_aggregation,
             "refine_iter": self.refine_iter,
         }
+        if self._features() == "landmarks":
+            return landmark_rounds(**common)
         if self._algorithm() == "one_shot":
             return one_shot_rounds(
                 sketch=isinstance(self.sketch_size, numbers.Integral),
@@ -533,6 +543,11 @@ class FederatedKernelKMeans(
             None,
         ],
         "algorithm": [StrOptions({"auto", "one_shot", "dspgd"})],
+        "features": [StrOptions({"auto", "landmarks", "random"})],
+        "n_landmarks": [
+            StrictInterval(numbers.Integral, 1, None, closed="left"),
+            StrOptions({"auto"}),
+        ],
         "max_iter": [StrictInterval(numbers.Integral, 1, None, closed="left")],
         "tol": [StrictInterval(numbers.Real, 0, None, closed="left")],
         "threshold": [StrictInterval(numbers.Real, 0, None, closed="left"), None],
@@ -564,6 +579,8 @@ class FederatedKernelKMeans(
         sketch_size="auto",
         n_components=None,
         algorithm="auto",
+        features="auto",
+        n_landmarks="auto",
         max_iter=50,
         tol=0.0,
         threshold=None,
@@ -588,6 +605,8 @@ class FederatedKernelKMeans(
         self.sketch_size = sketch_size
         self.n_components = n_components
         self.algorithm = algorithm
+        self.features = features
+        self.n_landmarks = n_landmarks
         self.max_iter = max_iter
         self.tol = tol
         self.threshold = threshold
@@ -627,6 +646,13 @@ class FederatedKernelKMeans(
                 "sensitivities of the Gram matrix's triangle, not to a "
                 "sketch's. Pass sketch_size=None (or 'auto', which takes "
                 "the triangle under privacy)."
+            )
+        if self.features == "landmarks":
+            raise ValueError(
+                "features='landmarks' cannot be used under differential "
+                "privacy: its landmarks are the clients' local centers, "
+                "uploaded without noise. Pass features='random' (or 'auto', "
+                "which takes the random features under privacy)."
             )
         if self.gamma is None:
             raise ValueError(
@@ -668,7 +694,9 @@ class FederatedKernelKMeans(
         rng = check_random_state(self.random_state)
         fed = self._federation(X, None, partitions, random_state=rng)
         # N, d and M are public protocol metadata: the rule needs no round.
-        sketch = self._sketch_size(n_samples, X.shape[1], fed.n_clients)
+        sketch = None
+        if self._features() == "random":
+            sketch = self._sketch_size(n_samples, X.shape[1], fed.n_clients)
         D = self._n_random_features(n_samples, X.shape[1], fed.n_clients, sketch)
         self._check_sizes(n_samples, D, sketch)
         self.n_random_features_ = D
@@ -681,6 +709,29 @@ class FederatedKernelKMeans(
             coreset_size, n_init = self.coreset_size, self.n_init
             if coreset_size == "auto":
                 coreset_size = _AUTO_CORESET_SIZE
+        if self._features() == "landmarks":
+            n_landmarks = self._n_landmarks()
+            self.n_random_features_ = None
+            with fed:
+                result = fed.run_protocol(
+                    partial(
+                        run_landmarks,
+                        fed,
+                        n_clusters=self.n_clusters,
+                        n_components=self.n_components,
+                        random_state=rng,
+                        coreset_size=coreset_size,
+                        n_init=n_init,
+                        n_landmarks=n_landmarks,
+                        gamma=self.gamma,
+                        refine_iter=self.refine_iter,
+                    ),
+                    random_state=rng,
+                )
+            self._set_one_shot_attributes(result, fed, features="landmarks")
+            self._label_rows_held_here(X, fed)
+            self._record_privacy(fed)
+            return self
         if algorithm == "one_shot":
             with fed:
                 result = fed.run_protocol(
@@ -731,6 +782,8 @@ class FederatedKernelKMeans(
             )
         self._set_common_attributes(result, fed)
         self.algorithm_ = "dspgd"
+        self.features_ = "random"
+        self.n_landmarks_ = None
         self.threshold_ = result.threshold
         self.n_iter_ = len(result.eigenvalue_history)
         self.ranks_ = result.ranks
@@ -756,9 +809,10 @@ class FederatedKernelKMeans(
         self.embedding_ = self._embed(X).astype(fed.dtype, copy=False)
         self.labels_ = self.predict(X).astype(np.intp, copy=False)
 
-    def _set_one_shot_attributes(self, result, fed):
+    def _set_one_shot_attributes(self, result, fed, features="random"):
         self._set_common_attributes(result, fed)
         self.algorithm_ = "one_shot"
+        self.features_ = features
         # DSPGD's per-iteration attributes, for the one pass over the data.
         self.threshold_ = 0.0
         self.n_iter_ = 1
@@ -766,8 +820,16 @@ class FederatedKernelKMeans(
         self.eigen_solver_ = "gram"
         self.lanczos_steps_ = np.zeros(1, dtype=np.intp)
         self.eigenvalue_history_ = [result.eigenvalues]
-        # What the server sent the clients (the map's seed, V and z̄ᵀV),
-        # kept to map new points as the clients did: no communication.
+        # What the server sent the clients (the map's seed or landmarks, V
+        # and z̄ᵀV), kept to map new points as the clients did: no
+        # communication.
+        if features == "landmarks":
+            self.landmarks_ = result.landmarks
+            self.n_landmarks_ = result.landmarks.shape[0]
+            self.n_random_features_ = result.whitening.shape[1]
+            self._landmark_map = (result.whitening, result.basis, result.shift)
+            return
+        self.n_landmarks_ = None
         self._one_shot_map = (result.seed, result.basis, result.shift, result.center)
 
     def _set_common_attributes(self, result, fed):
@@ -812,6 +874,19 @@ class FederatedKernelKMeans(
     def _check_sizes(self, n_samples, D, sketch_size=None):
         """Reject sizes the algorithm cannot serve, saying what to change."""
         k = self.n_clusters
+        if self.features == "landmarks":
+            if self._algorithm() != "one_shot":
+                raise ValueError(
+                    "features='landmarks' is an option of the one-shot "
+                    "solver; pass algorithm='one_shot' (or 'auto' with its "
+                    "defaults), or features='random' for DSPGD."
+                )
+            if self.sketch_size not in (None, "auto"):
+                raise ValueError(
+                    f"sketch_size={self.sketch_size} sketches random "
+                    "features' statistics; pass sketch_size='auto' (or None) "
+                    "with features='landmarks', or features='random'."
+                )
         if self.sketch_size not in (None, "auto"):
             if self._algorithm() != "one_shot":
                 raise ValueError(
@@ -919,6 +994,27 @@ class FederatedKernelKMeans(
         sketched_D = one_shot_sketch(n_samples, n_features, n_clients, sketch)
         return sketch if sketched_D > D else None
 
+    def _features(self):
+        """``features``, or the one ``"auto"`` chooses: the landmarks for
+        the one-shot, unless privacy, a sketch or a random-feature count
+        asks for the random features."""
+        if self.features != "auto":
+            return self.features
+        if (
+            self._algorithm() != "one_shot"
+            or self.privacy is not None
+            or self.sketch_size not in (None, "auto")
+            or self.n_random_features != "auto"
+        ):
+            return "random"
+        return "landmarks"
+
+    def _n_landmarks(self):
+        """n_L: ``n_landmarks``, or 300 for ``"auto"``."""
+        if self.n_landmarks == "auto":
+            return _DEFAULT_LANDMARKS
+        return self.n_landmarks
+
     def _algorithm(self):
         """``algorithm``, or the one ``"auto"`` chooses: DSPGD when an option
         only DSPGD has asks for it, the one-shot otherwise."""
@@ -982,6 +1078,11 @@ class FederatedKernelKMeans(
 
     def _embed(self, X):
         """H(x) in float64 (see :meth:`transform`)."""
+        if self.features_ == "landmarks":
+            whitening, basis, shift = self._landmark_map
+            return landmark_embedding(
+                X, self.landmarks_, whitening, self.gamma_, basis, shift
+            )
         if self.algorithm_ == "one_shot":
             seed, basis, shift, center = self._one_shot_map
             omega, offset = centred_map(
