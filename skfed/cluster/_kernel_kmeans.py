@@ -694,8 +694,9 @@ class FederatedKernelKMeans(
         rng = check_random_state(self.random_state)
         fed = self._federation(X, None, partitions, random_state=rng)
         # N, d and M are public protocol metadata: the rule needs no round.
+        features = self._features(n_samples, X.shape[1], fed.n_clients)
         sketch = None
-        if self._features() == "random":
+        if features == "random":
             sketch = self._sketch_size(n_samples, X.shape[1], fed.n_clients)
         D = self._n_random_features(n_samples, X.shape[1], fed.n_clients, sketch)
         self._check_sizes(n_samples, D, sketch)
@@ -709,7 +710,7 @@ class FederatedKernelKMeans(
             coreset_size, n_init = self.coreset_size, self.n_init
             if coreset_size == "auto":
                 coreset_size = _AUTO_CORESET_SIZE
-        if self._features() == "landmarks":
+        if features == "landmarks":
             n_landmarks = self._n_landmarks()
             self.n_random_features_ = None
             with fed:
@@ -994,20 +995,26 @@ class FederatedKernelKMeans(
         sketched_D = one_shot_sketch(n_samples, n_features, n_clients, sketch)
         return sketch if sketched_D > D else None
 
-    def _features(self):
-        """``features``, or the one ``"auto"`` chooses: the landmarks for
-        the one-shot, unless privacy, a sketch or a random-feature count
-        asks for the random features."""
+    def _features(self, n_samples=None, n_features=None, n_clients=None):
+        """``features``, or the one ``"auto"`` chooses for the data's N, d
+        and M: the landmarks for the one-shot, unless privacy, a random
+        feature option (``n_random_features`` or ``sketch_size`` given) or
+        wide data in plenty (where ``"auto"`` raises the random features'
+        D above 300) asks for the random features. Without the data's
+        shape: the fit's choice once fitted, the landmarks before."""
         if self.features != "auto":
             return self.features
         if (
             self._algorithm() != "one_shot"
             or self.privacy is not None
-            or self.sketch_size not in (None, "auto")
+            or self.sketch_size != "auto"
             or self.n_random_features != "auto"
         ):
             return "random"
-        return "landmarks"
+        if n_samples is None:
+            return getattr(self, "features_", "landmarks")
+        wide = one_shot_features(n_samples, n_features, n_clients)
+        return "random" if wide > _DEFAULT_FEATURES else "landmarks"
 
     def _n_landmarks(self):
         """n_L: ``n_landmarks``, or 300 for ``"auto"``."""
