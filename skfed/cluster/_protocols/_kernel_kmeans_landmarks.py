@@ -204,34 +204,7 @@ def run_landmarks(
     else:
         gamma = float(gamma)
     refusing = fed.raw_rows == "refuse"
-
-    k_local = dict(zip(fed.client_ids, local_landmarks(n_landmarks, fed.client_sizes)))
-    step = partial(
-        local_step,
-        n_local_clusters=k_local,
-        n_init=_LOCAL_N_INIT,
-        max_iter=_LOCAL_MAX_ITER,
-        tol=_LOCAL_TOL,
-        # Under "refuse" few-row clusters are merged before the upload, and
-        # a client of at most k_m distinct rows refuses (and sends nothing).
-        allow_raw_upload=not refusing,
-        send_sizes=False,
-        dropout=0.0,
-        single_threaded=fed.n_clients > 1,
-    )
-    uploads = fed.run_round(LANDMARK_CENTERS, step, tolerate=True)
-    for exc in fed.client_errors.values():
-        # A client that may not send its rows sends no landmark: the others'
-        # cover its region only if its rows resemble theirs.
-        if not isinstance(exc, RawUploadRefused) and fed.on_client_error == "raise":
-            raise exc
-    if not uploads:
-        raise ValueError(
-            "No client sent landmark centers: under raw_rows='refuse' every "
-            "client held too few distinct rows for local centers that are "
-            "not rows. Pass features='random'."
-        )
-    landmarks = np.vstack([_uploaded_centers(u) for u in uploads]).astype(np.float64)
+    landmarks = landmark_centers(fed, n_landmarks)
     whitening = landmark_whitening(landmarks, gamma)
     D = whitening.shape[1]
 
@@ -285,6 +258,43 @@ def run_landmarks(
         shift=shift,
         client_ids=list(fed.client_ids),
     )
+
+
+def landmark_centers(fed, n_landmarks):
+    """Round ``"landmark centers"``: every client's k_m local k-means centers
+    (:func:`local_landmarks`), pooled in the clients' canonical order.
+
+    Under ``raw_rows="refuse"`` a client merges each local cluster of fewer
+    than two distinct rows into its nearest before the upload (k-FED's rule)
+    and a client of at most k_m distinct rows sends nothing; ``ValueError``
+    when no client sent a center.
+    """
+    refusing = fed.raw_rows == "refuse"
+    k_local = dict(zip(fed.client_ids, local_landmarks(n_landmarks, fed.client_sizes)))
+    step = partial(
+        local_step,
+        n_local_clusters=k_local,
+        n_init=_LOCAL_N_INIT,
+        max_iter=_LOCAL_MAX_ITER,
+        tol=_LOCAL_TOL,
+        allow_raw_upload=not refusing,
+        send_sizes=False,
+        dropout=0.0,
+        single_threaded=fed.n_clients > 1,
+    )
+    uploads = fed.run_round(LANDMARK_CENTERS, step, tolerate=True)
+    for exc in fed.client_errors.values():
+        # A client that may not send its rows sends no landmark: the others'
+        # cover its region only if its rows resemble theirs.
+        if not isinstance(exc, RawUploadRefused) and fed.on_client_error == "raise":
+            raise exc
+    if not uploads:
+        raise ValueError(
+            "No client sent landmark centers: under raw_rows='refuse' every "
+            "client held too few distinct rows for local centers that are "
+            "not rows. Pass features='random'."
+        )
+    return np.vstack([_uploaded_centers(u) for u in uploads]).astype(np.float64)
 
 
 def landmark_features(X, landmarks, whitening, gamma):
