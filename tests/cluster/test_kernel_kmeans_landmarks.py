@@ -131,7 +131,8 @@ def test_runs_its_declared_rounds(gamma, monkeypatch):
 
 def test_communication_by_formula():
     # Up: k_m d local centers, then D(D+1)/2 + D statistics per client.
-    # Down: L, W and γ to each client (n_L d + n_L D + 1), then V and z̄ᵀV
+    # Down: L − c, c, W and γ to each client (n_L d + d + n_L D + 1), then
+    # V and z̄ᵀV
     # (D s + s).
     X, _ = load_digits(return_X_y=True)
     X = X[:400]
@@ -146,7 +147,7 @@ def test_communication_by_formula():
     down = km.communication_.floats_by_name("download")
     assert up["landmark centers"] == n_L * d
     assert up["landmark feature statistics"] == M * (D * (D + 1) // 2 + D)
-    assert down["landmark feature statistics"] == M * (n_L * d + n_L * D + 1)
+    assert down["landmark feature statistics"] == M * (n_L * d + d + n_L * D + 1)
     assert down["embedding"] == M * (D * s + s)
     assert D <= n_L and 15 <= s <= min(D, 100)
 

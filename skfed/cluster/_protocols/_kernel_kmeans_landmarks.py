@@ -22,7 +22,8 @@ round).
 
 Rounds: ``"kernel width"`` (only when ``gamma=None``), ``"landmark
 centers"`` (down nothing, up k_m d per client: its k_m local centers),
-``"landmark feature statistics"`` (down L, W and γ, n_L (d + D) + 1 floats;
+``"landmark feature statistics"`` (down L − c, c, W and γ, with c the
+landmarks' mean, n_L (d + D) + d + 1 floats;
 up the triangle of Z[m]ᵀZ[m] and Z[m]ᵀ1, D(D+1)/2 + D, sum-only), then the
 one-shot's ``"embedding"`` (down D s + s) and the coreset k-means: the same
 downstream as the random-feature one-shot
@@ -37,6 +38,7 @@ from functools import partial
 from typing import NamedTuple
 
 import numpy as np
+import scipy.sparse as sp
 from scipy.linalg import eigh
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics.pairwise import rbf_kernel
@@ -135,7 +137,10 @@ class LandmarkResult(NamedTuple):
         Gathered from the clients (None when they keep them).
     coreset : CoresetKMeansResult
     landmarks : ndarray of shape (n_landmarks, n_features)
-        L, the pooled local centers, as sent to the clients.
+        L, the pooled local centers in the order of their values.
+    center : ndarray of shape (n_features,)
+        c, their mean: L − c and c are sent, and kernels are taken between
+        x − c and L − c.
     whitening : ndarray of shape (n_landmarks, D)
         W = U Λ^{-½} of K_LL's kept pairs, as sent.
     basis : ndarray of shape (D, n_components)
@@ -151,6 +156,7 @@ class LandmarkResult(NamedTuple):
     embedding: np.ndarray
     coreset: tuple
     landmarks: np.ndarray
+    center: np.ndarray
     whitening: np.ndarray
     basis: np.ndarray
     shift: np.ndarray
@@ -205,6 +211,10 @@ def run_landmarks(
         gamma = float(gamma)
     refusing = fed.raw_rows == "refuse"
     landmarks = landmark_centers(fed, n_landmarks)
+    # Kernels of rows far from the origin are taken around the landmarks'
+    # mean: squared distances expanded on raw coordinates cancel at 1e9.
+    center = landmarks.mean(axis=0)
+    landmarks = landmarks - center
     whitening = landmark_whitening(landmarks, gamma)
     D = whitening.shape[1]
 
@@ -212,7 +222,7 @@ def run_landmarks(
     total = fed.run_round(
         landmark_statistics_uploaded(D),
         partial(landmark_statistics_step, **refuse),
-        (landmarks, whitening, gamma),
+        (landmarks, center, whitening, gamma),
     )
     if n_components is None:
         eigenvalues, basis, shift = captured_components(
@@ -233,6 +243,7 @@ def run_landmarks(
             ConvergenceWarning,
             stacklevel=3,
         )
+    basis, shift = _content_signs(landmarks, whitening, gamma, basis, shift)
     fed.run_round(EMBEDDING, _embedding_step, (basis, shift))
     coreset = federated_coreset_kmeans(
         fed,
@@ -252,7 +263,8 @@ def run_landmarks(
         if gathered
         else None,
         coreset=coreset,
-        landmarks=landmarks,
+        landmarks=landmarks + center,
+        center=center,
         whitening=whitening,
         basis=basis,
         shift=shift,
@@ -294,23 +306,31 @@ def landmark_centers(fed, n_landmarks):
             "client held too few distinct rows for local centers that are "
             "not rows. Pass features='random'."
         )
-    return np.vstack([_uploaded_centers(u) for u in uploads]).astype(np.float64)
+    landmarks = np.vstack([_uploaded_centers(u) for u in uploads])
+    # In an order of their values, not of the clients' names: renamed
+    # clients give the same K_LL, hence the same model bit for bit.
+    landmarks = landmarks[np.lexsort(landmarks.T[::-1])]
+    return landmarks.astype(np.float64)
 
 
-def landmark_features(X, landmarks, whitening, gamma):
-    """Z = k(X, L) W for the rows X, a block of ``CHUNK`` rows at a time
-    (yields the block's slice and its rows of Z)."""
+def landmark_features(X, landmarks, center, whitening, gamma):
+    """Z = k(X − c, L − c) W for the rows X (``landmarks`` is L − c), a
+    block of ``CHUNK`` rows at a time, dense (yields the block's slice and
+    its rows of Z)."""
     for start in range(0, X.shape[0], CHUNK):
         block = slice(start, min(start + CHUNK, X.shape[0]))
-        yield block, rbf_kernel(X[block], landmarks, gamma=gamma) @ whitening
+        rows = X[block]
+        rows = rows.toarray() if sp.issparse(rows) else np.asarray(rows)
+        rows = rows.astype(np.float64) - center
+        yield block, rbf_kernel(rows, landmarks, gamma=gamma) @ whitening
 
 
-def landmark_embedding(X, landmarks, whitening, gamma, basis, shift):
+def landmark_embedding(X, landmarks, center, whitening, gamma, basis, shift):
     """H = Z V − z̄ᵀV, Z = k(X, L) W: the clients' embedding step and the
     estimator's ``transform`` share it (new points follow the training
     rows' arithmetic)."""
     H = np.empty((X.shape[0], basis.shape[1]))
-    for block, rows in landmark_features(X, landmarks, whitening, gamma):
+    for block, rows in landmark_features(X, landmarks, center, whitening, gamma):
         H[block] = rows @ basis
     H -= shift
     return H
@@ -331,7 +351,7 @@ def landmark_statistics_step(client, state, message, *, min_rows=None):
     than D raises ``RawRowsRefused`` and uploads nothing: the span of its
     feature rows would locate them, as for random features.
     """
-    landmarks, whitening, gamma = message
+    landmarks, center, whitening, gamma = message
     X = client.X
     if min_rows:
         require_distinct_rows(
@@ -340,11 +360,11 @@ def landmark_statistics_step(client, state, message, *, min_rows=None):
     D = whitening.shape[1]
     gram = np.zeros((D, D))
     sums = np.zeros(D)
-    for _, rows in landmark_features(X, landmarks, whitening, gamma):
+    for _, rows in landmark_features(X, landmarks, center, whitening, gamma):
         gram += rows.T @ rows
         sums += rows.sum(axis=0)
     state = dict(state or {})
-    state["landmark_map"] = (landmarks, whitening, float(gamma))
+    state["landmark_map"] = (landmarks, center, whitening, float(gamma))
     return state, np.concatenate([gram[np.triu_indices(D)], sums])
 
 
@@ -354,8 +374,10 @@ def _embedding_step(client, state, message):
     as ``("kernel_kmeans", "H")``)."""
     basis, shift = message
     state = dict(state)
-    landmarks, whitening, gamma = state.pop("landmark_map")
-    state["H"] = landmark_embedding(client.X, landmarks, whitening, gamma, basis, shift)
+    landmarks, center, whitening, gamma = state.pop("landmark_map")
+    state["H"] = landmark_embedding(
+        client.X, landmarks, center, whitening, gamma, basis, shift
+    )
     return state, None
 
 
@@ -371,6 +393,17 @@ def captured_components(eigenvalues, basis, shift, n_clusters):
     s = int(np.searchsorted(share, _CAPTURED_SHARE)) + 1
     s = min(max(s, 3 * n_clusters), _MAX_COMPONENTS, eigenvalues.shape[0])
     return eigenvalues[:s], basis[:, :s], shift[:s]
+
+
+def _content_signs(landmarks, whitening, gamma, basis, shift):
+    """Server: V's columns signed so that the landmarks' own embedding
+    k(L, L) W V has a positive sum of cubes in each. The usual rule (the
+    entry of largest magnitude positive) meets near-ties in the whitened
+    coordinates, where the rows' summation order (shuffled rows) flipped
+    a small component; the cubes are far from zero on real data."""
+    G = rbf_kernel(landmarks, gamma=gamma) @ whitening @ basis - shift
+    signs = np.where((G**3).sum(axis=0) < 0, -1.0, 1.0)
+    return basis * signs, shift * signs
 
 
 def landmark_whitening(landmarks, gamma):
