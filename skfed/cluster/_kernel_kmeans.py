@@ -266,9 +266,9 @@ class FederatedKernelKMeans(
         The one-shot's feature map z(x). ``"landmarks"`` (ours): Nyström
         features z(x) = k(x, L) W on landmarks L made of the clients' local
         k-means centers (k-FED's local step, one per-client round
-        ``"landmark centers"``, k_m d floats up; under
-        ``raw_rows="refuse"`` a local cluster of fewer than two distinct
-        rows is merged into its nearest before the upload), W = U Λ^{-½}
+        ``"landmark centers"``, k_m d floats up; a local cluster of fewer
+        than two distinct rows is merged into its nearest before the
+        upload, so no center is a row), W = U Λ^{-½}
         of K_LL = k(L, L); then the same sum-only statistics round
         (``"landmark feature statistics"``: down L, its mean, W and γ, up
         D(D+1)/2 + D). ``"random"``: D random Fourier features of a shared

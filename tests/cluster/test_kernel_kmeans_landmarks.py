@@ -10,7 +10,7 @@ from sklearn.metrics import normalized_mutual_info_score as nmi
 from sklearn.metrics.pairwise import rbf_kernel
 from sklearn.utils import check_random_state
 
-from skfed import FederatedKernelKMeans
+from skfed import FederatedKernelKMeans, KFed
 from skfed._testing import (
     assert_runs_its_declared_rounds,
     exact_kernel_kmeans,
@@ -168,9 +168,9 @@ def test_landmarks_of_wide_clients_stay_below_their_rows():
 def test_a_one_row_local_cluster_never_reaches_the_server(monkeypatch):
     # A curious server sees every upload of the landmark round. A client
     # holds an outlier far from its other rows, which its local k-means
-    # makes a cluster of its own: under raw_rows="allow" that center is the
-    # row and travels (counted as a raw row); under "refuse" the client
-    # merges the cluster first and the row never leaves it.
+    # makes a cluster of its own (KFed under raw_rows="allow" sends that
+    # center, the row itself); the landmark round merges the cluster first,
+    # under "refuse" and "allow" alike, and the row never leaves.
     rng = np.random.RandomState(0)
     X = rng.standard_normal((120, 3))
     X[7] = [40.0, -40.0, 40.0]
@@ -198,5 +198,7 @@ def test_a_one_row_local_cluster_never_reaches_the_server(monkeypatch):
         seen[raw_rows] = rows_found(spy["uploads"], X)
         assert len(landmarks) >= 3
         monkeypatch.undo()
-    assert 7 in seen["allow"]
-    assert not seen["refuse"]
+    assert not seen["allow"] and not seen["refuse"]
+    spy = server_received(monkeypatch)
+    KFed(2, n_local_clusters=10, random_state=0).fit(X, partitions=partitions)
+    assert 7 in rows_found(spy["uploads"], X)

@@ -14,11 +14,12 @@ gives z(x)ᵀz(y) = k(x, L) K_LL⁺ k(L, y), the kernel projected on the
 landmarks' span, exact on the landmarks themselves. A federation has
 landmarks at hand that are not rows: every client's local k-means centers
 (k-FED's local step, :func:`~skfed.cluster._protocols._kfed_local.local_step`),
-which cover where its rows are dense. Under ``raw_rows="refuse"`` a local
+which cover where its rows are dense. Whatever ``raw_rows`` says, a local
 cluster of fewer than two distinct rows, whose center is a row, is merged
-into its nearest cluster before the upload, and a client with too few
-distinct rows sends no landmark at all (it still takes part in every other
-round).
+into its nearest cluster before the upload (KFed's rule under
+``raw_rows="refuse"``), and a client with too few distinct rows sends no
+landmark at all (it still takes part in every other round): a landmark
+need not be a row, so none is sent.
 
 Rounds: ``"kernel width"`` (only when ``gamma=None``), ``"landmark
 centers"`` (down nothing, up k_m d per client: its k_m local centers),
@@ -274,14 +275,14 @@ def run_landmarks(
 
 def landmark_centers(fed, n_landmarks):
     """Round ``"landmark centers"``: every client's k_m local k-means centers
-    (:func:`local_landmarks`), pooled in the clients' canonical order.
+    (:func:`local_landmarks`), pooled in the order of their values.
 
-    Under ``raw_rows="refuse"`` a client merges each local cluster of fewer
-    than two distinct rows into its nearest before the upload (k-FED's rule)
-    and a client of at most k_m distinct rows sends nothing; ``ValueError``
-    when no client sent a center.
+    Every client merges each local cluster of fewer than two distinct rows
+    into its nearest before the upload (KFed's rule under
+    ``raw_rows="refuse"``, applied here whatever ``raw_rows`` says: a
+    landmark need not be a row), and a client of at most k_m distinct rows
+    sends nothing; ``ValueError`` when no client sent a center.
     """
-    refusing = fed.raw_rows == "refuse"
     k_local = dict(zip(fed.client_ids, local_landmarks(n_landmarks, fed.client_sizes)))
     step = partial(
         local_step,
@@ -289,7 +290,7 @@ def landmark_centers(fed, n_landmarks):
         n_init=_LOCAL_N_INIT,
         max_iter=_LOCAL_MAX_ITER,
         tol=_LOCAL_TOL,
-        allow_raw_upload=not refusing,
+        allow_raw_upload=False,
         send_sizes=False,
         dropout=0.0,
         single_threaded=fed.n_clients > 1,
@@ -302,9 +303,9 @@ def landmark_centers(fed, n_landmarks):
             raise exc
     if not uploads:
         raise ValueError(
-            "No client sent landmark centers: under raw_rows='refuse' every "
-            "client held too few distinct rows for local centers that are "
-            "not rows. Pass features='random'."
+            "No client sent landmark centers: every client held too few "
+            "distinct rows for local centers that are not rows. Pass "
+            "features='random'."
         )
     landmarks = np.vstack([_uploaded_centers(u) for u in uploads])
     # In an order of their values, not of the clients' names: renamed
