@@ -413,6 +413,15 @@ def landmark_whitening(landmarks, gamma):
     (Williams and Seeger, "Using the Nyström method to speed up kernel
     machines", NIPS 2001). Columns in decreasing eigenvalue order."""
     K = rbf_kernel(landmarks, gamma=gamma)
+    if K.shape[0] > 1 and not np.any(K[~np.eye(K.shape[0], dtype=bool)]):
+        raise ValueError(
+            f"gamma={gamma:.3g} is too large for these data: the kernel "
+            "between every two landmarks (the clients' local centers) "
+            "underflows to 0, a kernel narrower than their spacing, under "
+            "which every row is its own cluster. Use a smaller gamma, e.g. "
+            "gamma=None to take it from the data's spread, or rescale the "
+            "data."
+        )
     lam, U = eigh(K)
     keep = lam > _LANDMARK_ROUNDOFF * lam[-1]
     lam, U = lam[keep][::-1], U[:, keep][:, ::-1]
