@@ -285,23 +285,12 @@ def landmark_centers(fed, n_landmarks):
     """
     k_local = dict(zip(fed.client_ids, local_landmarks(n_landmarks, fed.client_sizes)))
     step = partial(
-        local_step,
+        landmark_centers_step,
         n_local_clusters=k_local,
-        n_init=_LOCAL_N_INIT,
-        max_iter=_LOCAL_MAX_ITER,
-        tol=_LOCAL_TOL,
-        allow_raw_upload=False,
-        send_sizes=False,
-        dropout=0.0,
         single_threaded=fed.n_clients > 1,
     )
-    uploads = fed.run_round(LANDMARK_CENTERS, step, tolerate=True)
-    for exc in fed.client_errors.values():
-        # A client that may not send its rows sends no landmark: the others'
-        # cover its region only if its rows resemble theirs.
-        if not isinstance(exc, RawUploadRefused) and fed.on_client_error == "raise":
-            raise exc
-    if not uploads:
+    uploads = fed.run_round(LANDMARK_CENTERS, step)
+    if not any(len(_uploaded_centers(u)) for u in uploads):
         raise ValueError(
             "No client sent landmark centers: every client held too few "
             "distinct rows for local centers that are not rows. Pass "
@@ -339,6 +328,34 @@ def landmark_embedding(X, landmarks, center, whitening, gamma, basis, shift):
 
 # --------------------------------------------------------------------------
 # Client steps
+
+
+@client_step("kernel_kmeans.landmark_centers", python_bound=True)
+def landmark_centers_step(
+    client, state, message, *, n_local_clusters, single_threaded, allow_raw_upload=False
+):
+    """Client step of ``"landmark centers"``: k-FED's local k-means
+    (:func:`~skfed.cluster._protocols._kfed_local.local_step`) with its k_m
+    centers, few-row clusters merged (``allow_raw_upload=False``). A client
+    of at most k_m distinct rows uploads no center (an empty array) and
+    takes part in the later rounds as any other."""
+    try:
+        _, upload = yield from local_step(
+            client,
+            None,
+            message,
+            n_local_clusters=n_local_clusters,
+            n_init=_LOCAL_N_INIT,
+            max_iter=_LOCAL_MAX_ITER,
+            tol=_LOCAL_TOL,
+            allow_raw_upload=allow_raw_upload,
+            send_sizes=False,
+            dropout=0.0,
+            single_threaded=single_threaded,
+        )
+    except RawUploadRefused:
+        upload = {"centers": np.empty((0, client.X.shape[1]))}
+    return state, upload
 
 
 @client_step("kernel_kmeans.landmark_statistics", sum_only=True)
