@@ -97,7 +97,7 @@ class Federation(Collections):
         Ledger to append to; a new one when omitted.
     on_client_error : {"raise", "drop"}, default="raise"
         What a round does when a client step raises, unless the round says
-        otherwise (``tolerate``): raise a :class:`ClientStepError`, or drop
+        otherwise (``tolerate``): raise a :class:`~skfed.ClientStepError`, or drop
         the client from this and every later round.
 
     Attributes
@@ -194,7 +194,7 @@ class Federation(Collections):
     ):
         """Cut ``X`` (and ``y``, ``sample_weight``) into clients, once.
 
-        The transport is :func:`skfed._engine._transports.make_transport`'s
+        The transport is ``skfed._engine._transports.make_transport``'s
         choice.
 
         Parameters
