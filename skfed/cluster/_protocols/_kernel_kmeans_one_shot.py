@@ -42,8 +42,10 @@ clips its features to their norm bound and noises its triangle and
 and the private Lloyd of :mod:`skfed.cluster._protocols._kernel_kmeans_private`
 replaces the coreset k-means, whose clients would upload rows of H.
 
-:func:`run_one_shot` drives the rounds; the client steps and the server
-steps follow it.
+:func:`run_one_shot` drives the rounds; the client steps follow it. The
+map, the sketch's test matrix and the server's eigenpairs are
+:mod:`skfed.kernel`'s (``_private_features``, ``_sketch``, ``_embedding``),
+which kernel PCA's random-feature solver shares.
 """
 
 import warnings
