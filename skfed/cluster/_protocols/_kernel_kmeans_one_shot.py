@@ -44,8 +44,9 @@ replaces the coreset k-means, whose clients would upload rows of H.
 
 :func:`run_one_shot` drives the rounds; the client steps follow it. The
 map, the sketch's test matrix and the server's eigenpairs are
-:mod:`skfed.kernel`'s (``_private_features``, ``_sketch``, ``_embedding``),
-which kernel PCA's random-feature solver shares.
+:mod:`skfed.kernel`'s (``_private_features``, ``_sketch``, ``_embedding``);
+kernel PCA's random-feature solver draws the same map and takes the
+triangle's eigenpairs the same way.
 """
 
 import warnings
