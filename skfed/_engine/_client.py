@@ -22,7 +22,7 @@ from .._numerics._seeds import SEED_MAX
 from ..privacy._secure_aggregation import KEYS_NAMESPACE
 from ._protocol import stream_key
 from ._remote import aligned
-from ._transport import worker_count
+from ._transports._common import worker_count
 from ._validation import check_magnitude
 
 __all__ = [

@@ -56,8 +56,8 @@ from ._ledger import (
 from ._protocol import as_step_call, client_step
 from ._rounds import Round
 from ._secure_aggregation import exchange_keys, masked_call
-from ._transport import StepFailure
 from ._transports import make_transport, remote_transport
+from ._transports._common import StepFailure
 from ._transports._joblib import JoblibTransport
 
 __all__ = [
@@ -86,7 +86,7 @@ class Federation(Collections):
         :class:`~skfed._engine._transports._joblib.JoblibTransport` is built for them).
     transport : transport, default=None
         Where the clients live and their steps run (see
-        ``skfed._engine._transport``); replaces ``clients``.
+        ``skfed._engine._transports._common``); replaces ``clients``.
     n_jobs : int, default=None
         For the joblib transport built from ``clients``: passed to
         ``sklearn.utils.parallel.Parallel``; ``None`` lets an enclosing
