@@ -41,23 +41,31 @@ import math
 import numbers
 
 import numpy as np
+from Crypto.Protocol.SecretSharing import Shamir
+from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric.x25519 import (
     X25519PrivateKey,
     X25519PublicKey,
 )
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 __all__ = [
+    "DEFAULT_THRESHOLD",
     "FRACTION_BITS",
     "KEYS_NAMESPACE",
     "MASK_OPTION",
     "draw_keys",
+    "draw_round_keys",
     "keep_peers",
     "mask_upload",
     "neighbours",
+    "rebuild_masks",
     "refuse_unmasked",
+    "reveal_shares",
+    "share_threshold",
     "sum_uploads",
     "unmask_sum",
 ]
@@ -71,6 +79,14 @@ MASK_OPTION = "_secure_aggregation"
 #: only, never by a step.
 KEYS_NAMESPACE = "secure_aggregation"
 _HKDF_INFO = b"skfed secure aggregation pairwise mask key"
+_CHANNEL_INFO = b"skfed secure aggregation share encryption key"
+#: The default threshold: a dropped client's masks are rebuilt from the
+#: shares of more than this fraction of its neighbours (a majority).
+DEFAULT_THRESHOLD = 0.5
+# A share is two 16-byte Shamir shares (the 32-byte round key in halves);
+# sealed with ChaCha20-Poly1305 it is 48 bytes, 6 uint64.
+_SHARE_WORDS = 4
+_SEALED_WORDS = 6
 
 
 # --------------------------------------------------------------------------
@@ -213,49 +229,47 @@ def _encode_fixed(values, n_clients):
 
 
 # --------------------------------------------------------------------------
-# Client side. The engine runs the key exchange as two client steps
-# (``skfed._engine._secure_aggregation``) and wraps the step of a masked
-# round with :func:`mask_upload` (or, for a client that masks and was asked
-# for a plain upload, :func:`refuse_unmasked`): this module knows nothing of
-# the engine.
+# Client side. The engine runs the key exchange and each masked round's
+# keys as client steps (``skfed._engine._secure_aggregation``) and wraps the
+# step of a masked round with :func:`mask_upload` (or, for a client that
+# masks and was asked for a plain upload, :func:`refuse_unmasked`): this
+# module knows nothing of the engine.
 
 
 def draw_keys():
-    """Client: draw an X25519 key pair. Returns the state to keep (the
-    private key) and the upload (the public key, 32 bytes as 4 uint64)."""
+    """Client: draw its X25519 channel key pair (once per fit). Returns the
+    state to keep (the private key) and the upload (the public key, 32
+    bytes as 4 uint64)."""
     private = X25519PrivateKey.generate()
+    state = {"private": _raw_private(private)}
+    return state, _raw_public(private)
+
+
+def _raw_private(private):
     raw = private.private_bytes(
         serialization.Encoding.Raw,
         serialization.PrivateFormat.Raw,
         serialization.NoEncryption(),
     )
+    return np.frombuffer(raw, dtype=np.uint8).copy()
+
+
+def _raw_public(private):
     public = private.public_key().public_bytes(
         serialization.Encoding.Raw, serialization.PublicFormat.Raw
     )
-    state = {"private": np.frombuffer(raw, dtype=np.uint8).copy()}
-    return state, np.frombuffer(public, dtype=np.uint64).copy()
+    return np.frombuffer(public, dtype=np.uint64).copy()
 
 
 def keep_peers(state, message):
-    """Client: keep every client's public key and its own place among them
-    (``message`` = (public keys as an (M, 4) uint64 array, own index)), and
-    derive the pairwise keys with its neighbours on the ring of all M
-    clients once (one X25519 agreement each, not one per round). Returns
-    the new state (``state``: what :func:`draw_keys` kept)."""
+    """Client: keep every client's channel public key and its own place
+    among them (``message`` = (public keys as an (M, 4) uint64 array, own
+    index)). Returns the new state (``state``: what :func:`draw_keys`
+    kept)."""
     keys, index = message
     state = dict(state)
     state["public_keys"] = np.asarray(keys, dtype=np.uint64)
     state["index"] = int(index)
-    private = _private_key(state)
-    peers = neighbours(int(index), len(keys))
-    state["peers"] = np.asarray(peers, dtype=np.int64)
-    state["pair_keys"] = np.array(
-        [
-            np.frombuffer(_pair_key(private, state["public_keys"][j]), dtype=np.uint8)
-            for j in peers
-        ],
-        dtype=np.uint8,
-    ).reshape(len(peers), 32)
     return state
 
 
@@ -271,25 +285,155 @@ def neighbours(position, n_alive):
     return sorted({(position + d) % n_alive for d in range(-half, half + 1) if d != 0})
 
 
-def _private_key(state):
-    return X25519PrivateKey.from_private_bytes(state["private"].tobytes())
+def share_threshold(n_neighbours, fraction=DEFAULT_THRESHOLD):
+    """t, the shares that rebuild a client's round key: more than
+    ``fraction`` of its ``n_neighbours`` (a majority by default), at least
+    one and at most all of them."""
+    return min(n_neighbours, math.floor(fraction * n_neighbours) + 1)
 
 
-def _pair_key(private, peer_public):
-    """The ChaCha20 key of a pair: HKDF-SHA256 over their X25519 secret."""
-    shared = private.exchange(X25519PublicKey.from_public_bytes(peer_public.tobytes()))
-    return HKDF(
-        algorithm=hashes.SHA256(), length=32, salt=None, info=_HKDF_INFO
-    ).derive(shared)
+def _private_key(raw):
+    return X25519PrivateKey.from_private_bytes(np.asarray(raw).tobytes())
+
+
+def _derive(private, peer_public, info):
+    """A 32-byte key of a pair: HKDF-SHA256 over their X25519 secret."""
+    peer = X25519PublicKey.from_public_bytes(np.asarray(peer_public).tobytes())
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(
+        private.exchange(peer)
+    )
 
 
 def _pair_stream(key, round_index, n_words):
-    """s_ij for this round: the pair key's ChaCha20 keystream, with the
-    round's index as nonce (a fresh stream every round)."""
+    """s_ij for this round: the pair's round key's ChaCha20 keystream, with
+    the round's index as nonce."""
     # ChaCha20's 16-byte nonce: a zero block counter, then the round index.
     nonce = bytes(4) + int(round_index).to_bytes(12, "little")
     stream = Cipher(algorithms.ChaCha20(key, nonce), mode=None).encryptor()
     return np.frombuffer(stream.update(bytes(8 * n_words)), dtype=np.uint64)
+
+
+def _seal_terms(sender, receiver, round_index, sender_public):
+    """The nonce and associated data of the share ``sender`` seals for
+    ``receiver``: the channel key of a pair serves both directions and
+    every round, so the nonce is the round and the direction; the data
+    binds the share to both clients, the round and the sender's round
+    public key (which the receiver thus authenticates)."""
+    nonce = int(round_index).to_bytes(8, "little") + int(sender > receiver).to_bytes(
+        4, "little"
+    )
+    data = (
+        b"skfed share"
+        + int(sender).to_bytes(8, "little")
+        + int(receiver).to_bytes(8, "little")
+        + int(round_index).to_bytes(8, "little")
+        + np.asarray(sender_public, dtype=np.uint64).tobytes()
+    )
+    return nonce, data
+
+
+def _channel(keys, peer):
+    return ChaCha20Poly1305(
+        _derive(_private_key(keys["private"]), keys["public_keys"][peer], _CHANNEL_INFO)
+    )
+
+
+def _ring(keys, alive):
+    """This client's position on the round's ring of ``alive`` and its
+    neighbours' key indices, in ring order."""
+    alive = [int(i) for i in alive]
+    if keys["index"] not in alive or len(set(alive)) != len(alive):
+        raise PermissionError(
+            "A masked round must name this client once among the clients "
+            "taking part: refused."
+        )
+    position = alive.index(keys["index"])
+    return position, [alive[j] for j in neighbours(position, len(alive))]
+
+
+def draw_round_keys(keys, spec):
+    """Client, before each masked round: a fresh X25519 key pair for this
+    round's masks, its private key Shamir-shared among the round's
+    neighbours.
+
+    Parameters
+    ----------
+    keys : dict
+        The client's key state (:func:`keep_peers`).
+    spec : dict
+        ``round`` (the masked round's number in the fit), ``alive`` (key
+        indices of the clients taking part, in canonical order) and
+        ``threshold`` (see :func:`share_threshold`).
+
+    Returns
+    -------
+    state : dict
+        ``keys`` with this round's private key and ring.
+    upload : tuple
+        The round public key (4 uint64) and, for each neighbour in ring
+        order, its share sealed with the pair's channel key (ChaCha20-
+        Poly1305): (k, 6) uint64. The server cannot read a share.
+    """
+    if not keys or "index" not in keys:
+        raise RuntimeError(
+            "This client holds no secure-aggregation keys: the key exchange "
+            "must run before a masked round."
+        )
+    rnd, alive = int(spec["round"]), [int(i) for i in spec["alive"]]
+    if _alone(keys, alive):
+        raise PermissionError(
+            "A masked round must name this client and at least one other "
+            "of the clients that exchanged keys: refused."
+        )
+    _, peers = _ring(keys, alive)
+    fraction = float(spec["threshold"])
+    if not 0.0 <= fraction < 1.0:
+        raise PermissionError(
+            f"Secure aggregation's threshold is a fraction in [0, 1), got "
+            f"{fraction!r}: refused."
+        )
+    t = share_threshold(len(peers), fraction)
+    private = X25519PrivateKey.generate()
+    raw = _raw_private(private)
+    public = _raw_public(private)
+    halves = [
+        Shamir.split(t, len(peers), raw[h : h + 16].tobytes(), ssss=False)
+        if peers
+        else []
+        for h in (0, 16)
+    ]
+    sealed = []
+    for rank, peer in enumerate(peers):
+        low, high = halves[0][rank][1], halves[1][rank][1]
+        nonce, data = _seal_terms(keys["index"], peer, rnd, public)
+        sealed.append(_channel(keys, peer).encrypt(nonce, low + high, data))
+    state = dict(keys)
+    state["round"] = {"round": rnd, "alive": alive, "private": raw, "revealed": False}
+    upload = (
+        public,
+        np.frombuffer(b"".join(sealed), dtype=np.uint64).reshape(-1, _SEALED_WORDS),
+    )
+    return state, upload
+
+
+def _alone(keys, alive):
+    """Whether the ring would leave this client without a mask although
+    others exchanged keys (a fit of one client has no one to hide from)."""
+    return len(set(alive)) < 2 and len(keys["public_keys"]) > 1
+
+
+def _open(keys, sender, rnd, sender_public, sealed):
+    """The share ``sender`` sealed for this client in round ``rnd``."""
+    nonce, data = _seal_terms(sender, keys["index"], rnd, sender_public)
+    try:
+        return _channel(keys, sender).decrypt(
+            nonce, np.asarray(sealed, dtype=np.uint64).tobytes(), data
+        )
+    except InvalidTag:
+        raise PermissionError(
+            f"The share and round key said to come from client {sender} do "
+            "not authenticate under the pair's channel key: refused."
+        ) from None
 
 
 def refuse_unmasked(upload, step_name):
@@ -311,7 +455,7 @@ def refuse_unmasked(upload, step_name):
     return upload
 
 
-def mask_upload(client, upload, spec):
+def mask_upload(client, upload, spec, setup):
     """Client: the upload as one masked fixed-point vector and its layout.
 
     Parameters
@@ -321,8 +465,13 @@ def mask_upload(client, upload, spec):
     upload : object
         What the step would have uploaded (arrays, numbers, containers).
     spec : dict
-        ``round`` (the round's index, the keystream's nonce) and ``alive``
-        (key indices of the clients taking part, in canonical order).
+        ``round`` (the masked round's number, the keystream's nonce) and
+        ``alive`` (key indices of the clients taking part, in canonical
+        order), as for :func:`draw_round_keys`.
+    setup : dict
+        ``publics`` ((k, 4) uint64) and ``sealed`` ((k, 6) uint64): each
+        neighbour's round public key and the share it sealed for this
+        client, in ring order; the share authenticates the key.
 
     Returns
     -------
@@ -337,46 +486,192 @@ def mask_upload(client, upload, spec):
             "This client holds no secure-aggregation keys: the key exchange "
             "must run before a masked round."
         )
+    rnd, alive = int(spec["round"]), [int(i) for i in spec["alive"]]
+    mine = keys.get("round") or {}
+    if _alone(keys, alive) or mine.get("round") != rnd or mine.get("alive") != alive:
+        # Left alone on the ring, its vector would carry no mask at all;
+        # on another ring than its round key's, masks would not cancel.
+        raise PermissionError(
+            "A masked round must name this client and at least one other "
+            "of the clients that exchanged keys, on the ring its round key "
+            "was drawn for: refused."
+        )
     parts = []
     layout = json.dumps(_flatten(upload, parts))
     values = np.concatenate(parts) if parts else np.zeros(0)
-    alive = [int(i) for i in spec["alive"]]
-    alone = len(set(alive)) < 2 and len(keys["public_keys"]) > 1
-    if keys["index"] not in alive or alone:
-        # Left alone on the ring of a fit of several clients, its vector
-        # would carry no mask at all.
+    position, peers = _ring(keys, alive)
+    publics = np.asarray(setup["publics"], dtype=np.uint64)
+    sealed = np.asarray(setup["sealed"], dtype=np.uint64)
+    if publics.shape != (len(peers), 4) or sealed.shape != (
+        len(peers),
+        _SEALED_WORDS,
+    ):
         raise PermissionError(
-            "A masked round must name this client and at least one other "
-            "of the clients that exchanged keys: refused."
+            "A masked round must send this client one round key and one "
+            "share from each of its neighbours: refused."
         )
-    position = alive.index(keys["index"])
     encoded = _encode_fixed(values, len(alive))
-    cached = {int(j): key for j, key in zip(keys["peers"], keys["pair_keys"])}
-    for j in neighbours(position, len(alive)):
-        peer = alive[j]
-        if peer in cached:
-            key = cached[peer].tobytes()
-        else:  # the ring closed over a client that dropped out
-            key = _pair_key(_private_key(keys), keys["public_keys"][peer])
-        s = _pair_stream(key, spec["round"], encoded.size)
+    private = _private_key(mine["private"])
+    for peer, public, share in zip(peers, publics, sealed):
+        _open(keys, peer, rnd, public, share)
+        s = _pair_stream(_derive(private, public, _HKDF_INFO), rnd, encoded.size)
         # uint64 arithmetic wraps: this is addition modulo 2^64.
-        if j > position:
+        if alive.index(peer) > position:
             encoded = encoded + s
         else:
             encoded = encoded - s
     return {"masked": encoded, "layout": layout}
 
 
+def reveal_shares(keys, request):
+    """Client, after a masked round some clients dropped out of: its shares
+    of the dropped clients' round keys, and of no client that answered.
+
+    Parameters
+    ----------
+    keys : dict
+        The client's key state, with the round's (:func:`draw_round_keys`).
+    request : dict
+        ``round``; ``answered`` (key indices of the clients whose masked
+        vectors the server adds); ``dropped`` (key indices of the clients
+        whose shares it asks for); ``publics`` ((n, 4)) and ``sealed``
+        ((n, 6)): each dropped client's round public key and the share it
+        sealed for this client.
+
+    Returns
+    -------
+    state : dict
+        ``keys``, the round marked as revealed.
+    shares : ndarray of shape (n, 4), dtype uint64
+        The two 16-byte Shamir shares of each dropped client's round key.
+
+    Raises
+    ------
+    PermissionError
+        When the request names a client that answered (revealing its key
+        would unmask its upload), a client not on this client's ring that
+        round, a sum of fewer than two uploads, a round other than the
+        last one this client masked in, or a second request for it.
+    """
+    mine = keys.get("round") or {}
+    rnd = int(request["round"])
+    answered = {int(i) for i in request["answered"]}
+    dropped = [int(i) for i in request["dropped"]]
+    if mine.get("round") != rnd or mine.get("revealed"):
+        raise PermissionError(
+            f"Shares of round {rnd} are revealed once, for the last round "
+            "this client masked in: refused."
+        )
+    alive = mine["alive"]
+    _, peers = _ring(keys, alive)
+    if keys["index"] not in answered or len(answered) < 2:
+        # The sum of one upload is that upload.
+        raise PermissionError(
+            "A recovery must leave a sum of at least two answered uploads, "
+            "this client's among them: refused."
+        )
+    if not answered.isdisjoint(dropped) or not set(dropped) <= set(peers):
+        raise PermissionError(
+            "Asked for shares of a client that answered the round (or was "
+            "not this client's neighbour in it): revealing them would "
+            "unmask its upload. Refused."
+        )
+    if not answered <= set(alive):
+        raise PermissionError(
+            "The clients said to have answered did not all take part in "
+            "the round: refused."
+        )
+    out = [
+        np.frombuffer(_open(keys, d, rnd, public, share), dtype=np.uint64)
+        for d, public, share in zip(dropped, request["publics"], request["sealed"])
+    ]
+    state = dict(keys)
+    state["round"] = {**mine, "revealed": True}
+    return state, np.array(out, dtype=np.uint64).reshape(len(dropped), _SHARE_WORDS)
+
+
 # --------------------------------------------------------------------------
 # Server side
 
 
-def unmask_sum(masked_uploads):
+def rebuild_masks(rnd, alive, answered, dropped, publics, shares, n_words, fraction):
+    """Server: what to add to the sum of the answered masked vectors to
+    remove the masks they share with the dropped clients.
+
+    Parameters
+    ----------
+    rnd : int
+        The masked round's number.
+    alive : list of int
+        Key indices of the clients the round asked, in ring order.
+    answered : collection of int
+        Those whose masked vectors are in the sum.
+    dropped : int
+        The dropped client whose masks are removed.
+    publics : dict
+        Key index -> round public key (4 uint64) of every client asked.
+    shares : dict
+        Key index of a neighbour of ``dropped`` -> its shares of the
+        dropped client's round key (4 uint64, from :func:`reveal_shares`).
+    n_words : int
+        The masked vectors' length.
+    fraction : float
+        The threshold (see :func:`share_threshold`).
+
+    Returns
+    -------
+    correction : ndarray of dtype uint64
+
+    Raises
+    ------
+    ValueError
+        When fewer than the threshold's shares came, or the shares do not
+        rebuild the round key the client published.
+    """
+    position = alive.index(dropped)
+    ring = [alive[j] for j in neighbours(position, len(alive))]
+    t = share_threshold(len(ring), fraction)
+    usable = [(ring.index(j) + 1, np.asarray(s, np.uint64)) for j, s in shares.items()]
+    if len(usable) < t:
+        raise ValueError(
+            f"Client {dropped} dropped out of masked round {rnd}; its masks "
+            f"are rebuilt from {t} of the shares its {len(ring)} neighbours "
+            f"hold, and only {len(usable)} came back, so the sum cannot be "
+            "recovered and nothing of it is released. Fit again with fewer "
+            "dropouts, or lower the federation's secure_aggregation_threshold."
+        )
+    usable = usable[:t]
+    halves = [
+        Shamir.combine([(i, s.tobytes()[h : h + 16]) for i, s in usable], ssss=False)
+        for h in (0, 16)
+    ]
+    private = X25519PrivateKey.from_private_bytes(halves[0] + halves[1])
+    if not np.array_equal(_raw_public(private), np.asarray(publics[dropped])):
+        raise ValueError(
+            f"The shares of client {dropped}'s round key do not rebuild the "
+            "key it published: the sum cannot be recovered."
+        )
+    correction = np.zeros(n_words, dtype=np.uint64)
+    for peer in ring:
+        if peer not in answered:
+            continue
+        s = _pair_stream(_derive(private, publics[peer], _HKDF_INFO), rnd, n_words)
+        # The peer added s if the dropped client comes after it on the
+        # ring and subtracted it otherwise: undo that.
+        if position > alive.index(peer):
+            correction = correction - s
+        else:
+            correction = correction + s
+    return correction
+
+
+def unmask_sum(masked_uploads, correction=None):
     """Server: the sum of the clients' uploads from their masked vectors.
 
-    Adds the vectors modulo 2^64 (the masks cancel), reads the sum as
-    signed fixed point and rebuilds the upload's structure. Integer leaves
-    come back exact; floats within ``M · 2^-33`` of the exact sum.
+    Adds the vectors modulo 2^64 (the masks cancel) and ``correction`` (the
+    masks shared with dropped clients, :func:`rebuild_masks`), reads the
+    sum as signed fixed point and rebuilds the upload's structure. Integer
+    leaves come back exact; floats within ``M · 2^-33`` of the exact sum.
 
     Raises
     ------
@@ -406,6 +701,8 @@ def unmask_sum(masked_uploads):
     total = np.zeros(masked_uploads[0]["masked"].shape, dtype=np.uint64)
     for u in masked_uploads:
         total += u["masked"]
+    if correction is not None:
+        total += correction
     values = total.view(np.int64).astype(np.float64) / _SCALE
     value, _ = _unflatten(json.loads(layout), values)
     return value
