@@ -59,8 +59,8 @@ from ._secure_aggregation import (
     exchange_keys,
     masked_call,
     masked_messages,
-    recover_masks,
     round_keys,
+    unmask,
 )
 from ._transport import StepFailure
 from ._transports import make_transport, remote_transport
@@ -503,11 +503,12 @@ class Federation(Collections):
         self._record_upload(name, rnd, kind, disclosure, ids, uploads, up, masked)
         self._report(rnd, name, len(uploads), up, down)
         correction = None
-        if masked and self.client_ids != ids and any(u is not None for u in uploads):
-            # The masks the answered vectors share with the dropped clients
-            # do not cancel: rebuild and remove them before anything is
-            # released.
-            correction = recover_masks(
+        if masked and len(setup["alive"]) > 1 and any(u is not None for u in uploads):
+            secagg.check_masked(uploads)
+            # The self-masks, and the masks the answered vectors share with
+            # clients that dropped out, do not cancel: rebuild and remove
+            # them before anything is released.
+            correction = unmask(
                 self,
                 name,
                 setup,

@@ -2,7 +2,8 @@
 fit: each client's channel public key up, every public key down), each
 masked round's keys (a fresh key pair per client, its private key
 Shamir-shared among the round's neighbours), the call of a masked round,
-and the recovery of a round some clients dropped out of.
+and the unmasking after it (the self-masks, and the masks of the clients
+that dropped out).
 
 The cryptography is :mod:`skfed.privacy._secure_aggregation`'s; the masking
 of a round's uploads is a mod around its step (``skfed._engine._mods``),
@@ -21,16 +22,16 @@ __all__ = [
     "keys_step",
     "masked_call",
     "peers_step",
-    "recover_masks",
-    "recovery_step",
     "round_keys",
     "round_keys_step",
+    "unmask",
+    "unmasking_step",
 ]
 
 _DATA_FREE = Disclosure(PER_CLIENT, data_free=True)
 #: The ledger's names of the rounds secure aggregation adds.
 ROUND_KEYS = "secure aggregation round keys"
-RECOVERY = "secure aggregation recovery"
+UNMASKING = "secure aggregation unmasking"
 
 
 @client_step("secure_aggregation.keys")
@@ -55,13 +56,12 @@ def round_keys_step(client, state, message):
     return secagg.draw_round_keys(state, message)
 
 
-@client_step("secure_aggregation.recovery")
-def recovery_step(client, state, message):
-    """Client: its shares of the round keys of the clients that dropped out
-    of the last masked round, never of one that answered
+@client_step("secure_aggregation.unmasking")
+def unmasking_step(client, state, message):
+    """Client: for each neighbour in the last masked round, its share of
+    the neighbour's self-mask seed (it answered) or of its round key (it
+    dropped out), never both
     (:func:`skfed.privacy._secure_aggregation.reveal_shares`)."""
-    if message is None:
-        return state, None
     return secagg.reveal_shares(state, message)
 
 
@@ -94,7 +94,7 @@ def round_keys(fed, key_index, number, threshold, tolerate):
     -------
     setup : dict
         ``alive`` (the key indices on the ring, in order), ``publics`` (key
-        index -> round public key) and ``sealed`` (key index -> (k, 6)
+        index -> round public key) and ``sealed`` (key index -> (k, 8)
         sealed shares, in ring order).
     """
     while True:
@@ -133,7 +133,7 @@ def masked_messages(setup, messages):
         publics = [setup["publics"][p] for p in peers]
         keys = {
             "publics": np.array(publics, dtype=np.uint64).reshape(-1, 4),
-            "sealed": np.array(sealed, dtype=np.uint64).reshape(-1, 6),
+            "sealed": np.array(sealed, dtype=np.uint64).reshape(-1, 8),
         }
         out.append((message, keys))
     return out
@@ -148,74 +148,57 @@ def masked_call(call, setup):
     return call._replace(options={**call.options, secagg.MASK_OPTION: spec})
 
 
-def recover_masks(fed, name, setup, key_index, threshold, n_words):
-    """After masked round ``name`` that some of the clients it asked did
-    not answer: ask the clients that answered for their shares of the
-    dropped clients' round keys (round ``"secure aggregation recovery"``),
-    rebuild those keys and return what removes their masks from the sum.
+def unmask(fed, name, setup, key_index, threshold, n_words):
+    """After masked round ``name``: ask each client that answered for its
+    shares of its neighbours' self-mask seeds (those that answered) and
+    round keys (those that dropped out), round ``"secure aggregation
+    unmasking"``; rebuild them and return what removes the self-masks and
+    the dropped clients' masks from the sum.
 
     Raises
     ------
     ClientStepError
-        When a dropped client's masks cannot be rebuilt (fewer shares than
-        the threshold came back): nothing of the round is released.
+        When a client's masks cannot be removed (fewer shares than the
+        threshold came back): nothing of the round is released.
     """
     alive = setup["alive"]
     answered = [key_index[c] for c in fed.client_ids]
-    dropped = [k for k in alive if k not in answered]
     requests = []
     for key in answered:
-        asked = [d for d in dropped if key in _ring(alive, d)]
-        if not asked:
-            requests.append(None)
-            continue
+        peers = _ring(alive, key)
         requests.append(
             {
                 "round": setup["round"],
                 "answered": answered,
-                "dropped": asked,
-                "publics": np.stack([setup["publics"][d] for d in asked]),
-                "sealed": np.stack(
-                    [setup["sealed"][d][_ring(alive, d).index(key)] for d in asked]
-                ),
+                "publics": np.array(
+                    [setup["publics"][p] for p in peers], dtype=np.uint64
+                ).reshape(-1, 4),
+                "sealed": np.array(
+                    [setup["sealed"][p][_ring(alive, p).index(key)] for p in peers],
+                    dtype=np.uint64,
+                ).reshape(-1, 8),
             }
         )
-    holders = list(fed.client_ids)
     replies = fed.run_round(
-        RECOVERY,
-        recovery_step,
+        UNMASKING,
+        unmasking_step,
         messages=requests,
         tolerate=fed.on_client_error == "drop",
         disclosure=_DATA_FREE,
     )
-    by_key = {
-        key_index[c]: r
-        for c, r in zip([c for c in holders if c in fed.client_ids], replies)
-    }
-    shares = {d: {} for d in dropped}
-    for key, request in zip(answered, requests):
-        if request is None or by_key.get(key) is None:
-            continue
-        for d, share in zip(request["dropped"], by_key[key]):
-            shares[d][key] = share
-    correction = np.zeros(n_words, dtype=np.uint64)
-    names = {k: c for c, k in key_index.items()}
-    for d in dropped:
-        try:
-            correction += secagg.rebuild_masks(
-                setup["round"],
-                alive,
-                set(answered),
-                d,
-                setup["publics"],
-                shares[d],
-                n_words,
-                threshold,
-            )
-        except ValueError as exc:
-            raise ClientStepError(
-                f"Masked round {name!r} cannot be completed: {exc}",
-                client_id=names[d],
-                round_name=name,
-            ) from exc
-    return correction
+    by_key = {key_index[c]: r for c, r in zip(fed.client_ids, replies)}
+    try:
+        return secagg.unmasking_correction(
+            setup["round"],
+            alive,
+            answered,
+            setup["publics"],
+            by_key,
+            n_words,
+            threshold,
+        )
+    except ValueError as exc:
+        raise ClientStepError(
+            f"Masked round {name!r} cannot be completed: {exc}",
+            round_name=name,
+        ) from exc

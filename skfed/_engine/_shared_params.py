@@ -58,13 +58,14 @@ Whether the clients mask the uploads of the rounds whose server step
 needs only their sum (``"sum_only"`` in ``communication_``) with pairwise
 masks that cancel in the sum, so that the server learns the sum and
 nothing of any one client's upload. Adds a key exchange (4 floats up per
-client, 4 per client down to each) and, before each masked round, a round
-key per client with its secret shared among its k neighbours (4 + 6k
-floats up), and rounds each summed number to a multiple of 2^-32 (the
-model is the unmasked one within that precision). A client that drops out
-of a masked round has its masks rebuilt from more than half of its
-neighbours' shares (round ``"secure aggregation recovery"``); with fewer
-the fit fails before the round's sum is released. A fit with no such
+client, 4 per client down to each) and, around each masked round, a round
+key and self-mask seed per client, Shamir-shared among its k neighbours,
+and the unmasking (4 + 10 k floats up per client), and rounds each summed
+number to a multiple of 2^-32 (the model is the unmasked one within that
+precision). A client that drops out of a masked round has its masks
+rebuilt from more than half of the shares it made (round ``"secure
+aggregation unmasking"``); with fewer the fit fails before the round's sum
+is released. A fit with no such
 round ignores it, with a warning. Under ``privacy`` every client still adds
 its full noise before masking: the guarantee does not rest on secure
 aggregation.""",

@@ -1,27 +1,41 @@
-"""Sums over clients, in the clear or under pairwise masks (secure aggregation).
+"""Sums over clients, in the clear or under masks (secure aggregation).
 
 A round whose server step needs only the sum of the clients' uploads is
 declared ``"sum_only"`` (:class:`skfed._engine._ledger.Disclosure`); the federation
 then hands the server :func:`sum_uploads` of the uploads, never the list.
 With ``secure_aggregation=True`` the clients also hide their uploads from
 the server itself, as in SecAgg (Bonawitz et al., 2017) and SecAgg+ (Bell
-et al., 2020) without their dropout recovery:
+et al., 2020), double masking and dropout recovery included:
 
-* **Keys** (once per fit, before the first masked round): each client draws
-  an X25519 key pair and uploads its public key (32 bytes, 4 floats); the
-  server sends every client all public keys (4 floats each).
-* **Client, each masked round**: the upload's numbers (arrays, floats,
-  ints, in a fixed order) are encoded in fixed point, ``round(x · 2^f)``
-  with ``f = FRACTION_BITS``, as integers modulo 2^64. For each neighbour j
-  on a ring of the clients taking part (every other client when they are
-  few, ``2·ceil(log2 M)`` neighbours otherwise), the pair's shared X25519
-  secret goes through HKDF-SHA256 to a ChaCha20 key, whose keystream for
-  this round is the mask s_ij; client i adds s_ij for j after it on the
-  ring and subtracts it for j before. Each masked vector alone is uniformly
-  random; in the sum every mask cancels.
-* **Server**: adds the masked vectors modulo 2^64 and decodes the sum. It
-  never holds an unmasked individual upload (:func:`unmask_sum` refuses
-  anything else).
+* **Channel keys** (once per fit, before the first masked round): each
+  client draws an X25519 key pair and uploads its public key (32 bytes, 4
+  floats); the server sends every client all public keys. Two neighbours
+  seal what they send each other through the server under a key derived
+  from their pair (X25519, HKDF-SHA256, ChaCha20-Poly1305).
+* **Round keys** (before each masked round, :func:`draw_round_keys`): on a
+  ring of the clients taking part (every other client when they are few,
+  ``2·ceil(log2 M)`` neighbours otherwise), each client draws a fresh
+  X25519 round key pair and a fresh self-mask seed, splits both into Shamir
+  shares (one per neighbour and one it keeps; any t of them rebuild the
+  secret, :func:`share_threshold`) and uploads its round public key and
+  each neighbour's shares sealed for that neighbour.
+* **Client, the masked round** (:func:`mask_upload`): the upload's numbers
+  (arrays, floats, ints, in a fixed order) are encoded in fixed point,
+  ``round(x · 2^f)`` with ``f = FRACTION_BITS``, as integers modulo 2^64;
+  the client adds its self-mask (the seed's ChaCha20 keystream) and, for
+  each neighbour j, the keystream s_ij of the key the pair's round keys
+  agree on, added for j after it on the ring and subtracted for j before.
+  Each masked vector alone is uniformly random; in the sum the pairwise
+  masks cancel.
+* **Unmasking** (:func:`reveal_shares`): each client that answered reveals,
+  for each neighbour, its share of the seed if the server says the
+  neighbour answered, or of the round key if it says it dropped out, never
+  both, and each round once.
+* **Server** (:func:`unmasking_correction`, :func:`unmask_sum`): rebuilds
+  the seeds of the clients that answered and the round keys of those that
+  dropped out, adds the masked vectors modulo 2^64 with the correction that
+  removes the self-masks and the dropped clients' pairwise masks, and
+  decodes the sum. It never holds an unmasked individual upload.
 
 Precision: each client's number is rounded to a multiple of 2^-32, an
 error of at most 2^-33 ≈ 1.2e-10 per client, so a sum over M clients is
@@ -30,15 +44,18 @@ below 2^31 / M in magnitude (2^31 ≈ 2.1e9), so that no sum over the M
 clients can wrap; a client with a larger one raises ``ValueError`` (scale
 the data) rather than let the sum wrap.
 
-A client that fails in a masked round leaves its masks in the others'
-vectors: the sum is noise, so the fit fails (no dropout recovery).
-Cryptography comes from the ``cryptography`` package; nothing here is a
-primitive of its own.
+Cryptography comes from the ``cryptography`` package and Shamir's secret
+sharing from ``pycryptodome``; nothing here is a primitive of its own.
 """
+
+# Long module: the client's and the server's halves of one protocol (what a
+# client seals, masks and reveals; what the server rebuilds from it), kept
+# together so that each half reads against the other.
 
 import json
 import math
 import numbers
+import os
 
 import numpy as np
 from Crypto.Protocol.SecretSharing import Shamir
@@ -54,6 +71,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 __all__ = [
     "DEFAULT_THRESHOLD",
+    "check_masked",
     "FRACTION_BITS",
     "KEYS_NAMESPACE",
     "MASK_OPTION",
@@ -62,12 +80,12 @@ __all__ = [
     "keep_peers",
     "mask_upload",
     "neighbours",
-    "rebuild_masks",
     "refuse_unmasked",
     "reveal_shares",
     "share_threshold",
     "sum_uploads",
     "unmask_sum",
+    "unmasking_correction",
 ]
 
 #: Fractional bits of the fixed-point encoding: precision 2^-32 per value.
@@ -80,13 +98,16 @@ MASK_OPTION = "_secure_aggregation"
 KEYS_NAMESPACE = "secure_aggregation"
 _HKDF_INFO = b"skfed secure aggregation pairwise mask key"
 _CHANNEL_INFO = b"skfed secure aggregation share encryption key"
-#: The default threshold: a dropped client's masks are rebuilt from the
-#: shares of more than this fraction of its neighbours (a majority).
+#: The default threshold: a client's round key or self-mask seed is rebuilt
+#: from more than this fraction of the shares it made, one per neighbour
+#: and its own (a majority).
 DEFAULT_THRESHOLD = 0.5
-# A share is two 16-byte Shamir shares (the 32-byte round key in halves);
-# sealed with ChaCha20-Poly1305 it is 48 bytes, 6 uint64.
-_SHARE_WORDS = 4
-_SEALED_WORDS = 6
+_SELF_INFO = b"skfed secure aggregation self mask key"
+# What a client seals for a neighbour: three 16-byte Shamir shares (the
+# 32-byte round key in two halves, then the 16-byte self-mask seed); sealed
+# with ChaCha20-Poly1305 it is 64 bytes, 8 uint64. A revealed share of the
+# round key is 4 uint64, of the seed 2.
+_SEALED_WORDS = 8
 
 
 # --------------------------------------------------------------------------
@@ -285,11 +306,11 @@ def neighbours(position, n_alive):
     return sorted({(position + d) % n_alive for d in range(-half, half + 1) if d != 0})
 
 
-def share_threshold(n_neighbours, fraction=DEFAULT_THRESHOLD):
-    """t, the shares that rebuild a client's round key: more than
-    ``fraction`` of its ``n_neighbours`` (a majority by default), at least
-    one and at most all of them."""
-    return min(n_neighbours, math.floor(fraction * n_neighbours) + 1)
+def share_threshold(n_shares, fraction=DEFAULT_THRESHOLD):
+    """t, the shares that rebuild a client's round key or seed: more than
+    ``fraction`` of the ``n_shares`` (one per neighbour and its own; a
+    majority by default), at most all of them."""
+    return min(n_shares, math.floor(fraction * n_shares) + 1)
 
 
 def _private_key(raw):
@@ -353,8 +374,9 @@ def _ring(keys, alive):
 
 def draw_round_keys(keys, spec):
     """Client, before each masked round: a fresh X25519 key pair for this
-    round's masks, its private key Shamir-shared among the round's
-    neighbours.
+    round's pairwise masks and a fresh 16-byte seed for its self-mask, both
+    Shamir-shared among the round's neighbours (t of the k shares rebuild
+    each).
 
     Parameters
     ----------
@@ -368,11 +390,12 @@ def draw_round_keys(keys, spec):
     Returns
     -------
     state : dict
-        ``keys`` with this round's private key and ring.
+        ``keys`` with this round's private key, self-mask seed and ring.
     upload : tuple
         The round public key (4 uint64) and, for each neighbour in ring
-        order, its share sealed with the pair's channel key (ChaCha20-
-        Poly1305): (k, 6) uint64. The server cannot read a share.
+        order, its shares of the round key and of the self-mask seed,
+        sealed with the pair's channel key (ChaCha20-Poly1305): (k, 8)
+        uint64. The server cannot read a share.
     """
     if not keys or "index" not in keys:
         raise RuntimeError(
@@ -387,33 +410,54 @@ def draw_round_keys(keys, spec):
         )
     _, peers = _ring(keys, alive)
     fraction = float(spec["threshold"])
-    if not 0.0 <= fraction < 1.0:
+    if not 0.5 <= fraction < 1.0:
+        # Below a majority, a server that tells some neighbours a client
+        # answered and the others that it dropped could collect both its
+        # seed's and its key's shares.
         raise PermissionError(
-            f"Secure aggregation's threshold is a fraction in [0, 1), got "
+            f"Secure aggregation's threshold is a fraction in [0.5, 1), got "
             f"{fraction!r}: refused."
         )
-    t = share_threshold(len(peers), fraction)
+    # One share for each neighbour and one the client keeps (Shamir's x
+    # = 1 for itself, then its neighbours in ring order), so that a
+    # client that answered counts its own share towards its seed.
+    t = share_threshold(len(peers) + 1, fraction)
     private = X25519PrivateKey.generate()
     raw = _raw_private(private)
     public = _raw_public(private)
-    halves = [
-        Shamir.split(t, len(peers), raw[h : h + 16].tobytes(), ssss=False)
-        if peers
-        else []
-        for h in (0, 16)
+    seed = np.frombuffer(os.urandom(16), dtype=np.uint8)
+    secrets = (raw[:16], raw[16:], seed)
+    split = [
+        Shamir.split(t, len(peers) + 1, part.tobytes(), ssss=False) if peers else []
+        for part in secrets
     ]
+    own = b"".join(parts[0][1] for parts in split) if peers else bytes(48)
     sealed = []
-    for rank, peer in enumerate(peers):
-        low, high = halves[0][rank][1], halves[1][rank][1]
+    for rank, peer in enumerate(peers, start=1):
+        shares = b"".join(parts[rank][1] for parts in split)
         nonce, data = _seal_terms(keys["index"], peer, rnd, public)
-        sealed.append(_channel(keys, peer).encrypt(nonce, low + high, data))
+        sealed.append(_channel(keys, peer).encrypt(nonce, shares, data))
     state = dict(keys)
-    state["round"] = {"round": rnd, "alive": alive, "private": raw, "revealed": False}
+    state["round"] = {
+        "round": rnd,
+        "alive": alive,
+        "private": raw,
+        # Without neighbours (a fit of one client) there is no one to
+        # share the seed with, nor anyone to hide from.
+        "seed": seed if peers else None,
+        "own_share": np.frombuffer(own, dtype=np.uint64).copy(),
+        "revealed": False,
+    }
     upload = (
         public,
         np.frombuffer(b"".join(sealed), dtype=np.uint64).reshape(-1, _SEALED_WORDS),
     )
     return state, upload
+
+
+def _self_mask(seed, rnd, n_words):
+    key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_SELF_INFO)
+    return _pair_stream(key.derive(np.asarray(seed).tobytes()), rnd, n_words)
 
 
 def _alone(keys, alive):
@@ -469,14 +513,15 @@ def mask_upload(client, upload, spec, setup):
         ``alive`` (key indices of the clients taking part, in canonical
         order), as for :func:`draw_round_keys`.
     setup : dict
-        ``publics`` ((k, 4) uint64) and ``sealed`` ((k, 6) uint64): each
+        ``publics`` ((k, 4) uint64) and ``sealed`` ((k, 8) uint64): each
         neighbour's round public key and the share it sealed for this
         client, in ring order; the share authenticates the key.
 
     Returns
     -------
     masked : dict or None
-        ``{"masked": uint64 array, "layout": str}``; None for no upload.
+        ``{"masked": uint64 array, "layout": str}``: the fixed-point upload
+        plus its self-mask plus the pairwise masks; None for no upload.
     """
     if upload is None:
         return None
@@ -511,6 +556,11 @@ def mask_upload(client, upload, spec, setup):
             "share from each of its neighbours: refused."
         )
     encoded = _encode_fixed(values, len(alive))
+    if mine["seed"] is not None:
+        # The self-mask: a vector the server can remove only with the
+        # seed's shares, which a neighbour reveals only for a client it is
+        # told answered (SecAgg's double masking).
+        encoded = encoded + _self_mask(mine["seed"], rnd, encoded.size)
     private = _private_key(mine["private"])
     for peer, public, share in zip(peers, publics, sealed):
         _open(keys, peer, rnd, public, share)
@@ -524,8 +574,9 @@ def mask_upload(client, upload, spec, setup):
 
 
 def reveal_shares(keys, request):
-    """Client, after a masked round some clients dropped out of: its shares
-    of the dropped clients' round keys, and of no client that answered.
+    """Client, after a masked round: for each of its neighbours in the
+    round, its share of the self-mask seed if the server says it answered,
+    or its shares of the round key if it says it dropped out; never both.
 
     Parameters
     ----------
@@ -533,31 +584,34 @@ def reveal_shares(keys, request):
         The client's key state, with the round's (:func:`draw_round_keys`).
     request : dict
         ``round``; ``answered`` (key indices of the clients whose masked
-        vectors the server adds); ``dropped`` (key indices of the clients
-        whose shares it asks for); ``publics`` ((n, 4)) and ``sealed``
-        ((n, 6)): each dropped client's round public key and the share it
-        sealed for this client.
+        vectors the server adds); ``publics`` ((k, 4)) and ``sealed``
+        ((k, 8)): each neighbour's round public key and the shares it
+        sealed for this client, in ring order.
 
     Returns
     -------
     state : dict
         ``keys``, the round marked as revealed.
-    shares : ndarray of shape (n, 4), dtype uint64
-        The two 16-byte Shamir shares of each dropped client's round key.
+    shares : dict
+        ``own``: (2,) uint64, its share of its own seed; ``seeds``: (a, 2)
+        uint64, its shares of the seeds of the a neighbours that answered;
+        ``keys``: (k - a, 4) uint64, of the round keys of those that
+        dropped out; both in ring order.
 
     Raises
     ------
     PermissionError
-        When the request names a client that answered (revealing its key
-        would unmask its upload), a client not on this client's ring that
-        round, a sum of fewer than two uploads, a round other than the
-        last one this client masked in, or a second request for it.
+        For a round other than the last one this client masked in, a second
+        request for it, a sum of fewer than two answered uploads or one
+        without this client's, a client said to have answered that the
+        round did not ask, or shares that do not open.
     """
     mine = keys.get("round") or {}
     rnd = int(request["round"])
     answered = {int(i) for i in request["answered"]}
-    dropped = [int(i) for i in request["dropped"]]
     if mine.get("round") != rnd or mine.get("revealed"):
+        # Asked twice, a neighbour could be told once that a client
+        # answered and once that it dropped out.
         raise PermissionError(
             f"Shares of round {rnd} are revealed once, for the last round "
             "this client masked in: refused."
@@ -567,36 +621,58 @@ def reveal_shares(keys, request):
     if keys["index"] not in answered or len(answered) < 2:
         # The sum of one upload is that upload.
         raise PermissionError(
-            "A recovery must leave a sum of at least two answered uploads, "
-            "this client's among them: refused."
-        )
-    if not answered.isdisjoint(dropped) or not set(dropped) <= set(peers):
-        raise PermissionError(
-            "Asked for shares of a client that answered the round (or was "
-            "not this client's neighbour in it): revealing them would "
-            "unmask its upload. Refused."
+            "A masked round's unmasking must leave a sum of at least two "
+            "answered uploads, this client's among them: refused."
         )
     if not answered <= set(alive):
         raise PermissionError(
             "The clients said to have answered did not all take part in "
             "the round: refused."
         )
-    out = [
-        np.frombuffer(_open(keys, d, rnd, public, share), dtype=np.uint64)
-        for d, public, share in zip(dropped, request["publics"], request["sealed"])
-    ]
+    publics = np.asarray(request["publics"], dtype=np.uint64)
+    sealed = np.asarray(request["sealed"], dtype=np.uint64)
+    if publics.shape != (len(peers), 4) or sealed.shape != (
+        len(peers),
+        _SEALED_WORDS,
+    ):
+        raise PermissionError(
+            "An unmasking must send this client one round key and its "
+            "shares from each of its neighbours: refused."
+        )
+    seeds, rebuilt = [], []
+    for peer, public, share in zip(peers, publics, sealed):
+        opened = np.frombuffer(_open(keys, peer, rnd, public, share), dtype=np.uint64)
+        if peer in answered:
+            seeds.append(opened[4:])
+        else:
+            rebuilt.append(opened[:4])
     state = dict(keys)
     state["round"] = {**mine, "revealed": True}
-    return state, np.array(out, dtype=np.uint64).reshape(len(dropped), _SHARE_WORDS)
+    shares = {
+        "own": mine["own_share"][4:],
+        "seeds": np.array(seeds, dtype=np.uint64).reshape(-1, 2),
+        "keys": np.array(rebuilt, dtype=np.uint64).reshape(-1, 4),
+    }
+    return state, shares
 
 
 # --------------------------------------------------------------------------
 # Server side
 
 
-def rebuild_masks(rnd, alive, answered, dropped, publics, shares, n_words, fraction):
+def _combine(shares, size):
+    """The secret of ``size`` bytes that Shamir ``shares`` ((index, uint64
+    words) pairs) rebuild, in 16-byte parts."""
+    return b"".join(
+        Shamir.combine([(i, w.tobytes()[h : h + 16]) for i, w in shares], ssss=False)
+        for h in range(0, size, 16)
+    )
+
+
+def unmasking_correction(rnd, alive, answered, publics, replies, n_words, fraction):
     """Server: what to add to the sum of the answered masked vectors to
-    remove the masks they share with the dropped clients.
+    remove their self-masks and the masks they share with the clients that
+    dropped out.
 
     Parameters
     ----------
@@ -606,13 +682,11 @@ def rebuild_masks(rnd, alive, answered, dropped, publics, shares, n_words, fract
         Key indices of the clients the round asked, in ring order.
     answered : collection of int
         Those whose masked vectors are in the sum.
-    dropped : int
-        The dropped client whose masks are removed.
     publics : dict
         Key index -> round public key (4 uint64) of every client asked.
-    shares : dict
-        Key index of a neighbour of ``dropped`` -> its shares of the
-        dropped client's round key (4 uint64, from :func:`reveal_shares`).
+    replies : dict
+        Key index of a client that answered the unmasking -> its shares
+        (:func:`reveal_shares`).
     n_words : int
         The masked vectors' length.
     fraction : float
@@ -625,51 +699,94 @@ def rebuild_masks(rnd, alive, answered, dropped, publics, shares, n_words, fract
     Raises
     ------
     ValueError
-        When fewer than the threshold's shares came, or the shares do not
-        rebuild the round key the client published.
+        When fewer than the threshold's shares came back for a client, or
+        the shares do not rebuild the round key a client published.
     """
-    position = alive.index(dropped)
-    ring = [alive[j] for j in neighbours(position, len(alive))]
-    t = share_threshold(len(ring), fraction)
-    usable = [(ring.index(j) + 1, np.asarray(s, np.uint64)) for j, s in shares.items()]
-    if len(usable) < t:
-        raise ValueError(
-            f"Client {dropped} dropped out of masked round {rnd}; its masks "
-            f"are rebuilt from {t} of the shares its {len(ring)} neighbours "
-            f"hold, and only {len(usable)} came back, so the sum cannot be "
-            "recovered and nothing of it is released. Fit again with fewer "
-            "dropouts, or lower the federation's secure_aggregation_threshold."
-        )
-    usable = usable[:t]
-    halves = [
-        Shamir.combine([(i, s.tobytes()[h : h + 16]) for i, s in usable], ssss=False)
-        for h in (0, 16)
-    ]
-    private = X25519PrivateKey.from_private_bytes(halves[0] + halves[1])
-    if not np.array_equal(_raw_public(private), np.asarray(publics[dropped])):
-        raise ValueError(
-            f"The shares of client {dropped}'s round key do not rebuild the "
-            "key it published: the sum cannot be recovered."
-        )
+    answered = set(answered)
+    rings = {
+        key: [alive[j] for j in neighbours(alive.index(key), len(alive))]
+        for key in alive
+    }
     correction = np.zeros(n_words, dtype=np.uint64)
-    for peer in ring:
-        if peer not in answered:
+    for key in alive:
+        ring = rings[key]
+        if not ring:
             continue
-        s = _pair_stream(_derive(private, publics[peer], _HKDF_INFO), rnd, n_words)
-        # The peer added s if the dropped client comes after it on the
-        # ring and subtracted it otherwise: undo that.
-        if position > alive.index(peer):
-            correction = correction - s
-        else:
-            correction = correction + s
+        kind = "seeds" if key in answered else "keys"
+        usable = []
+        if key in answered and key in replies:
+            usable.append((1, replies[key]["own"]))
+        for holder in ring:
+            if holder not in replies:
+                continue
+            # The holder's shares are in its ring order, those of answered
+            # neighbours under "seeds", of dropped ones under "keys".
+            same = [p for p in rings[holder] if (p in answered) == (key in answered)]
+            usable.append(
+                (ring.index(holder) + 2, replies[holder][kind][same.index(key)])
+            )
+        t = share_threshold(len(ring) + 1, fraction)
+        if len(usable) < t:
+            what = (
+                "its upload's self-mask is removed"
+                if key in answered
+                else "it dropped out; its masks are rebuilt"
+            )
+            raise ValueError(
+                f"Client {key} of masked round {rnd}: {what} with {t} of the "
+                f"{len(ring) + 1} shares it and its neighbours hold, and only "
+                f"{len(usable)} came back, so the sum cannot be recovered and "
+                "nothing of it is released. Fit again with fewer dropouts, or "
+                "lower the federation's secure_aggregation_threshold."
+            )
+        usable = [(i, np.asarray(w, dtype=np.uint64)) for i, w in usable[:t]]
+        if key in answered:
+            seed = np.frombuffer(_combine(usable, 16), dtype=np.uint8)
+            correction = correction - _self_mask(seed, rnd, n_words)
+            continue
+        private = X25519PrivateKey.from_private_bytes(_combine(usable, 32))
+        if not np.array_equal(_raw_public(private), np.asarray(publics[key])):
+            raise ValueError(
+                f"The shares of client {key}'s round key do not rebuild the "
+                "key it published: the sum cannot be recovered."
+            )
+        position = alive.index(key)
+        for peer in ring:
+            if peer not in answered:
+                continue
+            s = _pair_stream(_derive(private, publics[peer], _HKDF_INFO), rnd, n_words)
+            # The peer added s if the dropped client comes after it on the
+            # ring and subtracted it otherwise: undo that.
+            if position > alive.index(peer):
+                correction = correction - s
+            else:
+                correction = correction + s
     return correction
+
+
+def check_masked(masked_uploads):
+    """Server: raise ``ValueError`` unless every upload is a masked vector
+    (the server of a masked round is never handed an individual upload in
+    the clear, nor unmasks anything else)."""
+    for u in masked_uploads:
+        if not (
+            isinstance(u, dict)
+            and set(u) == {"masked", "layout"}
+            and isinstance(u["masked"], np.ndarray)
+            and u["masked"].dtype == np.uint64
+        ):
+            raise ValueError(
+                "A secure-aggregation round received an upload that is not a "
+                "masked vector; the server adds masked uploads only."
+            )
 
 
 def unmask_sum(masked_uploads, correction=None):
     """Server: the sum of the clients' uploads from their masked vectors.
 
-    Adds the vectors modulo 2^64 (the masks cancel) and ``correction`` (the
-    masks shared with dropped clients, :func:`rebuild_masks`), reads the
+    Adds the vectors modulo 2^64 (the pairwise masks cancel) and
+    ``correction`` (the self-masks and the masks shared with dropped
+    clients, :func:`unmasking_correction`), reads the
     sum as signed fixed point and rebuilds the upload's structure. Integer
     leaves come back exact; floats within ``M · 2^-33`` of the exact sum.
 
@@ -684,17 +801,7 @@ def unmask_sum(masked_uploads, correction=None):
         raise ValueError("No client answered the round: there is nothing to sum.")
     if all(u is None for u in masked_uploads):
         return None
-    for u in masked_uploads:
-        if not (
-            isinstance(u, dict)
-            and set(u) == {"masked", "layout"}
-            and isinstance(u["masked"], np.ndarray)
-            and u["masked"].dtype == np.uint64
-        ):
-            raise ValueError(
-                "A secure-aggregation round received an upload that is not a "
-                "masked vector; the server adds masked uploads only."
-            )
+    check_masked(masked_uploads)
     layout = masked_uploads[0]["layout"]
     if any(u["layout"] != layout for u in masked_uploads):
         raise ValueError("The clients' masked uploads have different layouts.")

@@ -306,8 +306,9 @@ def test_the_server_of_a_masked_round_never_holds_an_individual_upload(monkeypat
     monkeypatch.setattr(type(fed.transport), "run", spy)
     with fed:
         fed.run_round("stats", statistics, disclosure=SUM_ONLY)
-    (name, uploads) = seen[-1]
+    (name, uploads) = seen[-2]
     assert name == "testing.statistics"
+    assert seen[-1][0] == "secure_aggregation.unmasking"
     for client, u in zip(fed.client_ids, uploads):
         assert set(u) == {"masked", "layout"} and u["masked"].dtype == np.uint64
         # Read alone, a masked vector is not the client's column sum.
@@ -343,7 +344,7 @@ def test_a_client_failing_in_a_masked_round_is_dropped_or_raised():
         total = fed.run_round("sizes", step, disclosure=SUM_ONLY)
     assert abs(total - 200.0) <= 2 * 2.0 ** -(secagg.FRACTION_BITS + 1)
     assert set(fed.failed_clients) == {1}
-    assert "secure aggregation recovery" in fed.log.floats_by_name()
+    assert "secure aggregation unmasking" in fed.log.floats_by_name()
     # on_client_error="raise": the failure raises, masked or not.
     _, _, fed = _masked_federation()
     with fed, pytest.raises(ClientStepError, match="disk on fire"):
@@ -393,7 +394,7 @@ def test_masked_uploads_and_the_mask_option_survive_the_codec(monkeypatch):
     assert names[-3:] == [
         "secure_aggregation.round_keys",
         "testing.fail_on",
-        "secure_aggregation.recovery",
+        "secure_aggregation.unmasking",
     ]
 
     def same(a, b):
@@ -449,9 +450,11 @@ def test_masked_fit_is_the_unmasked_model_within_the_precision(name, params, att
         assert adjusted_rand_score(plain.labels_, masked.labels_) == 1.0
     kinds = {d["name"]: d["disclosure"] for d in masked.communication_.disclosure()}
     assert "secure aggregation keys" in kinds
-    # Masking adds the key exchange (4 floats up per client) and, before
-    # each masked round, each client's round key (4 floats) and one sealed
-    # share (6 floats) for each of its 2 neighbours.
+    # Masking adds the key exchange (4 floats up per client) and, for each
+    # masked round, each client's round key (4 floats) with the shares it
+    # seals for each of its 2 neighbours (8 floats), and after it each
+    # client's shares of its own and its 2 neighbours' self-mask seeds (2
+    # floats each).
     log = masked.communication_
     n_masked = sum(
         r.name == "secure aggregation round keys" and r.direction == "upload"
@@ -462,7 +465,7 @@ def test_masked_fit_is_the_unmasked_model_within_the_precision(name, params, att
         for r in log.records
     )
     extra = log.upload_floats - plain.communication_.upload_floats
-    assert extra == 4 * 3 + n_masked * 3 * (4 + 6 * 2)
+    assert extra == 4 * 3 + n_masked * 3 * (4 + 8 * 2 + 2 * 3)
 
 
 @pytest.mark.parametrize(

@@ -1,12 +1,14 @@
 """Secure aggregation survives clients that drop out of a masked round.
 
-Before each masked round every client draws a fresh round key and seals
-Shamir shares of it for its neighbours on the round's ring; a client that
-fails in the round has its masks rebuilt from the shares of the others
-(round ``"secure aggregation recovery"``), and the server receives the sum
-of the clients that answered. These tests hold the sum to the unmasked one,
-the recovery's traffic to its formula, the survivors to their refusals, and
-a fit that loses a client in a masked round to the plain fit without it.
+Before each masked round every client draws a fresh round key and
+self-mask seed and seals Shamir shares of both for its neighbours on the
+round's ring; after it, each client that answered reveals, for each
+neighbour, its share of the seed (the neighbour answered) or of the round
+key (it dropped out), never both (round ``"secure aggregation
+unmasking"``), and the server receives the sum of the clients that
+answered. These tests hold the sum to the unmasked one, the traffic to its
+formula, a server that lies about who answered to what it can learn, and a
+fit that loses a client in a masked round to the plain fit without it.
 """
 
 import functools
@@ -16,7 +18,7 @@ import pytest
 
 import skfed
 from skfed import ClientStepError
-from skfed._engine import _transport
+from skfed._engine import _federation, _transport
 from skfed._engine._federation import Federation
 from skfed._engine._ledger import SUM_ONLY
 from skfed._engine._protocol import client_step
@@ -79,7 +81,7 @@ def test_the_sum_of_the_clients_that_answered_within_the_precision(n_clients, ba
     assert all("site unreachable" in r for r in fed.failed_clients.values())
 
 
-def test_the_recovery_is_in_the_ledger_by_formula():
+def test_the_unmasking_is_in_the_ledger_by_formula():
     # 40 clients: each has 2·ceil(log2 40) = 12 neighbours on the ring.
     n_clients, bad = 40, (5, 6)
     _, _, fed = _masked(n_clients, on_client_error="drop")
@@ -89,47 +91,60 @@ def test_the_recovery_is_in_the_ledger_by_formula():
         )
     log = {(r.name, r.direction): r for r in fed.log.records}
     k = 2 * 6
-    # Each client's round key (4 floats) and a share sealed for each
-    # neighbour (6 floats).
-    keys_up = log["secure aggregation round keys", "upload"]
-    assert keys_up.floats == (4 + 6 * k,) * n_clients
-    # Each survivor that neighbours a dropped client sends its two 16-byte
-    # shares of each such client's round key (4 floats); the others nothing.
+    # Each client's round key (4 floats) and the shares it seals for each
+    # neighbour (8 floats); down, the round's number, ring and threshold.
+    keys = log["secure aggregation round keys", "upload"]
+    assert keys.floats == (4 + 8 * k,) * n_clients
+    assert log["secure aggregation round keys", "download"].floats == (
+        (n_clients + 2,) * n_clients
+    )
+    # Each survivor sends its share of its own seed (2 floats), of each
+    # answered neighbour's seed (2 floats) and of each dropped neighbour's
+    # round key (4 floats).
     answered = [c for c in range(n_clients) if c not in bad]
-    asked = {
-        c: [d for d in bad if c in secagg.neighbours(d, n_clients)] for c in answered
+    lost = {c: sum(d in secagg.neighbours(c, n_clients) for d in bad) for c in answered}
+    up = log["secure aggregation unmasking", "upload"]
+    assert dict(zip(answered, up.floats)) == {
+        c: 2 + 2 * (k - n) + 4 * n for c, n in lost.items()
     }
-    up = log["secure aggregation recovery", "upload"]
-    assert dict(zip(answered, up.floats)) == {c: 4 * len(a) for c, a in asked.items()}
-    assert sum(up.floats) == 4 * 2 * (k - 1)
-    # The request: the round, who answered, whom it asks about, and each
-    # dropped client's round key and the share it sealed for this survivor.
-    down = log["secure aggregation recovery", "download"]
-    expected = {
-        c: (1 + len(answered) + 11 * len(a) if a else 0) for c, a in asked.items()
-    }
-    assert dict(zip(answered, down.floats)) == expected
+    # Down: the round, who answered, and each neighbour's round key and
+    # the shares it sealed for this client (4 + 8 floats).
+    down = log["secure aggregation unmasking", "download"]
+    assert down.floats == (1 + len(answered) + 12 * k,) * len(answered)
     assert up.disclosure == "per_client"
+    # The masked round's message carries the neighbours' keys and shares.
+    masked = log["sums", "download"]
+    assert masked.floats == (12 * k,) * n_clients
 
 
 def test_below_the_threshold_the_round_fails_before_any_release():
-    # 4 clients: 3 neighbours each. With a threshold of 0.9 (all 3 shares),
-    # two dropped neighbours leave each other 2 shares: nothing released.
+    # 4 clients: each makes 4 shares (3 neighbours and its own), any 3 of
+    # which rebuild its key or seed. Two dropouts leave each of the others
+    # 2 of its seed's shares: nothing released.
     _, _, fed = _masked(4, on_client_error="drop")
-    fed.secure_aggregation_threshold = 0.9
     step = functools.partial(column_sums, bad=(1, 2))
     with fed, pytest.raises(ClientStepError, match="only 2 came back") as info:
         fed.run_round("sums", step, disclosure=SUM_ONLY)
     assert "nothing of it is released" in str(info.value)
-    assert info.value.client_id in (1, 2)
     assert isinstance(info.value.__cause__, ValueError)
-    # The default threshold (a majority: 2 of 3) completes the same round.
+    # All 4 shares (a threshold of 0.9): one dropout is one too many.
+    _, _, fed = _masked(4, on_client_error="drop")
+    fed.secure_aggregation_threshold = 0.9
+    step = functools.partial(column_sums, bad=(1,))
+    with fed, pytest.raises(ClientStepError, match="only 3 came back"):
+        fed.run_round("sums", step, disclosure=SUM_ONLY)
+    # The default completes that round.
     X, ids, fed = _masked(4, on_client_error="drop")
     with fed:
         sums, _ = fed.run_round("sums", step, disclosure=SUM_ONLY)
     np.testing.assert_allclose(
-        sums, X[~np.isin(ids, (1, 2))].sum(axis=0), rtol=0, atol=4 * PRECISION
+        sums, X[ids != 1].sum(axis=0), rtol=0, atol=4 * PRECISION
     )
+    # Below a majority, clients refuse to share.
+    _, _, fed = _masked(4)
+    fed.secure_aggregation_threshold = 0.4
+    with fed, pytest.raises(ClientStepError, match="0.5, 1"):
+        fed.run_round("sums", column_sums, disclosure=SUM_ONLY)
 
 
 def test_on_client_error_raise_still_raises_in_a_masked_round():
@@ -139,7 +154,7 @@ def test_on_client_error_raise_still_raises_in_a_masked_round():
             "sums", functools.partial(column_sums, bad=(2,)), disclosure=SUM_ONLY
         )
     assert info.value.client_id == 2
-    assert "secure aggregation recovery" not in fed.log.floats_by_name()
+    assert "secure aggregation unmasking" not in fed.log.floats_by_name()
 
 
 def _state(fed, cid):
@@ -148,93 +163,144 @@ def _state(fed, cid):
     return fed.transport._storage[position][secagg.KEYS_NAMESPACE]
 
 
-def test_a_curious_server_gets_no_share_of_a_client_that_answered(monkeypatch):
-    # The server sees every message and answer of the fit and builds any
-    # request it likes; each client checks a request against its own round.
-    X, ids, fed = _masked(5, on_client_error="drop")
-    seen = _spy(monkeypatch, fed)
-    with fed:
-        fed.run_round("sums", column_sums, disclosure=SUM_ONLY)
-        keys_call, keys_ids, _, keys_out = seen[-2]
+class _CuriousServer:
+    """A server that ran one masked round over 5 clients (each the
+    neighbour of all others) without unmasking it, and holds everything
+    it saw: the round keys, the sealed shares, the masked vectors."""
+
+    def __init__(self, monkeypatch):
+        self.X, self.ids, self.fed = _masked(5)
+        seen = _spy(monkeypatch, self.fed)
+        monkeypatch.setattr(_federation, "unmask", lambda *args: None)
+        with self.fed:
+            self.fed.run_round("sums", column_sums, disclosure=SUM_ONLY)
+        (keys_call, _, _, keys_out), (call, _, _, vectors) = seen[-2:]
         assert keys_call.name == "secure_aggregation.round_keys"
-        masked_call, _, _, vectors = seen[-1]
-        spec = masked_call.options[secagg.MASK_OPTION]
-        alive = spec["alive"]
-        publics = {alive[i]: u[0] for i, u in enumerate(keys_out)}
-        sealed = {alive[i]: u[1] for i, u in enumerate(keys_out)}
+        self.spec = call.options[secagg.MASK_OPTION]
+        self.alive = self.spec["alive"]
+        self.publics = {k: u[0] for k, u in zip(self.alive, keys_out)}
+        self.sealed = {k: u[1] for k, u in zip(self.alive, keys_out)}
+        self.vectors = {k: v["masked"] for k, v in zip(self.alive, vectors)}
 
-        def request(holder, target, answered):
-            ring = [alive[j] for j in secagg.neighbours(alive.index(target), 5)]
-            return {
-                "round": spec["round"],
-                "answered": answered,
-                "dropped": [target],
-                "publics": publics[target][None],
-                "sealed": sealed[target][ring.index(holder)][None],
-            }
+    def ring(self, key):
+        return [self.alive[j] for j in secagg.neighbours(self.alive.index(key), 5)]
 
-        # Client 2 answered: every survivor refuses to reveal its shares.
-        for holder in (0, 1, 3, 4):
-            with pytest.raises(PermissionError, match="answered the round"):
-                secagg.reveal_shares(
-                    _state(fed, holder), request(holder, 2, [0, 1, 2, 3, 4])
-                )
-        # A sum of one upload is that upload: refused too.
-        with pytest.raises(PermissionError, match="at least two"):
-            secagg.reveal_shares(_state(fed, 0), request(0, 2, [0]))
-        # A share sealed for another client does not open.
-        with pytest.raises(PermissionError, match="authenticate"):
-            bad = request(0, 2, [0, 1, 3, 4])
-            bad["sealed"] = request(1, 2, [0, 1, 3, 4])["sealed"]
-            secagg.reveal_shares(_state(fed, 0), bad)
+    def ask(self, holder, answered):
+        """Holder's reply to a request that says ``answered`` answered."""
+        peers = self.ring(holder)
+        request = {
+            "round": self.spec["round"],
+            "answered": answered,
+            "publics": np.stack([self.publics[p] for p in peers]),
+            "sealed": np.stack(
+                [self.sealed[p][self.ring(p).index(holder)] for p in peers]
+            ),
+        }
+        state, reply = secagg.reveal_shares(_state(self.fed, holder), request)
+        # What the client keeps, as its step would.
+        position = self.fed.transport.client_ids.index(holder)
+        self.fed.transport._storage[position][secagg.KEYS_NAMESPACE] = state
+        return reply
 
-        # A round with a real dropout: the survivors reveal the dropped
-        # client's shares once, and refuse a second request for that round
-        # (a server that then claims a live client dropped).
-        fed.run_round(
-            "sums", functools.partial(column_sums, bad=(3,)), disclosure=SUM_ONLY
-        )
-        recovery = seen[-1]
-        assert recovery[0].name == "secure_aggregation.recovery"
-        spec = seen[-2][0].options[secagg.MASK_OPTION]
-        alive = spec["alive"]
-        keys_out = seen[-3][3]
-        publics = {alive[i]: u[0] for i, u in enumerate(keys_out)}
-        sealed = {alive[i]: u[1] for i, u in enumerate(keys_out)}
-        for holder in (0, 1, 4):
-            with pytest.raises(PermissionError, match="revealed once"):
-                secagg.reveal_shares(_state(fed, holder), request(holder, 2, [0, 1, 4]))
+    def read(self, key, words):
+        """The first values of a vector, as fixed point."""
+        return words.view(np.int64)[:3] / 2.0**secagg.FRACTION_BITS
 
-    # Everything the server saw of the masked rounds: no masked vector is
-    # its client's upload, even after removing every mask it can rebuild
-    # (those shared with client 3, whose round key it now holds).
-    own = {c: X[ids == c].sum(axis=0) for c in range(5)}
-    masked_rounds = [s for s in seen if secagg.MASK_OPTION in s[0].options]
-    assert len(masked_rounds) == 2
-    shares = {
-        alive[cid]: np.asarray(reply)[0]
-        for cid, reply in zip(recovery[1], recovery[3])
-        if reply is not None
+    def own(self, key):
+        return self.X[self.ids == key].sum(axis=0)
+
+    def pairwise(self, key, private):
+        """The pairwise masks in ``key``'s vector, from its round key."""
+        total = np.zeros(self.vectors[key].size, dtype=np.uint64)
+        position = self.alive.index(key)
+        for peer in self.ring(key):
+            stream = secagg._pair_stream(
+                secagg._derive(private, self.publics[peer], secagg._HKDF_INFO),
+                self.spec["round"],
+                total.size,
+            )
+            if self.alive.index(peer) > position:
+                total = total + stream
+            else:
+                total = total - stream
+        return total
+
+
+def test_a_server_that_claims_a_live_client_dropped_cannot_unmask_it(monkeypatch):
+    # The server received client 2's vector and tells everyone 2 dropped
+    # out. Client 2 refuses (it answered); its neighbours, who cannot know,
+    # reveal its round key's shares, and its seed's shares to nobody: its
+    # vector, with every pairwise mask removed, is still self-masked.
+    server = _CuriousServer(monkeypatch)
+    claim = [0, 1, 3, 4]
+    with pytest.raises(PermissionError, match="at least two"):
+        server.ask(2, claim)
+    replies = {h: server.ask(h, claim) for h in claim}
+    for reply in replies.values():
+        assert len(reply["seeds"]) == 3 and len(reply["keys"]) == 1
+    shares = [(server.ring(2).index(h) + 2, r["keys"][0]) for h, r in replies.items()]
+    private = secagg.X25519PrivateKey.from_private_bytes(
+        secagg._combine(shares[:3], 32)
+    )
+    assert np.array_equal(secagg._raw_public(private), server.publics[2])
+    unmasked = server.vectors[2] - server.pairwise(2, private)
+    assert np.all(np.abs(server.read(2, unmasked) - server.own(2)) > 1.0)
+    # Asked again (now saying 2 answered, for its seed), each refuses.
+    for h in claim:
+        with pytest.raises(PermissionError, match="revealed once"):
+            server.ask(h, [0, 1, 2, 3, 4])
+
+
+def test_a_server_that_splits_its_claims_gets_one_secret_of_a_client(monkeypatch):
+    # Told by the server that client 2 dropped out, neighbours 0 and 1
+    # reveal shares of its round key; told it answered, 3, 4 and 2 itself
+    # reveal shares of its seed. More than half the shares rebuild either
+    # (3 of 5), and each client reveals one of the two: the server gets the
+    # seed, not the key, and the vector stays masked.
+    server = _CuriousServer(monkeypatch)
+    dropped = [0, 1, 3, 4]
+    answered = [0, 1, 2, 3, 4]
+    key_shares = [server.ask(h, dropped)["keys"][0] for h in (0, 1)]
+    seed_shares = [server.ask(2, answered)["own"]] + [
+        server.ask(h, answered)["seeds"][server.ring(h).index(2)] for h in (3, 4)
+    ]
+    t = secagg.share_threshold(5)
+    assert t == 3 and len(key_shares) < t <= len(seed_shares)
+    indices = [server.ring(2).index(h) + 2 for h in (0, 1)]
+    guess = secagg.X25519PrivateKey.from_private_bytes(
+        secagg._combine(list(zip(indices, key_shares)), 32)
+    )
+    assert not np.array_equal(secagg._raw_public(guess), server.publics[2])
+    seed = secagg._combine(
+        list(zip([1] + [server.ring(2).index(h) + 2 for h in (3, 4)], seed_shares)),
+        16,
+    )
+    self_mask = secagg._self_mask(
+        np.frombuffer(seed, np.uint8), server.spec["round"], 3
+    )
+    unmasked = server.vectors[2][:3] - self_mask
+    assert np.all(np.abs(server.read(2, unmasked) - server.own(2)) > 1.0)
+    # And no vector alone is its client's upload.
+    for key, words in server.vectors.items():
+        assert np.all(np.abs(server.read(key, words) - server.own(key)) > 1.0)
+
+
+def test_shares_open_only_for_their_client_and_round(monkeypatch):
+    server = _CuriousServer(monkeypatch)
+    peers = server.ring(0)
+    request = {
+        "round": server.spec["round"],
+        "answered": [0, 1, 2, 3, 4],
+        "publics": np.stack([server.publics[p] for p in peers]),
+        # Shares each neighbour sealed for another client, handed to 0.
+        "sealed": np.stack(
+            [server.sealed[p][(server.ring(p).index(0) + 1) % 4] for p in peers]
+        ),
     }
-    assert len(shares) == 4
-    for n, (_, client_ids, _, vectors) in enumerate(masked_rounds):
-        for cid, vector in zip(client_ids, vectors):
-            if isinstance(vector, _transport.StepFailure):
-                continue
-            words = vector["masked"]
-            if n == 1:  # the round client 3 dropped out of
-                words = words + secagg.rebuild_masks(
-                    spec["round"],
-                    alive,
-                    {alive[client_ids.index(cid)]},
-                    alive[client_ids.index(3)],
-                    publics,
-                    shares,
-                    words.size,
-                    secagg.DEFAULT_THRESHOLD,
-                )
-            read = words.view(np.int64)[:3] / 2.0**secagg.FRACTION_BITS
-            assert np.all(np.abs(read - own[cid]) > 1.0)
+    with pytest.raises(PermissionError, match="authenticate"):
+        secagg.reveal_shares(_state(server.fed, 0), request)
+    with pytest.raises(PermissionError, match="revealed once"):
+        secagg.reveal_shares(_state(server.fed, 0), {**request, "round": 99})
 
 
 def _fail_in_masked_rounds(monkeypatch, bad, after=0):
@@ -280,7 +346,7 @@ def test_a_scaler_fit_survives_a_client_lost_in_its_masked_round(monkeypatch):
     np.testing.assert_allclose(masked.mean_, plain.mean_, rtol=0, atol=1e-8)
     np.testing.assert_allclose(masked.scale_, plain.scale_, rtol=1e-7)
     names = masked.communication_.floats_by_name()
-    assert "secure aggregation recovery" in names
+    assert "secure aggregation unmasking" in names
     with pytest.raises(ClientStepError, match="site unreachable"):
         _fail_in_masked_rounds(monkeypatch, bad=2)
         skfed.preprocessing.FederatedStandardScaler(secure_aggregation=True).fit(
@@ -309,4 +375,4 @@ def test_a_kmeans_fit_losing_a_client_late_is_the_plain_fit_without_it(monkeypat
         masked.cluster_centers_, plain.cluster_centers_, rtol=0, atol=1e-8
     )
     names = masked.communication_.floats_by_name()
-    assert "secure aggregation recovery" in names
+    assert "secure aggregation unmasking" in names
