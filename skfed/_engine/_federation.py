@@ -131,12 +131,15 @@ class Federation(Collections):
         pairwise masks (``skfed.privacy._secure_aggregation``); False unless set
         (by ``FederatedMixin._federation`` from the estimator).
     secure_aggregation_threshold : float
-        A client that drops out of a masked round has its masks rebuilt
-        from the shares of more than this fraction of its neighbours on the
-        round's ring (``skfed.privacy._secure_aggregation.share_threshold``);
-        0.5 (a majority) unless set. Fewer shares fail the round before
-        anything of it is released. Higher tolerates fewer dropouts; lower
-        lets fewer colluding neighbours rebuild a client's round key.
+        A client's round key (it dropped out of a masked round) or
+        self-mask seed (it answered) is rebuilt from more than this
+        fraction of the k + 1 shares it made, one per neighbour on the
+        round's ring and its own
+        (``skfed.privacy._secure_aggregation.share_threshold``); 0.5 (a
+        majority) unless set, which every estimator's fit uses. Fewer
+        shares fail the round before anything of it is released. Higher
+        tolerates fewer dropouts; clients refuse below 0.5, where a server
+        could collect shares of both secrets of one client.
     raw_rows : {"allow", "refuse"}
         With "refuse", a round declared ``"raw_rows"`` raises before
         anything is sent.

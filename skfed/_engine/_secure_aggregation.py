@@ -196,6 +196,7 @@ def unmask(fed, name, setup, key_index, threshold, n_words):
             by_key,
             n_words,
             threshold,
+            names={k: c for c, k in key_index.items()},
         )
     except ValueError as exc:
         raise ClientStepError(

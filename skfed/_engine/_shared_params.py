@@ -60,7 +60,7 @@ masks that cancel in the sum, so that the server learns the sum and
 nothing of any one client's upload. Adds a key exchange (4 floats up per
 client, 4 per client down to each) and, around each masked round, a round
 key and self-mask seed per client, Shamir-shared among its k neighbours,
-and the unmasking (4 + 10 k floats up per client), and rounds each summed
+and the unmasking (6 + 10 k floats up per client), and rounds each summed
 number to a multiple of 2^-32 (the model is the unmasked one within that
 precision). A client that drops out of a masked round has its masks
 rebuilt from more than half of the shares it made (round ``"secure

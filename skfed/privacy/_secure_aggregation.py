@@ -669,7 +669,9 @@ def _combine(shares, size):
     )
 
 
-def unmasking_correction(rnd, alive, answered, publics, replies, n_words, fraction):
+def unmasking_correction(
+    rnd, alive, answered, publics, replies, n_words, fraction, names=None
+):
     """Server: what to add to the sum of the answered masked vectors to
     remove their self-masks and the masks they share with the clients that
     dropped out.
@@ -691,6 +693,9 @@ def unmasking_correction(rnd, alive, answered, publics, replies, n_words, fracti
         The masked vectors' length.
     fraction : float
         The threshold (see :func:`share_threshold`).
+    names : dict, default=None
+        Key index -> the client's name in messages (the index itself when
+        omitted).
 
     Returns
     -------
@@ -703,6 +708,10 @@ def unmasking_correction(rnd, alive, answered, publics, replies, n_words, fracti
         the shares do not rebuild the round key a client published.
     """
     answered = set(answered)
+
+    def name(key):
+        return key if names is None else names[key]
+
     rings = {
         key: [alive[j] for j in neighbours(alive.index(key), len(alive))]
         for key in alive
@@ -733,11 +742,11 @@ def unmasking_correction(rnd, alive, answered, publics, replies, n_words, fracti
                 else "it dropped out; its masks are rebuilt"
             )
             raise ValueError(
-                f"Client {key} of masked round {rnd}: {what} with {t} of the "
-                f"{len(ring) + 1} shares it and its neighbours hold, and only "
-                f"{len(usable)} came back, so the sum cannot be recovered and "
-                "nothing of it is released. Fit again with fewer dropouts, or "
-                "lower the federation's secure_aggregation_threshold."
+                f"Client {name(key)!r}: {what} with {t} of the {len(ring) + 1} "
+                f"shares it and its neighbours hold, and only {len(usable)} "
+                "came back, so the sum cannot be recovered and nothing of it "
+                "is released: too many clients dropped out of the round or "
+                "its unmasking. Fit again with the clients that can stay."
             )
         usable = [(i, np.asarray(w, dtype=np.uint64)) for i, w in usable[:t]]
         if key in answered:
@@ -747,7 +756,7 @@ def unmasking_correction(rnd, alive, answered, publics, replies, n_words, fracti
         private = X25519PrivateKey.from_private_bytes(_combine(usable, 32))
         if not np.array_equal(_raw_public(private), np.asarray(publics[key])):
             raise ValueError(
-                f"The shares of client {key}'s round key do not rebuild the "
+                f"The shares of client {name(key)!r}'s round key do not rebuild the "
                 "key it published: the sum cannot be recovered."
             )
         position = alive.index(key)
