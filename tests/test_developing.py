@@ -130,4 +130,4 @@ def test_the_contributor_pages_estimator_runs():
             random_state=0, secure_aggregation=secure_aggregation
         ).fit(X, partitions=np.arange(len(X)) % 4)
         np.testing.assert_allclose(est.mean_, X.mean(axis=0), atol=1e-8)
-        assert [r.name for r in est.communication_][-1] == "sums"
+        assert "sums" in [r.name for r in est.communication_]

@@ -6,7 +6,6 @@ import warnings
 
 import numpy as np
 import pytest
-from skfed._engine._transports._common import StepFailure
 from sklearn.datasets import make_blobs
 from sklearn.metrics import adjusted_rand_score
 
@@ -20,6 +19,7 @@ from skfed._engine._ledger import (
     Disclosure,
     raw_rows_of,
 )
+from skfed._engine._transports._common import StepFailure
 from skfed._engine._validation import check_partitions
 from skfed._testing import fail_on, first_rows, statistics
 from skfed.kernel import federated_gamma

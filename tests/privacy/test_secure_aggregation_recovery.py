@@ -18,10 +18,11 @@ import pytest
 
 import skfed
 from skfed import ClientStepError
-from skfed._engine import _federation, _transport
+from skfed._engine import _federation
 from skfed._engine._federation import Federation
 from skfed._engine._ledger import SUM_ONLY
 from skfed._engine._protocol import client_step
+from skfed._engine._transports import _common as _transport
 from skfed._engine._validation import check_partitions
 from skfed.privacy import _secure_aggregation as secagg
 
