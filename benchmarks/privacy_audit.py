@@ -1,11 +1,11 @@
 """Empirical lower bounds on epsilon for every private release.
 
-For each release of :data:`skfed.privacy._audit.RELEASES` (KFed's DP Lloyd
+For each release of :data:`skfed._dp_audit.RELEASES` (KFed's DP Lloyd
 upload, DistributedKernelPCA's and FederatedKernelKMeans' random-feature
 statistics, FederatedKernelKMeans' private cells and Lloyd sums,
 FederatedStandardScaler's sums, the row-free FederatedRKHSClassifier's
 statistics), the
-audit of ``skfed.privacy._audit``: one client, D and D' differing by one row
+audit of ``skfed._dp_audit``: one client, D and D' differing by one row
 replaced by a canary at the clipping bound, ``--trials`` runs of the
 release on each with fresh noise, a threshold test on the release's
 projection on the canary's direction, and Clopper-Pearson bounds (each at
@@ -28,7 +28,7 @@ from pathlib import Path
 
 from _results import results_dir
 
-from skfed.privacy._audit import RELEASES, audit
+from skfed._dp_audit import RELEASES, audit
 
 RESULTS = results_dir()
 

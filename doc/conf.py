@@ -75,6 +75,7 @@ _EXTERNAL = {
     "joblib": "https://joblib.readthedocs.io/en/stable/generated/{name}.html",
     "numpy": "https://numpy.org/doc/stable/reference/generated/{name}.html",
     "scipy": "https://docs.scipy.org/doc/scipy/reference/generated/{name}.html",
+    "collections": "https://docs.python.org/3/library/collections.abc.html#{name}",
 }
 
 

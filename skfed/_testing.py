@@ -434,7 +434,7 @@ def server_received(monkeypatch):
     message per client and round, as the fits go (each federation's
     transport spied on for the length of each round)."""
     from ._engine._federation import Federation
-    from ._engine._transport import StepFailure
+    from ._engine._transports._common import StepFailure
 
     log = {"uploads": [], "messages": []}
     original = Federation.run_round

@@ -109,3 +109,25 @@ def test_the_worked_example_keeps_a_lone_row_under_refuse(example, received):
     assert est.get_params()["raw_rows"] == "refuse"
     assert "What the fit does when a client" not in type(est).__doc__
     assert "Number of clients run in parallel" in type(est).__doc__
+
+
+def test_the_contributor_pages_estimator_runs():
+    # doc/contributing.rst builds a federated mean in three blocks (client
+    # step, driver, estimator): together they fit, masked or not.
+    page = (ROOT / "doc" / "contributing.rst").read_text()
+    blocks = re.findall(r"::\n\n((?:    .*\n|\n)+)", page)
+    code = [
+        "\n".join(line[4:] for line in block.split("\n"))
+        for block in blocks
+        if re.search(r"def _local_sums|def run_mean|class FederatedMean", block)
+    ]
+    assert len(code) == 3
+    namespace = {"__name__": "skfed_contributor_example"}
+    exec(compile("\n".join(code), "contributing.rst", "exec"), namespace)
+    X, _ = blobs(120, d=3)
+    for secure_aggregation in (False, True):
+        est = namespace["FederatedMean"](
+            random_state=0, secure_aggregation=secure_aggregation
+        ).fit(X, partitions=np.arange(len(X)) % 4)
+        np.testing.assert_allclose(est.mean_, X.mean(axis=0), atol=1e-8)
+        assert "sums" in [r.name for r in est.communication_]

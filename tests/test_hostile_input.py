@@ -25,7 +25,7 @@ from sklearn.utils._param_validation import Interval, InvalidParameterError
 
 import skfed
 from skfed import ClientStepError, ClientValueError
-from skfed._engine import _transport
+from skfed._engine._transports import _common
 from skfed._testing import HOSTILE_MINIMUM
 from skfed._testing import hostile_blobs as _blobs
 from skfed._testing import hostile_estimator as _make
@@ -353,17 +353,17 @@ def test_scaling_every_weight_does_not_change_the_model(name, log2_scale, mantis
 def _fail_for(monkeypatch, client_id, exc_type, round_index=0):
     """Make client ``client_id``'s step raise in the round-th round it runs
     (every transport runs a step through ``_run_sequential_step``)."""
-    original = _transport._run_sequential_step
+    original = _common._run_sequential_step
     seen = []
 
     def failing(call, client, storage, message):
         if client.client_id == client_id:
             seen.append(None)
             if len(seen) == round_index + 1:
-                return _transport.StepFailure(exc_type("injected failure"), "")
+                return _common.StepFailure(exc_type("injected failure"), "")
         return original(call, client, storage, message)
 
-    monkeypatch.setattr(_transport, "_run_sequential_step", failing)
+    monkeypatch.setattr(_common, "_run_sequential_step", failing)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -406,17 +406,17 @@ def test_going_on_without_a_failing_client_is_opt_in_and_recorded(monkeypatch, n
 
 def _fail_all(monkeypatch, round_index):
     """Make every client's step raise in the round-th round it runs."""
-    original = _transport._run_sequential_step
+    original = _common._run_sequential_step
     seen = {}
 
     def failing(call, client, storage, message):
         seen[client.client_id] = seen.get(client.client_id, -1) + 1
         if seen[client.client_id] == round_index:
             error = RuntimeError(f"injected failure on {client.client_id}")
-            return _transport.StepFailure(error, "")
+            return _common.StepFailure(error, "")
         return original(call, client, storage, message)
 
-    monkeypatch.setattr(_transport, "_run_sequential_step", failing)
+    monkeypatch.setattr(_common, "_run_sequential_step", failing)
 
 
 @pytest.mark.parametrize("name", CAN_DROP)

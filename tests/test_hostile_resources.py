@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from sklearn.metrics import adjusted_rand_score
 
 import skfed._engine._transports._joblib as transport_module
-from skfed._engine._transport import worker_count
+from skfed._engine._transports._common import worker_count
 from skfed._engine._transports._processes import resident_workers
 from skfed._testing import HOSTILE_MINIMUM
 from skfed._testing import hostile_blobs as _blobs

@@ -19,9 +19,10 @@ Read from the estimator down to a client step and back:
   a masked round (the cryptography is :mod:`skfed.privacy`'s).
 * ``_client``: :class:`ClientData`, what one client holds, and how clients
   are made (cut from arrays here, or built where their rows live).
-* ``_transport``: what every transport shares (running steps on the clients
-  a process holds); ``_transports``: the joblib, process and dask transports
-  and the factory that chooses one (Flower's is in :mod:`skfed.flower`).
+* ``_transports``: the joblib, process and dask transports, what every
+  transport shares (``_transports._common``: running steps on the clients a
+  process holds) and the factory that chooses one (Flower's is in
+  :mod:`skfed.flower`).
 * ``_remote``: data that stays where it lives (dask, Flower nodes).
 * ``_ledger``, ``_codec``: what crossed the network, and how payloads
   travel without pickle.

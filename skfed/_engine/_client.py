@@ -1,7 +1,7 @@
 """What one client holds for the duration of a fit, and how it is made.
 
 A fit cuts the data once into :class:`ClientData` pieces that live for the
-whole fit: in this process from in-memory arrays (:func:`cut_clients`), or
+whole fit: in this process from in-memory arrays (``cut_clients``), or
 where the rows live, on a dask worker or a Flower node, after the client
 has checked them (:func:`make_client`). Per-client random streams are
 fixed when the client is made and depend on the fit's seed and on an
@@ -22,7 +22,7 @@ from .._numerics._seeds import SEED_MAX
 from ..privacy._secure_aggregation import KEYS_NAMESPACE
 from ._protocol import stream_key
 from ._remote import aligned
-from ._transport import worker_count
+from ._transports._common import worker_count
 from ._validation import check_magnitude
 
 __all__ = [
@@ -352,7 +352,7 @@ def make_client(cid, X, y, indices, base, spec):
         Positions of the rows in the training data.
     base : int
         The fit's seed for every client's streams (with the client's own
-        fingerprint, as in :func:`cut_clients`).
+        fingerprint, as in ``cut_clients``).
     spec : dict
         See ``validate_client_rows`` in this module; its ``"client"`` entry
         (when present) is the client's own configuration

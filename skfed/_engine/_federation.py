@@ -55,9 +55,15 @@ from ._ledger import (
 )
 from ._protocol import as_step_call, client_step
 from ._rounds import Round
-from ._secure_aggregation import exchange_keys, masked_call
-from ._transport import StepFailure
+from ._secure_aggregation import (
+    exchange_keys,
+    masked_call,
+    masked_messages,
+    round_keys,
+    unmask,
+)
 from ._transports import make_transport, remote_transport
+from ._transports._common import StepFailure
 from ._transports._joblib import JoblibTransport
 
 __all__ = [
@@ -86,7 +92,7 @@ class Federation(Collections):
         :class:`~skfed._engine._transports._joblib.JoblibTransport` is built for them).
     transport : transport, default=None
         Where the clients live and their steps run (see
-        ``skfed._engine._transport``); replaces ``clients``.
+        ``skfed._engine._transports._common``); replaces ``clients``.
     n_jobs : int, default=None
         For the joblib transport built from ``clients``: passed to
         ``sklearn.utils.parallel.Parallel``; ``None`` lets an enclosing
@@ -97,7 +103,7 @@ class Federation(Collections):
         Ledger to append to; a new one when omitted.
     on_client_error : {"raise", "drop"}, default="raise"
         What a round does when a client step raises, unless the round says
-        otherwise (``tolerate``): raise a :class:`ClientStepError`, or drop
+        otherwise (``tolerate``): raise a :class:`~skfed.ClientStepError`, or drop
         the client from this and every later round.
 
     Attributes
@@ -124,12 +130,23 @@ class Federation(Collections):
         Whether the clients mask the uploads of ``"sum_only"`` rounds with
         pairwise masks (``skfed.privacy._secure_aggregation``); False unless set
         (by ``FederatedMixin._federation`` from the estimator).
+    secure_aggregation_threshold : float
+        A client's round key (it dropped out of a masked round) or
+        self-mask seed (it answered) is rebuilt from more than this
+        fraction of the k + 1 shares it made, one per neighbour on the
+        round's ring and its own
+        (``skfed.privacy._secure_aggregation.share_threshold``); 0.5 (a
+        majority) unless set, which every estimator's fit uses. Fewer
+        shares fail the round before anything of it is released. Higher
+        tolerates fewer dropouts; clients refuse below 0.5, where a server
+        could collect shares of both secrets of one client.
     raw_rows : {"allow", "refuse"}
         With "refuse", a round declared ``"raw_rows"`` raises before
         anything is sent.
     """
 
     secure_aggregation = False
+    secure_aggregation_threshold = secagg.DEFAULT_THRESHOLD
     raw_rows = "allow"
     # The fit's skfed.privacy.Accountant under differential privacy.
     accountant = None
@@ -194,7 +211,7 @@ class Federation(Collections):
     ):
         """Cut ``X`` (and ``y``, ``sample_weight``) into clients, once.
 
-        The transport is :func:`skfed._engine._transports.make_transport`'s
+        The transport is ``skfed._engine._transports.make_transport``'s
         choice.
 
         Parameters
@@ -450,8 +467,9 @@ class Federation(Collections):
         ClientStepError
             When a client step raised and the round does not tolerate it (a
             ``ClientValueError``, also a ``ValueError``, when the client's
-            error was a ``ValueError``); always when a client fails in a
-            masked round (its masks cannot cancel).
+            error was a ``ValueError``); when a client fails in a masked
+            round and too few of its neighbours answer the recovery for its
+            masks to be rebuilt.
         ValueError
             Before anything is sent, for a ``"raw_rows"`` round when
             ``raw_rows`` is "refuse".
@@ -466,27 +484,42 @@ class Federation(Collections):
         self._require_noise(name, disclosure)
         _check_sum_only_step(name, kind, disclosure, call)
         masked = self.secure_aggregation and kind == SUM_ONLY and not disclosure.empty
-        if masked:
-            # A client that drops out leaves its masks in the others' sums.
-            alive = self._secure_aggregation_keys()
-            tolerate = False
         if tolerate is None:
             tolerate = self.on_client_error == "drop"
+        if masked:
+            setup = self._masked_round_keys(tolerate)
         ids = list(self.client_ids)
         messages, down = _sent(name, ids, message, messages)
-        rnd = self.log.new_round()
+        # Rows a message forwards are counted from the protocol's message.
+        forwards = messages
         if masked:
-            call = masked_call(call, rnd, [alive[c] for c in ids])
-        self._record_download(name, rnd, kind, disclosure, ids, messages, down)
+            # Each client's message carries its neighbours' round keys.
+            messages = masked_messages(setup, list(messages))
+            call = masked_call(call, setup)
+            down = [count_payload(m) for m in messages]
+        rnd = self.log.new_round()
+        self._record_download(name, rnd, kind, disclosure, ids, forwards, down)
         results = self.transport.run(call, ids, list(messages))
         self._record_wire(name, rnd)
-        uploads, up = self._answers(
-            name, ids, results, tolerate=tolerate, masked=masked
-        )
+        uploads, up = self._answers(name, ids, results, tolerate=tolerate)
         _check_declared_empty(name, disclosure, uploads)
         self._record_upload(name, rnd, kind, disclosure, ids, uploads, up, masked)
         self._report(rnd, name, len(uploads), up, down)
-        return _server_view(uploads, kind, masked)
+        correction = None
+        if masked and len(setup["alive"]) > 1 and any(u is not None for u in uploads):
+            secagg.check_masked(uploads)
+            # The self-masks, and the masks the answered vectors share with
+            # clients that dropped out, do not cancel: rebuild and remove
+            # them before anything is released.
+            correction = unmask(
+                self,
+                name,
+                setup,
+                self._key_index,
+                self.secure_aggregation_threshold,
+                next(u for u in uploads if u is not None)["masked"].size,
+            )
+        return _server_view(uploads, kind, masked, correction)
 
     # -- the steps of a round (run_round) ---------------------------------
 
@@ -532,22 +565,13 @@ class Federation(Collections):
             raw_rows=forwarded,
         )
 
-    def _answers(self, name, ids, results, *, tolerate, masked):
+    def _answers(self, name, ids, results, *, tolerate):
         """The failure policy: the uploads of the clients that answered and
         their sizes (client id -> (floats, bytes)); a client that failed
         raises, or is dropped from this and every later round."""
         uploads, up = [], {}
         for cid, result in zip(ids, results):
             if isinstance(result, StepFailure):
-                if masked:
-                    self._raise(
-                        cid,
-                        name,
-                        result,
-                        note=" Under secure aggregation a client that drops "
-                        "out of a round leaves its masks in the others' "
-                        "uploads, so the sum cannot be recovered.",
-                    )
                 if not tolerate:
                     self._raise(cid, name, result)
                 self.failed_clients[cid] = (
@@ -599,13 +623,19 @@ class Federation(Collections):
                 file=sys.stderr,
             )
 
-    def _secure_aggregation_keys(self):
-        """The key index of every client that took part in the key
-        exchange, run once per fit (:func:`exchange_keys`)."""
-        keys = getattr(self, "_key_index", None)
-        if keys is None:
-            keys = self._key_index = exchange_keys(self)
-        return keys
+    def _masked_round_keys(self, tolerate):
+        """The keys of the next masked round (:func:`round_keys`), after
+        the fit's key exchange, run once (:func:`exchange_keys`)."""
+        if getattr(self, "_key_index", None) is None:
+            self._key_index = exchange_keys(self)
+        self._masked_rounds = getattr(self, "_masked_rounds", 0) + 1
+        return round_keys(
+            self,
+            self._key_index,
+            self._masked_rounds,
+            self.secure_aggregation_threshold,
+            tolerate,
+        )
 
     def _record_wire(self, name, rnd):
         """Move the bytes the transport measured on its wire, if it does
@@ -705,12 +735,12 @@ def _check_declared_empty(name, disclosure, uploads):
         )
 
 
-def _server_view(uploads, kind, masked):
+def _server_view(uploads, kind, masked, correction=None):
     """What the server's step receives of the uploads: their sum alone for
     a sum-only round, else the list."""
     if masked:
         # The sum, never a masked vector.
-        return secagg.unmask_sum(uploads)
+        return secagg.unmask_sum(uploads, correction)
     if kind == SUM_ONLY:
         # Added in an order set by their content: renamed clients give
         # the same sum, bit for bit.

@@ -65,7 +65,7 @@ class Disclosure(NamedTuple):
         never masked.
     noised : int, default=0
         How many differentially private releases (Gaussian mechanisms at the
-        fit's noise multiplier, see :mod:`skfed.privacy`) each client's
+        fit's noise multiplier, see ``skfed.privacy``) each client's
         upload holds. Under ``privacy`` the federation registers them with
         the fit's accountant and refuses an upload round that declares none.
     data_free : bool, default=False

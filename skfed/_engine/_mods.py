@@ -31,18 +31,21 @@ def call_wrapped(step, name, client, state, message, options):
     check_refusal_kept(step, options, client, name)
     if MASK_OPTION in options:
         # A sum-only round under secure aggregation.
+        # The message carries the round's keys for the mask beside the
+        # step's own message.
         options = dict(options)
         spec = options.pop(MASK_OPTION)
+        message, setup = message
         started = step(client, state, message, **options)
-        return with_upload(started, partial(_mask, client, spec))
+        return with_upload(started, partial(_mask, client, spec, setup))
     if step.sum_only and masks(client):
         started = step(client, state, message, **options)
         return with_upload(started, partial(refuse_unmasked, step_name=name))
     return step(client, state, message, **options)
 
 
-def _mask(client, spec, upload):
-    return mask_upload(client, upload, spec)
+def _mask(client, spec, setup, upload):
+    return mask_upload(client, upload, spec, setup)
 
 
 def with_upload(started, transform):

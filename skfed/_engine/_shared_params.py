@@ -35,9 +35,10 @@ What the fit does when a client's step raises. ``"raise"``: a
 left out of the model and listed with the reason in ``failed_clients_``;
 a client that fails after it has answered a round makes the server run
 the protocol again without it, so that nothing it sent shapes the model
-(the ledger counts both runs). A client that fails in a round masked by
-``secure_aggregation`` fails the fit, and when every client fails the fit
-raises a :class:`~skfed.ClientStepError` saying so.""",
+(the ledger counts both runs), also when it fails in a round masked by
+``secure_aggregation`` (its masks are rebuilt from its neighbours'
+shares). When every client fails the fit raises a
+:class:`~skfed.ClientStepError` saying so.""",
     "n_jobs": """\
 Number of clients run in parallel (joblib). ``None`` means 1 unless in a
 :func:`joblib.parallel_config` context. With an int ``random_state`` the
@@ -57,9 +58,14 @@ Whether the clients mask the uploads of the rounds whose server step
 needs only their sum (``"sum_only"`` in ``communication_``) with pairwise
 masks that cancel in the sum, so that the server learns the sum and
 nothing of any one client's upload. Adds a key exchange (4 floats up per
-client, 4 per client down to each), and rounds each summed number to a
-multiple of 2^-32 (the model is the unmasked one within that precision);
-a client that fails in a masked round fails the fit. A fit with no such
+client, 4 per client down to each) and, around each masked round, a round
+key and self-mask seed per client, Shamir-shared among its k neighbours,
+and the unmasking (6 + 10 k floats up per client), and rounds each summed
+number to a multiple of 2^-32 (the model is the unmasked one within that
+precision). A client that drops out of a masked round has its masks
+rebuilt from more than half of the shares it made (round ``"secure
+aggregation unmasking"``); with fewer the fit fails before the round's sum
+is released. A fit with no such
 round ignores it, with a warning. Under ``privacy`` every client still adds
 its full noise before masking: the guarantee does not rest on secure
 aggregation.""",

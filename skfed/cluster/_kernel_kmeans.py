@@ -34,6 +34,8 @@ from .._engine._shared_params import shared_constraints, shared_parameter_docs
 from .._engine._validation import StrictInterval, check_magnitude, clip_to_data
 from .._sklearn_compat import StrOptions
 from .._sklearn_compat import fit_context as _fit_context
+from ..kernel._embedding import feature_embedding
+from ..kernel._private_features import centred_map
 from ..privacy import check_privacy
 from ._centers import KMeansCentersMixin
 from ._protocols._kernel_kmeans import (
@@ -47,12 +49,7 @@ from ._protocols._kernel_kmeans_landmarks import (
     landmark_rounds,
     run_landmarks,
 )
-from ._protocols._kernel_kmeans_one_shot import (
-    centred_map,
-    one_shot_embedding,
-    one_shot_rounds,
-    run_one_shot,
-)
+from ._protocols._kernel_kmeans_one_shot import one_shot_rounds, run_one_shot
 
 __all__ = ["FederatedKernelKMeans"]
 
@@ -1143,7 +1140,7 @@ class FederatedKernelKMeans(
             omega, offset = centred_map(
                 seed, X.shape[1], self.n_random_features_, self.gamma_, center
             )
-            return one_shot_embedding(X, omega, offset, basis, shift)
+            return feature_embedding(X, omega, offset, basis, shift)
         U = replay_eigenvectors(X, self._replay, self.gamma_, self.n_random_features_)
         return U[:, : self.n_components_] * self._scales
 

@@ -54,7 +54,7 @@ from flwr.clientapp import ClientApp
 
 from .._engine._client import make_client
 from .._engine._protocol import StepCall
-from .._engine._transport import StepFailure, collected, kept_after, run_step
+from .._engine._transports._common import StepFailure, collected, kept_after, run_step
 from .._numerics._threads import blas_limits, thread_pools
 from ._records import from_records, to_records
 

@@ -17,7 +17,7 @@ from flwr.app import Message
 
 from .._engine._protocol import resolve_step
 from .._engine._remote import RemoteArray
-from .._engine._transport import StepFailure, assembled
+from .._engine._transports._common import StepFailure, assembled
 from .._engine._validation import canonical_order
 from .._numerics._threads import round_uses_process_threads
 from ._client import ACTION
@@ -472,8 +472,8 @@ class FlowerTransport:
     """Clients on Flower nodes; every round is one message per node.
 
     Built by an estimator's ``fit`` from :class:`NodeData` (see
-    ``skfed._engine._transport`` for the interface). Opening it asks every node to
-    check its rows for the fit.
+    ``skfed._engine._transports._common`` for the interface). Opening it asks
+    every node to check its rows for the fit.
     """
 
     def __init__(self, nodes, *, y, seed, spec):

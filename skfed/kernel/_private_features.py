@@ -26,6 +26,7 @@ from ._random_features import (
 )
 
 __all__ = [
+    "centred_map",
     "count_sum_sensitivity",
     "feature_blocks",
     "feature_sum_sensitivity",
@@ -107,6 +108,16 @@ def paired_fourier_map(seed, n_features, n_random_features, gamma, kernel="rbf")
     )
     omega.flags.writeable = offset.flags.writeable = False
     return omega, offset
+
+
+def centred_map(seed, n_features, n_random_features, gamma, center):
+    """:func:`paired_fourier_map` (``"rbf"``) of the rows x − c:
+    cos((x − c)ᵀΩ + b) = cos(xᵀΩ + (b − cᵀΩ)), so only the phases change
+    and sparse rows stay sparse. ``center=None``: the map itself."""
+    omega, offset = paired_fourier_map(seed, n_features, n_random_features, gamma)
+    if center is None:
+        return omega, offset
+    return omega, offset - np.asarray(center, dtype=np.float64) @ omega
 
 
 def feature_norm_bound(n_random_features):

@@ -483,13 +483,13 @@ def federated_gamma(fed, rounds):
     aggregation, two ``sum_only`` rounds instead, ``rounds.mean`` (N and
     Σ x, so x̄) and ``rounds.spread`` (Σ ‖x − x̄‖², x̄ sent to every
     client), whose masked sums give the same γ within the fixed-point
-    precision. ``rounds`` is a :class:`WidthRounds` (or a name, for
+    precision. ``rounds`` is a ``WidthRounds`` (or a name, for
     :func:`width_rounds` of it).
 
     Under ``raw_rows="refuse"`` every client first checks that its upload
     comes from at least ``MIN_SPREAD_ROWS`` (the mean and spread) or
     ``MIN_ROWS`` (the count and sum) distinct rows, masked or not (see
-    :mod:`skfed.privacy._refusal`). The ledger counts the moments of copies of one
+    ``skfed.privacy._refusal``). The ledger counts the moments of copies of one
     row (zero spread: the mean is the row) as one raw row.
     """
     if isinstance(rounds, str):

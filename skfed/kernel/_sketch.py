@@ -1,5 +1,6 @@
-"""Sketching matrices: CountSketch, TensorSketch and a CountSketch→Gaussian
-subspace embedding of the columns of a matrix.
+"""Sketching matrices: CountSketch, TensorSketch, a CountSketch→Gaussian
+subspace embedding of the columns of a matrix, and the Gaussian test
+matrix of a Nyström sketch.
 
 All maps are drawn from a seed so that every client holding the same seed
 applies the same map (shared randomness costs one float on the network).
@@ -17,8 +18,14 @@ __all__ = [
     "sample_count_sketch",
     "sample_tensor_sketch",
     "sketch_columns",
+    "sketch_matrix",
     "tensor_sketch",
 ]
+
+# The stream of a Nyström sketch's test matrix beside its map's seed:
+# another stream than the map's frequencies, drawn by the server and every
+# client.
+_SKETCH_STREAM = 1
 
 
 def sample_count_sketch(random_state, n_in, n_out):
@@ -172,3 +179,12 @@ def sketch_columns(M, n_out, random_state, *, oversampling=4):
         M = np.asarray(M @ count_sketch_matrix(buckets, signs, n_mid))
     gauss = rng.standard_normal((M.shape[1], n_out)) / np.sqrt(n_out)
     return M @ gauss
+
+
+def sketch_matrix(seed, n_random_features, sketch_size):
+    """Ω, a Nyström sketch's D x l standard Gaussian test matrix, drawn from
+    the seed of the random-feature map it sketches, on a stream of its own
+    (the server and every client draw the same one; no float of it is
+    sent)."""
+    rng = np.random.default_rng([int(seed), _SKETCH_STREAM])
+    return rng.standard_normal((n_random_features, sketch_size))

@@ -38,10 +38,10 @@ The package's modules: ``_mechanisms`` (the settings, the clipping box, the
 noise), ``_accountant`` (calibration and composition), ``_budget`` (a budget
 shared by several fits), ``_errors``, ``_secure_aggregation`` (pairwise
 masks and sums over clients), ``_refusal`` (the minimum of distinct rows
-behind a statistic under ``raw_rows="refuse"``) and ``_audit`` (an empirical
-lower bound on epsilon). The federation engine applies them to the rounds
-the protocols declare; nothing here imports the engine, except the audit,
-which runs the estimators' steps.
+behind a statistic under ``raw_rows="refuse"``). The federation engine
+applies them to the rounds the protocols declare; nothing here imports the
+engine. The empirical audit of the private releases, which runs the
+estimators' steps, sits above the estimators (``skfed._dp_audit``).
 """
 
 # Re-exports only. The names imported "as" themselves are not public API:

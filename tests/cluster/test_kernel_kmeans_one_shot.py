@@ -15,8 +15,8 @@ from sklearn.metrics.pairwise import rbf_kernel
 
 from skfed import FederatedKernelKMeans
 from skfed.cluster._kernel_kmeans import one_shot_features, one_shot_sketch
-from skfed.cluster._protocols._kernel_kmeans_one_shot import feature_map
 from skfed.kernel import random_fourier_features, sample_fourier_weights
+from skfed.kernel._private_features import paired_fourier_map
 
 
 def _digits(n=400):
@@ -27,7 +27,8 @@ def _digits(n=400):
 def _pooled_features(km, X):
     """Z of the fit's shared map on the pooled rows (what no client holds)."""
     seed = km._one_shot_map[0]
-    omega, offset = feature_map(seed, X.shape[1], km.n_random_features_, km.gamma_)
+    D = km.n_random_features_
+    omega, offset = paired_fourier_map(seed, X.shape[1], D, km.gamma_)
     return random_fourier_features(X, omega, offset)
 
 
@@ -280,7 +281,7 @@ def test_paired_orthogonal_map_estimates_the_kernel():
     for D in (64, 65):
         mean = np.zeros_like(K)
         for seed in range(200):
-            Z = random_fourier_features(X, *feature_map(seed, 64, D, gamma))
+            Z = random_fourier_features(X, *paired_fourier_map(seed, 64, D, gamma))
             mean += Z @ Z.T / 200
         # Each entry's error: about D^-1/2 / √200 = 0.009.
         assert np.abs(mean - K).max() < 0.05

@@ -7,74 +7,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import ndimage
-from scipy.linalg import subspace_angles
 from sklearn.datasets import load_digits, make_blobs
 from sklearn.metrics import adjusted_rand_score as ari
 from sklearn.metrics import normalized_mutual_info_score as nmi
 
 from skfed import FederatedKernelKMeans
 from skfed.cluster._kernel_kmeans import one_shot_features, one_shot_sketch
-from skfed.cluster._protocols._kernel_kmeans_one_shot import (
-    feature_covariance_basis,
-    sketch_matrix,
-    sketched_covariance_basis,
-)
 from skfed.privacy import DifferentialPrivacy
 
 
 def _digits(n=400):
     X, y = load_digits(return_X_y=True)
     return X[:n], y[:n]
-
-
-def _statistics(Z, test):
-    """The summed triangle and the summed sketch of the features Z (what
-    the clients' uploads add up to), each followed by Z's column sums."""
-    gram = Z.T @ Z
-    upper = gram[np.triu_indices(Z.shape[1])]
-    sums = Z.sum(axis=0)
-    return np.concatenate([upper, sums]), np.concatenate([(gram @ test).ravel(), sums])
-
-
-@pytest.mark.parametrize("rank", [1, 5, 12])
-def test_sketched_basis_is_the_triangles_on_low_rank_features(rank):
-    # Features of rank r <= l around a mean far from 0: the Nyström
-    # approximation of the centred Gram matrix is exact, so the sketch's
-    # eigenpairs are the triangle's (the centring, done on the server from
-    # the feature sums, must be exact too: uncentred, the mean's direction
-    # would come first).
-    rng = np.random.RandomState(rank)
-    N, D, width = 500, 70, 16
-    Z = rng.standard_normal((N, rank)) @ rng.standard_normal((rank, D))
-    Z += 5.0 * rng.standard_normal(D)
-    test = sketch_matrix(3, D, width)
-    triangle, sketch = _statistics(Z, test)
-    mu, V, shift = feature_covariance_basis(triangle, N, D, rank)
-    mu_s, V_s, shift_s = sketched_covariance_basis(sketch, N, test, rank)
-    assert V_s.shape == (D, rank)
-    np.testing.assert_allclose(mu_s, mu, rtol=1e-8)
-    assert np.max(subspace_angles(V, V_s)) < 1e-6
-    # Same signs (largest entry positive), so the same embedding shift.
-    np.testing.assert_allclose(V_s, V, atol=1e-6)
-    np.testing.assert_allclose(shift_s, shift, atol=1e-6 * np.abs(shift).max())
-    # More components asked for than the rank: the round-off ones dropped.
-    mu_s, V_s, _ = sketched_covariance_basis(sketch, N, test, width)
-    assert len(mu_s) == rank
-
-
-def test_sketched_basis_approximates_a_decaying_spectrum():
-    # Full rank with a fast-decaying spectrum: the top s directions are
-    # found within a small angle with l = 2s.
-    rng = np.random.RandomState(0)
-    N, D, s = 2000, 120, 8
-    Q = np.linalg.qr(rng.standard_normal((D, D)))[0]
-    Z = rng.standard_normal((N, D)) * 0.7 ** np.arange(D) @ Q.T
-    test = sketch_matrix(0, D, 2 * s)
-    triangle, sketch = _statistics(Z, test)
-    mu, V, _ = feature_covariance_basis(triangle, N, D, s)
-    mu_s, V_s, _ = sketched_covariance_basis(sketch, N, test, s)
-    assert np.max(subspace_angles(V[:, :4], V_s)) < 0.05
-    np.testing.assert_allclose(mu_s[:4], mu[:4], rtol=0.01)
 
 
 def test_repeated_rows_give_the_triangles_model():

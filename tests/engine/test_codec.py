@@ -12,7 +12,7 @@ import skfed
 from skfed._engine import _transports
 from skfed._engine._codec import dumps, loads
 from skfed._engine._protocol import StepCall
-from skfed._engine._transport import StepFailure
+from skfed._engine._transports._common import StepFailure
 from skfed._engine._transports._joblib import JoblibTransport
 from skfed._testing import INTEGRATION_CASES
 

@@ -1,5 +1,6 @@
 """The simulated network on a dask.distributed cluster of worker processes."""
 
+import functools
 import threading
 import time
 
@@ -11,9 +12,11 @@ from threadpoolctl import threadpool_limits
 
 import skfed
 from skfed._engine._federation import Federation
+from skfed._engine._ledger import SUM_ONLY
 from skfed._engine._validation import check_partitions
 from skfed._testing import (
     INTEGRATION_CASES,
+    fail_on,
     noisy_sum,
     settled_receipts,
     shipped_since,
@@ -117,6 +120,30 @@ def test_secure_aggregation_on_dask_matches_the_sequential_fit(dask_client):
     np.testing.assert_array_equal(got.predict(X), expected.predict(X))
     np.testing.assert_array_equal(got.cluster_centers_, expected.cluster_centers_)
     assert got.communication_.to_records() == expected.communication_.to_records()
+
+
+def test_a_client_lost_in_a_masked_round_on_dask_is_recovered(dask_client):
+    # Client 1 fails in a masked round on its worker: the others' shares,
+    # opened where their clients live, rebuild its masks, and the round
+    # gives the sequential sum of the other clients' sizes.
+    X, _ = make_blobs(n_samples=240, centers=3, n_features=4, random_state=1)
+    p = check_partitions(np.arange(240) % 6, 240)
+    step = functools.partial(fail_on, bad=1)
+    totals, logs = [], []
+    for backend in ("sequential", "dask"):
+        with parallel_config(backend=backend):
+            fed = Federation.from_arrays(
+                X, None, p, random_state=0, on_client_error="drop"
+            )
+            fed.secure_aggregation = True
+            with fed:
+                totals.append(fed.run_round("sizes", step, disclosure=SUM_ONLY))
+            assert set(fed.failed_clients) == {1}
+            logs.append(fed.log.floats_by_name())
+    assert abs(totals[1] - 200.0) <= 6 * 2.0**-33
+    assert totals[1] == totals[0]
+    assert logs[1] == logs[0]
+    assert "secure aggregation unmasking" in logs[1]
 
 
 # --------------------------------------------------------------------------

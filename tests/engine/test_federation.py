@@ -12,10 +12,10 @@ from joblib import parallel_config
 from threadpoolctl import threadpool_info
 
 from skfed import ClientStepError, ClientValueError
-from skfed._engine import _transport as transport_module
 from skfed._engine._client import fingerprint as _fingerprint
 from skfed._engine._federation import Federation
 from skfed._engine._protocol import client_step, run_alone
+from skfed._engine._transports import _common as transport_module
 from skfed._engine._transports import _joblib as joblib_module
 from skfed._engine._validation import check_partitions
 from skfed._testing import (

@@ -248,18 +248,18 @@ def test_masking_gives_the_same_statistics_within_its_precision():
 
 
 def test_a_failing_client_is_left_out_with_drop(monkeypatch):
-    from skfed._engine import _transport
+    from skfed._engine._transports import _common
 
     X, _ = _data()
     ids = np.arange(len(X)) % 4
-    original = _transport._run_sequential_step
+    original = _common._run_sequential_step
 
     def failing(call, client, storage, message):
         if client.client_id == 2:
-            return _transport.StepFailure(RuntimeError("disk on fire"), "")
+            return _common.StepFailure(RuntimeError("disk on fire"), "")
         return original(call, client, storage, message)
 
-    monkeypatch.setattr(_transport, "_run_sequential_step", failing)
+    monkeypatch.setattr(_common, "_run_sequential_step", failing)
     fed = FederatedStandardScaler(on_client_error="drop").fit(X, partitions=ids)
     assert set(fed.failed_clients_) == {2}
     _assert_matches(fed, StandardScaler().fit(X[ids != 2]))

@@ -17,13 +17,13 @@ import pytest
 from scipy.stats import norm
 
 from skfed import KFed
-from skfed.privacy import DifferentialPrivacy
-from skfed.privacy._audit import (
+from skfed._dp_audit import (
     RELEASES,
     audit,
     clopper_pearson_upper,
     epsilon_lower_bound,
 )
+from skfed.privacy import DifferentialPrivacy
 
 TRIALS = 2000
 

@@ -200,16 +200,22 @@ def test_the_range_error_carries_no_private_value():
 
 def test_a_masking_client_refuses_a_ring_that_leaves_it_alone():
     # A server that names only one client among those that exchanged keys
-    # would receive its vector without any mask.
+    # would receive its vector without any mask; one that asks for a mask
+    # on another ring than the round key's would get masks that do not
+    # cancel.
     X, fed = _federation(masks=True)
     with fed:
         fed.run_round("stats", statistics, disclosure=SUM_ONLY)  # keys
         client = fed.transport.client(0).with_storage(fed.transport._storage[0])
-    own = int(client.masking_keys()["index"])
+    keys = client.masking_keys()
+    own = int(keys["index"])
+    others = [i for i in range(3) if i != own]
+    for alive in ([own], others):
+        with pytest.raises(PermissionError, match="refused"):
+            secagg.draw_round_keys(keys, {"round": 9, "alive": alive, "threshold": 0.5})
+        with pytest.raises(PermissionError, match="refused"):
+            secagg.mask_upload(client, X[:2], {"round": 1, "alive": alive}, None)
+    # The round it drew keys for is its last one, on the three clients.
+    assert keys["round"]["alive"] == [0, 1, 2]
     with pytest.raises(PermissionError, match="refused"):
-        secagg.mask_upload(client, X[:2], {"round": 9, "alive": [own]})
-    with pytest.raises(PermissionError, match="refused"):
-        others = [i for i in range(3) if i != own]
-        secagg.mask_upload(client, X[:2], {"round": 9, "alive": others})
-    masked = secagg.mask_upload(client, X[:2], {"round": 9, "alive": [0, 1, 2]})
-    assert masked["masked"].dtype == np.uint64
+        secagg.mask_upload(client, X[:2], {"round": 9, "alive": [0, 1, 2]}, None)

@@ -18,7 +18,7 @@ from skfed import ClientStepError
 from skfed._engine._federation import Federation, client_config
 from skfed._engine._protocol import check_collectable
 from skfed._engine._secure_aggregation import keys_step
-from skfed._engine._transport import StepFailure
+from skfed._engine._transports._common import StepFailure
 from skfed._engine._validation import check_partitions
 from skfed._testing import InProcessGrid, keep_message_as_labels
 from skfed.cluster._protocols._coreset import cluster_sums_step
@@ -178,7 +178,7 @@ def test_the_simulation_collects_per_row_outputs_in_a_declared_round():
 def test_every_in_process_transport_refuses_keys_and_refused_outputs():
     # The clients' side of each transport's collection: the joblib
     # transport's, a worker process's and a dask worker's reads of what the
-    # clients keep, all through skfed._engine._transport.collected.
+    # clients keep, all through skfed._engine._transports._common.collected.
     from skfed._engine._transports import _dask, _processes
 
     X, _ = _data()

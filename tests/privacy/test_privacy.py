@@ -19,6 +19,7 @@ from skfed._engine._ledger import (
     Disclosure,
     raw_rows_of,
 )
+from skfed._engine._transports._common import StepFailure
 from skfed._engine._validation import check_partitions
 from skfed._testing import fail_on, first_rows, statistics
 from skfed.kernel import federated_gamma
@@ -309,8 +310,9 @@ def test_the_server_of_a_masked_round_never_holds_an_individual_upload(monkeypat
     monkeypatch.setattr(type(fed.transport), "run", spy)
     with fed:
         fed.run_round("stats", statistics, disclosure=SUM_ONLY)
-    (name, uploads) = seen[-1]
+    (name, uploads) = seen[-2]
     assert name == "testing.statistics"
+    assert seen[-1][0] == "secure_aggregation.unmasking"
     for client, u in zip(fed.client_ids, uploads):
         assert set(u) == {"masked", "layout"} and u["masked"].dtype == np.uint64
         # Read alone, a masked vector is not the client's column sum.
@@ -337,15 +339,20 @@ def test_a_transport_that_hands_over_plain_uploads_is_refused(monkeypatch):
             fed.run_round("stats", statistics, disclosure=SUM_ONLY)
 
 
-def test_a_client_failing_in_a_masked_round_fails_the_fit():
-    _, _, fed = _masked_federation(on_client_error="drop")
+def test_a_client_failing_in_a_masked_round_is_dropped_or_raised():
     step = functools.partial(fail_on, bad=1)
+    # on_client_error="drop": the others' shares rebuild its masks, and the
+    # sum is that of the clients that answered, as unmasked.
+    _, _, fed = _masked_federation(on_client_error="drop")
     with fed:
-        with pytest.raises(ClientStepError, match="masks"):
-            fed.run_round("sizes", step, disclosure=SUM_ONLY)
-        # Unmasked, the same failure drops the client.
-        fed.secure_aggregation = False
-        assert fed.run_round("sizes", step, disclosure=SUM_ONLY) == 200.0
+        total = fed.run_round("sizes", step, disclosure=SUM_ONLY)
+    assert abs(total - 200.0) <= 2 * 2.0 ** -(secagg.FRACTION_BITS + 1)
+    assert set(fed.failed_clients) == {1}
+    assert "secure aggregation unmasking" in fed.log.floats_by_name()
+    # on_client_error="raise": the failure raises, masked or not.
+    _, _, fed = _masked_federation()
+    with fed, pytest.raises(ClientStepError, match="disk on fire"):
+        fed.run_round("sizes", step, disclosure=SUM_ONLY)
 
 
 def test_clients_dropped_before_a_masked_round_leave_masks_that_cancel():
@@ -370,19 +377,48 @@ def test_values_beyond_the_fixed_point_range_are_refused():
         assert not any(w in text.lower() for w in ("1e+09", "nan", "inf"))
 
 
-def test_masked_uploads_and_the_mask_option_survive_the_codec():
-    X, _, fed = _masked_federation()
+def test_masked_uploads_and_the_mask_option_survive_the_codec(monkeypatch):
+    # What crosses the network in the rounds of secure aggregation (the
+    # round keys and sealed shares, the masked round's message with its
+    # keys, the masked vectors, a recovery's request and shares) comes back
+    # from the codec as it went.
+    _, _, fed = _masked_federation(on_client_error="drop")
+    seen = []
+    run = type(fed.transport).run
+
+    def spy(self, call, client_ids, messages):
+        out = run(self, call, client_ids, messages)
+        seen.append((call, list(messages), out))
+        return out
+
+    monkeypatch.setattr(type(fed.transport), "run", spy)
     with fed:
-        fed.run_round("stats", statistics, disclosure=SUM_ONLY)
-        client = fed.transport.client(0).with_storage(fed.transport._storage[0])
-    spec = {"round": 7, "alive": [0, 1, 2]}
-    text, arrays = dumps(spec)
-    assert loads(text, arrays) == spec
-    masked = secagg.mask_upload(client, (X[0], {"n": 3}), spec)
-    text, arrays = dumps(masked)
-    back = loads(text, arrays)
-    np.testing.assert_array_equal(back["masked"], masked["masked"])
-    assert back["layout"] == masked["layout"]
+        fed.run_round("sizes", functools.partial(fail_on, bad=1), disclosure=SUM_ONLY)
+    names = [call.name for call, _, _ in seen]
+    assert names[-3:] == [
+        "secure_aggregation.round_keys",
+        "testing.fail_on",
+        "secure_aggregation.unmasking",
+    ]
+
+    def same(a, b):
+        if isinstance(a, np.ndarray):
+            np.testing.assert_array_equal(a, b)
+        elif isinstance(a, dict):
+            assert list(a) == list(b)
+            for key in a:
+                same(a[key], b[key])
+        elif isinstance(a, (tuple, list)):
+            assert len(a) == len(b)
+            for x, y in zip(a, b):
+                same(x, y)
+        else:
+            assert a == b
+
+    for call, messages, out in seen[-3:]:
+        for payload in [call.options, *messages, *out]:
+            if not isinstance(payload, StepFailure):
+                same(payload, loads(*dumps(payload)))
 
 
 @pytest.mark.parametrize(
@@ -418,9 +454,22 @@ def test_masked_fit_is_the_unmasked_model_within_the_precision(name, params, att
         assert adjusted_rand_score(plain.labels_, masked.labels_) == 1.0
     kinds = {d["name"]: d["disclosure"] for d in masked.communication_.disclosure()}
     assert "secure aggregation keys" in kinds
-    # Masking adds only the key exchange: 4 floats up per client.
-    extra = masked.communication_.upload_floats - plain.communication_.upload_floats
-    assert extra == 4 * 3
+    # Masking adds the key exchange (4 floats up per client) and, for each
+    # masked round, each client's round key (4 floats) with the shares it
+    # seals for each of its 2 neighbours (8 floats), and after it each
+    # client's shares of its own and its 2 neighbours' self-mask seeds (2
+    # floats each).
+    log = masked.communication_
+    n_masked = sum(
+        r.name == "secure aggregation round keys" and r.direction == "upload"
+        for r in log.records
+    )
+    assert n_masked == sum(
+        r.disclosure == SUM_ONLY and r.direction == "upload" and any(r.floats)
+        for r in log.records
+    )
+    extra = log.upload_floats - plain.communication_.upload_floats
+    assert extra == 4 * 3 + n_masked * 3 * (4 + 8 * 2 + 2 * 3)
 
 
 @pytest.mark.parametrize(

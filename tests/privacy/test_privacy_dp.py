@@ -21,7 +21,7 @@ from skfed import DistributedKMeans, FederatedRKHSClassifier, KFed
 from skfed._engine import _transports
 from skfed._engine._codec import dumps, loads
 from skfed._engine._protocol import StepCall
-from skfed._engine._transport import StepFailure
+from skfed._engine._transports._common import StepFailure
 from skfed._engine._transports._joblib import JoblibTransport
 from skfed._testing import blobs
 from skfed.cluster._protocols import _kfed_private

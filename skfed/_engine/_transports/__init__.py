@@ -1,8 +1,7 @@
 """The transports, and the one place that chooses a transport for a fit.
 
 A transport holds the clients of a fit and runs their steps (the interface
-is described in ``skfed._engine._transport``, with what every transport
-shares):
+is described in ``_common``, with what every transport shares):
 
 * :class:`~skfed._engine._transports._joblib.JoblibTransport`: clients in
   this process, steps in one joblib pool per fit (the default);

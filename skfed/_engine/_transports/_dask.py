@@ -43,8 +43,8 @@ from .._client import make_client
 from .._errors import WorkerLostError
 from .._protocol import resolve_step
 from .._remote import aligned
-from .._transport import collected, kept_after, run_step
 from .._validation import canonical_order
+from ._common import collected, kept_after, run_step
 
 __all__ = ["DaskTransport", "WorkerLostError", "dask_client", "wait_timeout"]
 
@@ -314,7 +314,7 @@ def _blas_on_one_thread(wanted):
 
 def _read(client, token, namespace, key):
     """What the client sends back of its kept state (checked on the worker
-    against what it may send, ``skfed._engine._transport.collected``)."""
+    against what it may send, ``skfed._engine._transports._common.collected``)."""
     storage = _STORE.get((token, client.client_id), {})
     return collected(client, storage, namespace, key)
 

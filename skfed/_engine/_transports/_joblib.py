@@ -13,7 +13,7 @@ from sklearn.utils.parallel import Parallel, delayed
 
 from ..._numerics._threads import blas_limits, round_uses_process_threads, thread_pools
 from .._protocol import resolve_step
-from .._transport import (
+from ._common import (
     assembled,
     collected,
     kept_after,
@@ -49,7 +49,7 @@ _MIN_PROCESS_ROWS = 2**15
 _PILOT_SHARE = 16
 # Rows of a pool task, when the round's clients hold more than a task per
 # worker (see _task_shares): a wave's worth (see
-# skfed._engine._transport.run_sequential_steps).
+# skfed._engine._transports._common.run_sequential_steps).
 _TASK_ROWS = 2**16
 
 

@@ -45,7 +45,7 @@ from sklearn import config_context, get_config
 
 from ..._numerics._threads import blas_limits, round_uses_process_threads, thread_pools
 from .._protocol import resolve_step
-from .._transport import (
+from ._common import (
     StepFailure,
     assembled,
     collected,
@@ -275,9 +275,10 @@ def _shares(sizes, n_workers):
 class ProcessTransport:
     """Clients held by worker processes of this machine for the whole fit.
 
-    The transport interface of ``skfed._engine._transport``. The clients' rows go
-    to the workers when the federation is entered; this process keeps only
-    their sizes and sample positions (for the fitted attributes).
+    The transport interface of ``skfed._engine._transports._common``. The
+    clients' rows go to the workers when the federation is entered; this
+    process keeps only their sizes and sample positions (for the fitted
+    attributes).
 
     Parameters
     ----------
@@ -428,7 +429,7 @@ class ProcessTransport:
 
     def server_map(self, func, items):
         """``[func(item) for item in items]`` in this transport's threads
-        (``skfed._engine._transport.server_thread_map``)."""
+        (``skfed._engine._transports._common.server_thread_map``)."""
         return server_thread_map(self._threads, func, items)
 
     def local_values(self, namespace, key, client_ids):

@@ -43,6 +43,7 @@ from ...kernel import (
     federated_gamma,
     random_fourier_features,
     sample_fourier_weights,
+    width_rounds,
 )
 from ._coreset import coreset_rounds, federated_coreset_kmeans
 
@@ -54,8 +55,6 @@ __all__ = [
     "EMBEDDING",
     "KERNEL_WIDTH",
     "KERNEL_WIDTH_BROADCAST",
-    "KERNEL_WIDTH_MEAN",
-    "KERNEL_WIDTH_SPREAD",
     "LANCZOS",
     "LANCZOS_EXPAND",
     "LANCZOS_PROJECT",
@@ -64,18 +63,15 @@ __all__ = [
     "KernelKMeansResult",
     "dspgd_rounds",
     "iteration_features",
-    "kernel_width_rounds",
     "replay_eigenvectors",
     "run_kernel_kmeans",
 ]
 
 # The rounds (see run_kernel_kmeans). The kernel width, when not given, is
-# estimated by skfed.kernel.federated_gamma in rounds of this name: each
-# client's mean and spread (per client), or under secure aggregation their
-# sums in two sum-only rounds.
-KERNEL_WIDTH = per_client("kernel width")
-KERNEL_WIDTH_MEAN = sum_only("kernel width (mean)")
-KERNEL_WIDTH_SPREAD = sum_only("kernel width (spread)")
+# estimated by skfed.kernel.federated_gamma in these rounds: each client's
+# mean and spread (per client), or under secure aggregation their sums in
+# two sum-only rounds.
+KERNEL_WIDTH = width_rounds("kernel width")
 KERNEL_WIDTH_BROADCAST = download("kernel width broadcast")
 # DSPGD with CEM: each iteration's features, with the upper triangle of
 # Σ_m W[m]ᵀW[m] (eigen_solver="gram") or kept for the Lanczos products.
@@ -91,16 +87,6 @@ LANCZOS_EXPAND = per_client("lanczos expand")
 EMBEDDING = download("embedding")
 
 
-def kernel_width_rounds(gamma, secure_aggregation):
-    """The rounds that estimate the kernel width (none when ``gamma`` is
-    given)."""
-    if gamma is not None:
-        return ()
-    if secure_aggregation:
-        return (KERNEL_WIDTH_MEAN, KERNEL_WIDTH_SPREAD)
-    return (KERNEL_WIDTH,)
-
-
 def dspgd_rounds(*, gamma, secure_aggregation, use_cem, eigen_solver, refine_iter):
     """The rounds :func:`run_kernel_kmeans` runs, each once: how many
     iterations and Lanczos products a fit takes depends on its data (which
@@ -113,7 +99,7 @@ def dspgd_rounds(*, gamma, secure_aggregation, use_cem, eigen_solver, refine_ite
     else:
         iteration = (RANDOM_FEATURES_KEPT, LANCZOS_PROJECT, LANCZOS_EXPAND)
     return (
-        *kernel_width_rounds(gamma, secure_aggregation),
+        *(KERNEL_WIDTH.run(secure_aggregation) if gamma is None else ()),
         KERNEL_WIDTH_BROADCAST,
         *iteration,
         EMBEDDING,
@@ -281,7 +267,7 @@ verbose
 
     if gamma is None:
         # Each client's mean and spread, or their sums when masked.
-        gamma = federated_gamma(fed, KERNEL_WIDTH.name)
+        gamma = federated_gamma(fed, KERNEL_WIDTH)
     else:
         gamma = float(gamma)
     fed.run_round(KERNEL_WIDTH_BROADCAST, _receive_gamma_step, gamma)

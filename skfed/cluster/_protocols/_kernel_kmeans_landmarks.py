@@ -55,7 +55,7 @@ from ...kernel._random_features import (
 )
 from ...privacy._refusal import require_distinct_rows
 from ._coreset import coreset_rounds, federated_coreset_kmeans
-from ._kernel_kmeans import CHUNK, EMBEDDING, KERNEL_WIDTH, kernel_width_rounds
+from ._kernel_kmeans import CHUNK, EMBEDDING, KERNEL_WIDTH
 from ._kfed import _raw_rows_uploaded, _uploaded_centers
 from ._kfed_local import RawUploadRefused, local_step
 
@@ -107,7 +107,7 @@ def landmark_rounds(*, gamma, secure_aggregation, refine_iter):
     """The rounds :func:`run_landmarks` runs, a repeated round once per run
     (the coreset's refinement at most ``refine_iter`` times)."""
     return (
-        *kernel_width_rounds(gamma, secure_aggregation),
+        *(KERNEL_WIDTH.run(secure_aggregation) if gamma is None else ()),
         LANDMARK_CENTERS,
         LANDMARK_STATISTICS,
         EMBEDDING,
@@ -207,7 +207,7 @@ def run_landmarks(
     result : LandmarkResult
     """
     if gamma is None:
-        gamma = federated_gamma(fed, KERNEL_WIDTH.name)
+        gamma = federated_gamma(fed, KERNEL_WIDTH)
     else:
         gamma = float(gamma)
     refusing = fed.raw_rows == "refuse"

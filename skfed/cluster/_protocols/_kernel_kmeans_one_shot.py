@@ -42,8 +42,11 @@ clips its features to their norm bound and noises its triangle and
 and the private Lloyd of :mod:`skfed.cluster._protocols._kernel_kmeans_private`
 replaces the coreset k-means, whose clients would upload rows of H.
 
-:func:`run_one_shot` drives the rounds; the client steps and the server
-steps follow it.
+:func:`run_one_shot` drives the rounds; the client steps follow it. The
+map, the sketch's test matrix and the server's eigenpairs are
+:mod:`skfed.kernel`'s (``_private_features``, ``_sketch``, ``_embedding``);
+kernel PCA's random-feature solver draws the same map and takes the
+triangle's eigenpairs the same way.
 """
 
 import warnings
@@ -51,19 +54,25 @@ from functools import partial
 from typing import NamedTuple
 
 import numpy as np
-from scipy.linalg import LinAlgError, cholesky, solve_triangular, svd
 from sklearn.exceptions import ConvergenceWarning
 
 from ..._engine._protocol import client_step
 from ..._engine._rounds import sum_only
 from ..._numerics._seeds import SEED_MAX
 from ...kernel import federated_gamma
-from ...kernel._embedding import feature_covariance_basis
-from ...kernel._embedding import feature_embedding as one_shot_embedding
+from ...kernel._embedding import (
+    feature_covariance_basis,
+    feature_embedding,
+    sketched_covariance_basis,
+)
 from ...kernel._private_features import (
+    FEATURE_STATISTICS,
+    PRIVATE_STATISTICS,
+    centred_map,
     feature_blocks,
     feature_gram_statistics,
     feature_norm_bound,
+    feature_statistics_counting_rows,
     paired_fourier_map,
     private_statistics,
 )
@@ -72,35 +81,21 @@ from ...kernel._random_features import (
     count_and_sum_raw_rows,
     count_and_sum_step,
     feature_min_rows,
-    feature_statistics_raw_rows,
 )
+from ...kernel._sketch import sketch_matrix
 from ...privacy import gaussian_noise
 from ...privacy._refusal import MIN_ROWS, require_distinct_rows
 from ._coreset import coreset_rounds, federated_coreset_kmeans
-from ._kernel_kmeans import (
-    CHUNK,
-    EMBEDDING,
-    KERNEL_WIDTH,
-    ROUNDOFF,
-    kernel_width_rounds,
-    signs,
-)
+from ._kernel_kmeans import CHUNK, EMBEDDING, KERNEL_WIDTH
 from ._kernel_kmeans_private import private_kmeans, private_rounds
 
 __all__ = [
-    "FEATURE_STATISTICS",
     "KERNEL_CENTRE",
-    "PRIVATE_FEATURE_STATISTICS",
     "SKETCH_STATISTICS",
     "OneShotResult",
-    "one_shot_embedding",
     "one_shot_rounds",
     "run_one_shot",
 ]
-
-# The stream of the sketch's test matrix Ω beside the map's seed: another
-# stream than the map's frequencies, drawn by the server and every client.
-_SKETCH_STREAM = 1
 
 
 # The rounds (see run_one_shot); the kernel width's, when not given, and
@@ -108,23 +103,11 @@ _SKETCH_STREAM = 1
 # With a sketch: the data's mean, then the sketched statistics around it.
 KERNEL_CENTRE = sum_only("kernel centre", rows=count_and_sum_raw_rows)
 SKETCH_STATISTICS = sum_only("random feature statistics")
-# Without: the upper triangle of Σ_m Z[m]ᵀZ[m] and Z[m]ᵀ1 (the ledger
-# counts a client whose statistics give its rows away, see
-# feature_statistics_uploaded)...
-FEATURE_STATISTICS = sum_only("random feature statistics")
-# ... or, under differential privacy, both noised (two releases, of
-# skfed.kernel._private_features.gram_sensitivity and
-# feature_sum_sensitivity; skfed.kernel's private_statistics runs it).
-PRIVATE_FEATURE_STATISTICS = FEATURE_STATISTICS.noised(2)
-
-
-def feature_statistics_uploaded(n_random_features):
-    """:data:`FEATURE_STATISTICS` counting, in the ledger, the uploads that
-    determine rows of X (see
-    :func:`~skfed.kernel._random_features.feature_statistics_raw_rows`)."""
-    rows = partial(feature_statistics_raw_rows, n_random_features=n_random_features)
-    disclosure = FEATURE_STATISTICS.disclosure._replace(rows=rows)
-    return FEATURE_STATISTICS._replace(disclosure=disclosure)
+# Without, skfed.kernel's FEATURE_STATISTICS: the upper triangle of
+# Σ_m Z[m]ᵀZ[m] and Z[m]ᵀ1 (the ledger counts a client whose statistics
+# give its rows away, see feature_statistics_counting_rows), or under
+# differential privacy its PRIVATE_STATISTICS, both noised (two releases;
+# skfed.kernel's private_statistics runs it).
 
 
 def one_shot_rounds(*, gamma, secure_aggregation, sketch, private, refine_iter):
@@ -133,7 +116,7 @@ def one_shot_rounds(*, gamma, secure_aggregation, sketch, private, refine_iter):
     if sketch:
         statistics = (KERNEL_CENTRE, SKETCH_STATISTICS)
     elif private:
-        statistics = (PRIVATE_FEATURE_STATISTICS,)
+        statistics = (PRIVATE_STATISTICS,)
     else:
         statistics = (FEATURE_STATISTICS,)
     if private:
@@ -141,7 +124,7 @@ def one_shot_rounds(*, gamma, secure_aggregation, sketch, private, refine_iter):
     else:
         clustering = coreset_rounds(refine_iter, embedded=True)
     return (
-        *kernel_width_rounds(gamma, secure_aggregation),
+        *(KERNEL_WIDTH.run(secure_aggregation) if gamma is None else ()),
         *statistics,
         EMBEDDING,
         *clustering,
@@ -238,7 +221,7 @@ def run_one_shot(
     seed = int(random_state.randint(SEED_MAX))
     if gamma is None:
         # Each client's mean and spread, or their sums when masked.
-        gamma = federated_gamma(fed, KERNEL_WIDTH.name)
+        gamma = federated_gamma(fed, KERNEL_WIDTH)
     else:
         gamma = float(gamma)
 
@@ -274,7 +257,7 @@ def run_one_shot(
             # clients' statistics, so the round is sum-only (and may be
             # masked).
             total = fed.run_round(
-                feature_statistics_uploaded(n_random_features),
+                feature_statistics_counting_rows(n_random_features),
                 partial(statistics_step, n_features=n_random_features, **gram_refuse),
                 (seed, gamma),
             )
@@ -338,32 +321,6 @@ def run_one_shot(
     )
 
 
-def feature_map(seed, n_features, n_random_features, gamma):
-    """Ω and b of the shared map z(x) = √(2/D) cos(xᵀΩ + b), read-only: the
-    paired orthogonal features of
-    :func:`~skfed.kernel._private_features.paired_fourier_map` for the RBF
-    kernel (whose docstring says why pairs and orthogonal frequencies)."""
-    return paired_fourier_map(seed, n_features, n_random_features, gamma)
-
-
-def centred_map(seed, n_features, n_random_features, gamma, center):
-    """:func:`feature_map` of the rows x − c: cos((x − c)ᵀΩ + b) =
-    cos(xᵀΩ + (b − cᵀΩ)), so only the phases change and sparse rows stay
-    sparse. ``center=None``: the map itself."""
-    omega, offset = feature_map(seed, n_features, n_random_features, gamma)
-    if center is None:
-        return omega, offset
-    return omega, offset - np.asarray(center, dtype=np.float64) @ omega
-
-
-def sketch_matrix(seed, n_random_features, sketch_size):
-    """Ω, the sketch's D x l standard Gaussian test matrix, drawn from the
-    map's seed on a stream of its own (the server and every client draw the
-    same one; no float of it is sent)."""
-    rng = np.random.default_rng([int(seed), _SKETCH_STREAM])
-    return rng.standard_normal((n_random_features, sketch_size))
-
-
 # --------------------------------------------------------------------------
 # Client steps
 
@@ -391,7 +348,7 @@ def statistics_step(client, state, message, *, n_features, noise=None, min_rows=
     X = client.X
     if min_rows:
         require_distinct_rows(X, min_rows, "random-feature statistics", FEATURE_REMEDY)
-    omega, offset = feature_map(seed, X.shape[1], n_features, gamma)
+    omega, offset = paired_fourier_map(seed, X.shape[1], n_features, gamma)
     radius = None if noise is None else noise[0]
     upper, sums = feature_gram_statistics(X, omega, offset, radius=radius, chunk=CHUNK)
     state = dict(state or {})
@@ -416,8 +373,9 @@ def _sketch_step(client, state, message, *, n_features, min_rows=None):
     clients is a plain vector sum.
 
     The message: the seed of the shared map, γ, l and the global mean x̄,
-    around which the features are taken (:func:`centred_map`); Ω comes
-    from the seed (:func:`sketch_matrix`). Z[m] is held a block of rows at
+    around which the features are taken
+    (:func:`~skfed.kernel._private_features.centred_map`); Ω comes from the
+    seed (:func:`~skfed.kernel._sketch.sketch_matrix`). Z[m] is held a block of rows at
     a time and not kept: the embedding round recomputes it from the seed.
     ``min_rows`` as in :func:`statistics_step`.
     """
@@ -446,68 +404,5 @@ def _embedding_step(client, state, message):
     state = dict(state)
     seed, gamma, n_features, center = state.pop("one_shot_map")
     omega, offset = centred_map(seed, client.X.shape[1], n_features, gamma, center)
-    state["H"] = one_shot_embedding(client.X, omega, offset, basis, shift)
+    state["H"] = feature_embedding(client.X, omega, offset, basis, shift)
     return state, None
-
-
-# --------------------------------------------------------------------------
-# Server steps
-
-
-def sketched_covariance_basis(total, n_samples, test, n_components):
-    """Server: the top eigenpairs of the Nyström approximation of the
-    features' covariance C from the clients' summed sketches.
-
-    Parameters
-    ----------
-    total : ndarray of shape (D l + D,)
-        Σ_m of the clients' uploads: Σ_m Z[m]ᵀZ[m] Ω (D x l, row by row),
-        then Σ_m Z[m]ᵀ1. Only this sum is read.
-    n_samples : int
-        N (public protocol metadata).
-    test : ndarray of shape (D, l)
-        Ω, the sketch's test matrix (:func:`sketch_matrix`).
-    n_components : int
-        s, the eigenpairs wanted (at most l are available).
-
-    Returns
-    -------
-    eigenvalues, basis, shift
-        As :func:`feature_covariance_basis`'s, of C ≈ (CΩ)(ΩᵀCΩ)⁺(CΩ)ᵀ.
-    """
-    D, sketch_size = test.shape
-    n_sketch = D * sketch_size
-    mean = total[n_sketch:] / n_samples
-    # Centred exactly: (Σ ZᵀZ − N z̄ z̄ᵀ) Ω.
-    Y = total[:n_sketch].reshape(D, sketch_size) - n_samples * np.outer(
-        mean, mean @ test
-    )
-    # Tropp et al. (2017), Algorithm 3: the Nyström approximation of the
-    # shifted C + νI, whose core ΩᵀY_ν is positive definite (a Cholesky
-    # factor exists even when C has rank below l), then the shift removed
-    # from the eigenvalues. ν is round-off of Y's scale; if the centring's
-    # round-off still leaves the core indefinite, a larger ν is taken.
-    nu = np.sqrt(D) * np.spacing(np.linalg.norm(Y, 2))
-    for _ in range(8):
-        shifted = Y + nu * test
-        core = test.T @ shifted
-        try:
-            factor = cholesky((core + core.T) / 2, lower=False)
-            break
-        except LinAlgError:
-            nu = max(nu * 100, np.finfo(float).tiny)
-    else:  # pragma: no cover - a core indefinite by more than 1e12 ν
-        raise LinAlgError("the sketch's core matrix is not positive definite")
-    # E = Y_ν R⁻¹ (core = RᵀR): E Eᵀ = Y_ν (ΩᵀY_ν)⁻¹ Y_νᵀ.
-    E = solve_triangular(factor, shifted.T, trans="T", lower=False).T
-    U, sigma, _ = svd(E, full_matrices=False)
-    s = min(n_components, sketch_size)
-    mu, V = np.maximum(sigma[:s] ** 2 - nu, 0.0), U[:, :s]
-    # Round-off relative to the features' total square, N R² (‖z(x)‖ ≤ R
-    # for every x, 1 for even D), as trace(Σ ZᵀZ) is for the triangle.
-    keep = mu > ROUNDOFF * n_samples * feature_norm_bound(D) ** 2
-    if not keep.any():
-        return np.zeros(1), np.zeros((D, 1)), np.zeros(1)
-    mu, V = mu[keep], V[:, keep]
-    V = V * signs(V)
-    return mu, V, mean @ V

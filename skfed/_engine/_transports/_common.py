@@ -29,8 +29,8 @@ default: threads, or processes with ``parallel_config(backend="loky")``);
 whole fit (with ``n_jobs`` > 1); ``DaskTransport`` keeps them on dask
 workers (used for dask collections and under joblib's dask backend);
 ``skfed.flower.FlowerTransport`` reaches them as Flower nodes. The
-transports live in ``skfed._engine._transports``, which also chooses one
-for a fit (``make_transport``, ``remote_transport``).
+transports live beside this module; the package chooses one for a fit
+(``make_transport``, ``remote_transport``).
 
 This module holds what every transport shares: running steps on the
 clients a process holds, keeping their states, and sending back what a
@@ -44,7 +44,7 @@ import numpy as np
 from joblib import effective_n_jobs, parallel_config
 from sklearn import config_context, get_config
 
-from ._protocol import check_collectable, resume, run_together
+from .._protocol import check_collectable, resume, run_together
 
 __all__ = [
     "StepFailure",

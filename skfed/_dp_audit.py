@@ -17,11 +17,9 @@ exceeds its claimed epsilon is not private as claimed.
 Every trial draws a fresh client (its entropy from the operating system),
 so the audit needs no seed and holds whatever the noise's source is.
 
-The audit sits above the estimators: it runs their client steps on a
-client of the engine. It imports them, and the engine, inside its
-functions, so that nothing else in :mod:`skfed.privacy` depends on the
-engine (which applies the privacy package) and nothing in skfed imports
-this module.
+The audit sits above the estimators, beside the test helpers: it runs
+their client steps on a client of the engine, and nothing in skfed imports
+it.
 
 The releases audited (:data:`RELEASES`): KFed's DP Lloyd upload, the
 random-feature statistics of DistributedKernelPCA and of
@@ -38,8 +36,8 @@ from typing import NamedTuple
 import numpy as np
 from scipy.stats import beta
 
-from ._accountant import Accountant
-from ._mechanisms import DifferentialPrivacy
+from .privacy._accountant import Accountant
+from .privacy._mechanisms import DifferentialPrivacy
 
 __all__ = ["AuditResult", "RELEASES", "audit", "epsilon_lower_bound"]
 
@@ -130,14 +128,14 @@ def epsilon_lower_bound(out_scores, in_scores, delta, *, alpha=0.025):
 def _step(name):
     """The client step registered as ``name`` (the estimators' modules,
     imported with the estimators, register their steps)."""
-    from .._engine._protocol import resolve_step
+    from ._engine._protocol import resolve_step
 
     return resolve_step(name)
 
 
 def _client(X, y=None):
     """A one-client federation's client with fresh entropy from the OS."""
-    from .._engine._client import ClientData
+    from ._engine._client import ClientData
 
     return ClientData(0, X, y, np.arange(X.shape[0]), (secrets.randbits(63),))
 
@@ -193,7 +191,7 @@ def kfed_release(epsilon=1.0, delta=1e-5, n_samples=200, n_features=2):
     """KFed's upload (one DP Lloyd iteration, one cluster): D holds a row
     at the box's lower corner, D' the canary at its upper corner, beyond
     the bound (clipped to the corner)."""
-    from ..cluster import KFed
+    from .cluster import KFed
 
     dp_lloyd_step = _step("kfed.dp_lloyd")
 
@@ -221,7 +219,7 @@ def kfed_release(epsilon=1.0, delta=1e-5, n_samples=200, n_features=2):
 
 
 def _feature_statistics_release(name, estimator, step, message, n_random, delta):
-    from ..kernel._private_features import (
+    from .kernel._private_features import (
         count_sum_sensitivity,
         feature_norm_bound,
         gram_sensitivity,
@@ -245,7 +243,7 @@ def _feature_statistics_release(name, estimator, step, message, n_random, delta)
 def kernel_pca_release(epsilon=1.0, delta=1e-5, n_random=20):
     """DistributedKernelPCA's one upload: the noised Gram triangle of the
     random features and [feature sums, count] (two releases)."""
-    from ..decomposition import DistributedKernelPCA
+    from .decomposition import DistributedKernelPCA
 
     dp = DifferentialPrivacy(epsilon=epsilon, delta=delta)
     est = DistributedKernelPCA(2, gamma=0.5, n_random_features=n_random, privacy=dp)
@@ -260,7 +258,7 @@ def kernel_pca_release(epsilon=1.0, delta=1e-5, n_random=20):
 
 
 def _kernel_kmeans(epsilon, delta, n_random, refine_iter=1):
-    from ..cluster import FederatedKernelKMeans
+    from .cluster import FederatedKernelKMeans
 
     dp = DifferentialPrivacy(epsilon=epsilon, delta=delta)
     return FederatedKernelKMeans(
@@ -290,7 +288,7 @@ def kernel_kmeans_sums_release(epsilon=1.0, delta=1e-5, n_random=20, n_component
     per-center sums of the embedding's rows G and counts (one release
     each). D holds a row of G at the bound R on one side, D' the canary
     beyond it on the other (clipped to R)."""
-    from ..kernel._private_features import count_sum_sensitivity, feature_norm_bound
+    from .kernel._private_features import count_sum_sensitivity, feature_norm_bound
 
     est = _kernel_kmeans(epsilon, delta, n_random)
     private_sums_step = _step("kernel_kmeans.private_sums")
@@ -329,8 +327,8 @@ def scaler_release(epsilon=1.0, delta=1e-5, n_samples=200, n_features=2):
     """FederatedStandardScaler's one upload: the noised Σ v and Σ v² of the
     rows in box coordinates (and the public count). D holds a row at the
     box's lower corner, D' the canary beyond its upper corner (clipped)."""
-    from ..preprocessing import FederatedStandardScaler
-    from ..preprocessing._protocols._scaler import private_sensitivity
+    from .preprocessing import FederatedStandardScaler
+    from .preprocessing._protocols._scaler import private_sensitivity
 
     private_step = _step("scaler.dp_statistics")
 
@@ -352,8 +350,8 @@ def classifier_release(epsilon=1.0, delta=1e-5, n_random=20):
     """FederatedRKHSClassifier's row-free upload: the noised Gram triangle
     of the random features and [class sums, class counts] (two releases).
     D' replaces a row of class 0 by a canary of class 1 far from every row."""
-    from ..classification import FederatedRKHSClassifier
-    from ..kernel._private_features import (
+    from .classification import FederatedRKHSClassifier
+    from .kernel._private_features import (
         count_sum_sensitivity,
         feature_norm_bound,
         gram_sensitivity,
