@@ -47,21 +47,28 @@ import platform
 import time
 import tracemalloc
 import warnings
+from functools import partial
 
 import numpy as np
 from _data import digit_images
 from _results import results_dir
 from scipy.sparse.linalg import eigsh
 from sklearn.cluster import KMeans
-from sklearn.datasets import load_digits, load_wine, make_circles
+from sklearn.datasets import load_digits, load_wine, make_circles, make_moons
 from sklearn.decomposition import KernelPCA
-from sklearn.kernel_approximation import RBFSampler
+from sklearn.kernel_approximation import Nystroem, RBFSampler
 from sklearn.metrics import normalized_mutual_info_score as nmi
 from sklearn.metrics.pairwise import rbf_kernel
 from threadpoolctl import threadpool_limits
 
 from skfed import DistributedKMeans, FederatedKernelKMeans
-from skfed._testing import iteration_uploads
+from skfed._testing import (
+    exact_kernel_kmeans as exact_kernel_kmeans_lloyd,
+)
+from skfed._testing import (
+    iteration_uploads,
+    kernel_kmeans_cost,
+)
 from skfed.partition import iid
 
 try:  # built by another engineer; compared when present
@@ -719,6 +726,133 @@ def plot(quality, per_iter, scale, path):
     plt.close(fig)
 
 
+# ------------------------------------------------- landmarks against exact
+
+
+def rings_10d(n, seed=0):
+    """make_circles' two rings (radii 1 and 0.3, 0.05 noise) in a random
+    plane of 10-D, plus 0.02 noise in every direction."""
+    X, y = make_circles(n, factor=0.3, noise=0.05, random_state=seed)
+    rng = np.random.RandomState(seed)
+    plane, _ = np.linalg.qr(rng.standard_normal((10, 2)))
+    return X @ plane.T + 0.02 * rng.standard_normal((n, 10)), y
+
+
+def landmark_datasets(quick):
+    """(name, X, y, k, gamma) of the landmark comparison (γ None: the
+    average-distance width)."""
+    n = 1_000 if quick else 2_000
+    X_c, y_c = make_circles(n, factor=0.3, noise=0.05, random_state=0)
+    X_m, y_m = make_moons(n, noise=0.1, random_state=0)
+    X_r, y_r = rings_10d(n)
+    X_d, y_d, _ = digits()
+    return [
+        (f"circles {n:,} x 2", X_c, y_c, 2, 10.0),
+        (f"two rings {n:,} x 10", X_r, y_r, 2, 10.0),
+        (f"moons {n:,} x 2", X_m, y_m, 2, 10.0),
+        ("digits 1,797 x 64", X_d, y_d, 10, None),
+    ]
+
+
+def _landmark_row(
+    name, X, y, K, exact_cost, gamma, method, labels, up=None, seconds=None, extra=""
+):
+    scores = [nmi(y, lab) for lab in labels]
+    costs = [kernel_kmeans_cost(K, lab) / exact_cost for lab in labels]
+    return {
+        "data": name,
+        "γ": f"{gamma:.4g}",
+        "method": method + extra,
+        "NMI": f"{np.mean(scores):.3f}",
+        "NMI range": f"{min(scores):.3f}-{max(scores):.3f}",
+        "cost / exact": f"{np.mean(costs):.3f}",
+        "up / raw": "" if up is None else f"{up / X.size:.2f}",
+        "fit s": "" if seconds is None else f"{seconds:.2f}",
+    }
+
+
+def landmarks_against_exact(quick, seeds):
+    """The default (landmark features) and the random-feature one-shot
+    against exact kernel k-means (Lloyd in the kernel matrix, 10 k-means++
+    restarts) and Nystroem(300) + KMeans, same γ, 5 IID clients: NMI (mean
+    and range over the seeds), the kernel k-means cost of the labels in the
+    exact kernel matrix relative to the exact solution's, and floats up
+    over the raw data's N d."""
+    rows = []
+    for name, X, y, k, gamma in landmark_datasets(quick):
+        parts = iid(X.shape[0], N_CLIENTS, random_state=0)
+        fitted = {}
+        for label, params in {
+            "default (landmarks)": {},
+            "random features": {"features": "random"},
+        }.items():
+            runs = []
+            for seed in seeds:
+                km = FederatedKernelKMeans(k, gamma=gamma, random_state=seed, **params)
+                start = time.perf_counter()
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    km.fit(X, partitions=parts)
+                runs.append((km, time.perf_counter() - start))
+            fitted[label] = runs
+        gamma_ = fitted["default (landmarks)"][0][0].gamma_
+        K = rbf_kernel(X, gamma=gamma_)
+        exact = [exact_kernel_kmeans_lloyd(K, k, seed=seed) for seed in seeds]
+        exact_cost = min(c for _, c in exact)
+
+        row = partial(_landmark_row, name, X, y, K, exact_cost, gamma_)
+        for label, runs in fitted.items():
+            km0 = runs[0][0]
+            rows.append(
+                row(
+                    label,
+                    [km.labels_ for km, _ in runs],
+                    np.mean([uploads(km.communication_)[0] for km, _ in runs]),
+                    np.mean([t for _, t in runs]),
+                    f" (D={km0.n_random_features_}, s={km0.n_components_})",
+                )
+            )
+        rows.append(row("exact kernel k-means", [lab for lab, _ in exact]))
+        nys = [
+            KMeans(k, n_init=10, random_state=seed).fit_predict(
+                Nystroem(
+                    gamma=gamma_, n_components=300, random_state=seed
+                ).fit_transform(X)
+            )
+            for seed in seeds
+        ]
+        rows.append(row("Nystroem(300) + KMeans", nys))
+        print(markdown(rows[-4:]), flush=True)
+    # Clients of 1,000 rows: what the default uploads against their rows.
+    for name, X, k, gamma in [
+        (
+            "circles 5,000 x 2",
+            make_circles(5_000, factor=0.3, noise=0.05, random_state=0)[0],
+            2,
+            10.0,
+        ),
+        ("two rings 5,000 x 10", rings_10d(5_000)[0], 2, 10.0),
+        ("digits images 5,000 x 400", digit_images(5_000)[0], 10, None),
+    ]:
+        km = FederatedKernelKMeans(k, gamma=gamma, random_state=0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            km.fit(X, partitions=iid(X.shape[0], N_CLIENTS, random_state=0))
+        rows.append(
+            {
+                "data": name + " (clients of 1,000 rows)",
+                "γ": f"{km.gamma_:.4g}",
+                "method": f"default (D={km.n_random_features_}, s={km.n_components_})",
+                "NMI": "",
+                "NMI range": "",
+                "cost / exact": "",
+                "up / raw": f"{uploads(km.communication_)[0] / X.size:.2f}",
+                "fit s": "",
+            }
+        )
+    return rows
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes")
@@ -738,7 +872,34 @@ def main():
         help="with --solvers: only the data sets whose name contains one of "
         "these words (comma-separated, e.g. digits,images)",
     )
+    parser.add_argument(
+        "--landmarks",
+        action="store_true",
+        help="only the default's landmark features against exact kernel k-means",
+    )
     args = parser.parse_args()
+    if args.landmarks:
+        with threadpool_limits(limits=1):
+            rows = landmarks_against_exact(args.quick, range(args.seeds or 3))
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        report = RESULTS / f"bench_kernel_kmeans_landmarks{'_quick' * args.quick}.md"
+        text = "\n\n".join(
+            [
+                "# FederatedKernelKMeans: landmark features against exact "
+                "kernel k-means",
+                f"Machine: {platform.machine()}, Python "
+                f"{platform.python_version()}, BLAS pinned to 1 thread; shared "
+                f"2-core machine, timings are noisy. {N_CLIENTS} IID clients; "
+                f"{args.seeds or 3} seeds. `cost / exact`: the kernel k-means "
+                "objective of the labels in the exact kernel matrix over the "
+                "exact solution's; `up / raw`: floats up over N d. MNIST-5k is "
+                "not available offline and is not run.",
+                markdown(rows),
+            ]
+        )
+        report.write_text(text + "\n")
+        print(text)
+        return
     if args.solvers:
         with threadpool_limits(limits=1):
             rows = solvers_against_each_other(

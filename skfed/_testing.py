@@ -625,3 +625,51 @@ class InProcessGrid:
     def node_config(self, node, **settings):
         """Set entries of a node's config (``--node-config``)."""
         self.contexts[node].node_config.update(settings)
+
+
+def kernel_kmeans_cost(K, labels):
+    """The kernel k-means objective of ``labels`` in the kernel matrix K:
+    Σ_c (Σ_{i∈c} K_ii − Σ_{i,j∈c} K_ij / n_c), the squared distances of the
+    rows' features to their clusters' means."""
+    cost = 0.0
+    for c in np.unique(labels):
+        m = labels == c
+        cost += K.diagonal()[m].sum() - K[np.ix_(m, m)].sum() / m.sum()
+    return float(cost)
+
+
+def exact_kernel_kmeans(K, n_clusters, *, n_init=10, max_iter=100, seed=0):
+    """Exact kernel k-means, the centralized reference on small data: Lloyd
+    in the kernel matrix K (distances to cluster means in the feature space
+    from K alone), from ``n_init`` k-means++ seedings in that space; the
+    labels of least cost (:func:`kernel_kmeans_cost`) and the cost."""
+    rng = np.random.default_rng(seed)
+    n, k = K.shape[0], n_clusters
+    diag = K.diagonal().copy()
+    best_cost, best = np.inf, None
+    for _ in range(n_init):
+        # k-means++ on feature-space distances ‖φ_i − φ_j‖² from K.
+        centers = [int(rng.integers(n))]
+        d2 = np.maximum(diag - 2 * K[:, centers[0]] + diag[centers[0]], 0)
+        for _ in range(1, k):
+            p = d2 / d2.sum() if d2.sum() > 0 else np.full(n, 1 / n)
+            c = int(rng.choice(n, p=p))
+            centers.append(c)
+            d2 = np.minimum(d2, np.maximum(diag - 2 * K[:, c] + diag[c], 0))
+        dist = diag[:, None] - 2 * K[:, centers] + diag[centers][None, :]
+        labels = dist.argmin(axis=1)
+        for _ in range(max_iter):
+            dist = np.full((n, k), np.inf)
+            for c in range(k):
+                m = labels == c
+                if m.any():
+                    inner = K[np.ix_(m, m)].sum() / m.sum() ** 2
+                    dist[:, c] = diag - 2 * K[:, m].sum(axis=1) / m.sum() + inner
+            new = dist.argmin(axis=1)
+            if np.array_equal(new, labels):
+                break
+            labels = new
+        cost = kernel_kmeans_cost(K, labels)
+        if cost < best_cost:
+            best_cost, best = cost, labels
+    return best, best_cost

@@ -29,13 +29,14 @@ def tradeoff():
 def test_the_tradeoff_sweeps_the_default_solvers_knob(tradeoff):
     from skfed import FederatedKernelKMeans
 
-    # The kernel k-means sweep turns the knob of the default solver: three
-    # different costs, and D = 300 is what the default chooses here.
+    # The kernel k-means sweep turns the knob of the default solver's random
+    # features: three different costs, and D = 300 is what their default
+    # chooses here.
     kernel = tradeoff["sweeps"]["FederatedKernelKMeans (features D)"]
     assert all(est.algorithm_ == "one_shot" for est in kernel)
     floats = [f for f, _ in tradeoff["results"]["FederatedKernelKMeans (features D)"]]
     assert floats == sorted(floats) and len(set(floats)) == 3
-    default = FederatedKernelKMeans(10, random_state=0)
+    default = FederatedKernelKMeans(10, features="random", random_state=0)
     default.fit(tradeoff["X"], partitions=tradeoff["ids"])
     assert default.n_random_features_ == kernel[-1].n_random_features == 300
     # "180 rows of 64 features on average"

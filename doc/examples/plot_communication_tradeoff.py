@@ -10,9 +10,10 @@ each fit communicated, read from its ``communication_`` ledger:
 * :class:`skfed.KFed` — one round; its knob is the number of local clusters k'.
 * :class:`skfed.DistributedKMeans` — distributed coreset k-means; its knob is
   the coreset size.
-* :class:`skfed.FederatedKernelKMeans` — kernel k-means from random Fourier
-  features; by default each client uploads its features' statistics once,
-  and the knob is the number of features D.
+* :class:`skfed.FederatedKernelKMeans` — kernel k-means; each client
+  uploads its features' statistics once, and with random Fourier features
+  (what an explicit ``n_random_features`` asks for) the knob is their
+  number D.
 
 The dashed line is :class:`~sklearn.cluster.KMeans` on the pooled data, the
 dotted one the floats of sending all the raw data to one place.
@@ -44,8 +45,10 @@ ids = partition.label_dirichlet(y, 10, alpha=0.3, min_size=20, random_state=0)
 # Each estimator is fitted three times, with its communication knob turned up.
 # k-FED's upload is k' centers per client; the coreset's upload grows with
 # the number of sampled points; federated kernel k-means' one upload of
-# statistics is D(D + 1)/2 + D floats per client (D = 300 is its default
-# on these data), followed by the coreset k-means of its embedding.
+# statistics is D(D + 1)/2 + D floats per client (D = 300 is the random
+# features' default; on such narrow data the default map is Nyström features
+# on 300 landmarks, whose statistics are as large), followed by the coreset
+# k-means of its embedding.
 
 sweeps = {
     "KFed (k')": [KFed(10, n_local_clusters=kl, random_state=0) for kl in (3, 5, 10)],

@@ -94,7 +94,7 @@ def test_nmi_matches_exact_centred_kernel_kmeans(name):
     nmis = []
     for seed in range(3):
         km = FederatedKernelKMeans(
-            k, gamma=gamma, coreset_size=300, random_state=seed
+            k, gamma=gamma, features="random", coreset_size=300, random_state=seed
         ).fit(X, partitions=4)
         nmis.append(nmi(y, km.labels_))
     n = X.shape[0]
@@ -152,8 +152,8 @@ def test_auto_features_grow_with_wide_data_within_a_fifth_of_its_floats():
     rng = np.random.RandomState(0)
     X = rng.standard_normal((1200, 320))
     parts = np.arange(1200) % 2
-    km = FederatedKernelKMeans(3, n_init=2, random_state=0).fit(X, partitions=parts)
-    D = km.n_random_features_
+    km = FederatedKernelKMeans(3, n_init=2, features="random", random_state=0)
+    D = km.fit(X, partitions=parts).n_random_features_
     # 0.2 * 1200 * 320 / 2 = 38,400 floats per client allow D = 274: 300.
     assert D == one_shot_features(1200, 320, 2) == 300
     X = rng.standard_normal((1600, 320))

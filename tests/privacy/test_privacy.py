@@ -114,14 +114,18 @@ def test_the_rkhs_ledger_counts_the_samples_sent_and_the_support_forwarded():
 
 
 @pytest.mark.parametrize(
-    "algorithm, sum_round",
-    [("one_shot", "random feature statistics"), ("dspgd", "lanczos")],
+    "params, sum_round",
+    [
+        ({"algorithm": "one_shot"}, "landmark feature statistics"),
+        ({"algorithm": "one_shot", "features": "random"}, "random feature statistics"),
+        ({"algorithm": "dspgd"}, "lanczos"),
+    ],
 )
-def test_kernel_kmeans_counts_the_embedded_rows_it_samples(algorithm, sum_round):
+def test_kernel_kmeans_counts_the_embedded_rows_it_samples(params, sum_round):
     # The coreset's rows are rows of the spectral embedding (s = 9 columns
     # here, X has 4): the server that made the embedding solves them for
     # rows of X, so the ledger counts them as raw rows.
-    est = _fit("FederatedKernelKMeans", algorithm=algorithm)
+    est = _fit("FederatedKernelKMeans", **params)
     log = est.communication_
     (sampling,) = [d for d in log.disclosure() if d["name"] == "coreset sampling"]
     assert est.embedding_.shape[1] >= 4

@@ -10,5 +10,7 @@ its client steps and its server steps.
   and its differentially private local step in :mod:`._kfed_private`;
 - :mod:`._kernel_kmeans`: kernel k-means by DSPGD;
   :mod:`._kernel_kmeans_one_shot`: by one round of random-feature
-  statistics; :mod:`._kernel_kmeans_private`: its private Lloyd.
+  statistics; :mod:`._kernel_kmeans_landmarks`: by Nyström features on the
+  clients' local centers; :mod:`._kernel_kmeans_private`: its private
+  Lloyd.
 """
