@@ -749,77 +749,56 @@ class FederatedKernelKMeans(
             coreset_size, n_init = self.coreset_size, self.n_init
             if coreset_size == "auto":
                 coreset_size = _AUTO_CORESET_SIZE
-        if features == "landmarks":
-            n_landmarks = self._n_landmarks()
-            self.n_random_features_ = None
+        # What every protocol of the fit takes alike.
+        shared = {
+            "n_clusters": self.n_clusters,
+            "random_state": rng,
+            "coreset_size": coreset_size,
+            "n_init": n_init,
+            "gamma": self.gamma,
+            "refine_iter": self.refine_iter,
+        }
+
+        def run(protocol, **options):
             with fed:
-                result = fed.run_protocol(
-                    partial(
-                        run_landmarks,
-                        fed,
-                        n_clusters=self.n_clusters,
-                        n_components=self.n_components,
-                        random_state=rng,
-                        coreset_size=coreset_size,
-                        n_init=n_init,
-                        n_landmarks=n_landmarks,
-                        gamma=self.gamma,
-                        refine_iter=self.refine_iter,
-                    ),
-                    random_state=rng,
+                return fed.run_protocol(
+                    partial(protocol, fed, **shared, **options), random_state=rng
                 )
-            self._set_one_shot_attributes(result, fed, features="landmarks")
-            self._label_rows_held_here(X, fed)
-            self._record_privacy(fed)
-            return self
-        if algorithm == "one_shot":
-            with fed:
-                result = fed.run_protocol(
-                    partial(
-                        run_one_shot,
-                        fed,
-                        n_clusters=self.n_clusters,
-                        n_components=self._s(D),
-                        random_state=rng,
-                        coreset_size=coreset_size,
-                        n_init=n_init,
-                        n_random_features=D,
-                        gamma=self.gamma,
-                        refine_iter=self.refine_iter,
-                        sketch_size=sketch,
-                    ),
-                    random_state=rng,
+
+        if features == "landmarks" or algorithm == "one_shot":
+            if features == "landmarks":
+                self.n_random_features_ = None
+                result = run(
+                    run_landmarks,
+                    n_components=self.n_components,
+                    n_landmarks=self._n_landmarks(),
                 )
-            self._set_one_shot_attributes(result, fed)
+            else:
+                result = run(
+                    run_one_shot,
+                    n_components=self._s(D),
+                    n_random_features=D,
+                    sketch_size=sketch,
+                )
+            self._set_one_shot_attributes(result, fed, features=features)
             self._label_rows_held_here(X, fed)
             self._record_privacy(fed)
             return self
         eigen_solver = self._eigen_solver(D)
-        with fed:
-            result = fed.run_protocol(
-                partial(
-                    run_kernel_kmeans,
-                    fed,
-                    n_clusters=self.n_clusters,
-                    n_components=self._s(D),
-                    random_state=rng,
-                    coreset_size=coreset_size,
-                    n_init=n_init,
-                    n_random_features=D,
-                    gamma=self.gamma,
-                    threshold=self.threshold,
-                    step_size=self.step_size,
-                    max_iter=self.max_iter,
-                    tol=self.tol,
-                    eigen_solver=eigen_solver,
-                    eigen_tol=self.eigen_tol,
-                    lanczos_block_size=self.lanczos_block_size,
-                    use_cem=self.use_cem,
-                    refine_iter=self.refine_iter,
-                    verbose=self.verbose,
-                ),
-                random_state=rng,
-            )
+        result = run(
+            run_kernel_kmeans,
+            n_components=self._s(D),
+            n_random_features=D,
+            threshold=self.threshold,
+            step_size=self.step_size,
+            max_iter=self.max_iter,
+            tol=self.tol,
+            eigen_solver=eigen_solver,
+            eigen_tol=self.eigen_tol,
+            lanczos_block_size=self.lanczos_block_size,
+            use_cem=self.use_cem,
+            verbose=self.verbose,
+        )
         self._set_common_attributes(result, fed)
         self.algorithm_ = "dspgd"
         self.features_ = "random"
