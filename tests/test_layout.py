@@ -174,3 +174,19 @@ def test_private_sklearn_names_come_through_the_compatibility_module():
     ]
     assert found == []
     assert list(_sklearn_private_imports("skfed._sklearn_compat"))
+
+
+@pytest.mark.parametrize("package", ["skfed.privacy", "skfed._numerics"])
+def test_privacy_and_numerics_import_nothing_of_the_engine(package):
+    # The engine applies privacy, never the other way round.
+    reaching = {
+        name: [d for d in deps if d.startswith("skfed._engine")]
+        for name, deps in _graph().items()
+        if name.startswith(package)
+    }
+    assert {name: deps for name, deps in reaching.items() if deps} == {}
+
+
+def test_nothing_in_the_package_imports_the_audit():
+    # The DP audit runs the estimators' steps: it sits above them.
+    assert not any("skfed._dp_audit" in deps for deps in _graph().values())
