@@ -36,6 +36,28 @@ from ._protocols._kfed import KFedLocalOptions, kfed_rounds, run_kfed
 __all__ = ["DistributedKMeans"]
 
 
+def clipped_coreset_options(estimator, n_samples, auto_size):
+    """An estimator's ``coreset_size`` and ``n_init`` clipped, with a
+    warning, to the rows the coreset is drawn from (a coreset larger than
+    the data summarises nothing; more restarts than coreset points only
+    repeat seedings). ``"auto"`` is ``auto_size``: the rule's size is ours,
+    not the user's, so it is clipped without a warning."""
+    if estimator.coreset_size == "auto":
+        coreset_size = min(auto_size, n_samples)
+    else:
+        coreset_size = clip_to_data(
+            "coreset_size", estimator.coreset_size, n_samples, "samples"
+        )
+    n_init = clip_to_data(
+        "n_init",
+        estimator.n_init,
+        coreset_size + n_samples,
+        "points of the coreset",
+        estimator=estimator,
+    )
+    return coreset_size, n_init
+
+
 @shared_parameter_docs(
     "on_client_error", "n_jobs", "verbose", "raw_rows", "secure_aggregation"
 )
@@ -465,22 +487,8 @@ class DistributedKMeans(
                 f"n_samples={n_samples} should be >= n_clusters={self.n_clusters}; "
                 "ask for fewer clusters or pass more samples."
             )
-        # A coreset larger than the data summarises nothing; more restarts
-        # than coreset points only repeat seedings.
-        if self.coreset_size == "auto":
-            # The rule's size is ours, not the user's: no warning when the
-            # data are smaller.
-            coreset_size = min(auto_coreset_size(self.n_clusters), n_samples)
-        else:
-            coreset_size = clip_to_data(
-                "coreset_size", self.coreset_size, n_samples, "samples"
-            )
-        n_init = clip_to_data(
-            "n_init",
-            self.n_init,
-            coreset_size + n_samples,
-            "points of the coreset",
-            estimator=self,
+        coreset_size, n_init = clipped_coreset_options(
+            self, n_samples, auto_coreset_size(self.n_clusters)
         )
         weighted = sample_weight is not None
         if weighted:

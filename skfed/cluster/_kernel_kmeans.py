@@ -31,13 +31,14 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .._engine._estimator import FederatedMixin
 from .._engine._remote import blockwise, is_dask_collection, is_remote
 from .._engine._shared_params import shared_constraints, shared_parameter_docs
-from .._engine._validation import StrictInterval, check_magnitude, clip_to_data
+from .._engine._validation import StrictInterval, check_magnitude
 from .._sklearn_compat import StrOptions
 from .._sklearn_compat import fit_context as _fit_context
 from ..kernel._embedding import feature_embedding
 from ..kernel._private_features import centred_map
 from ..privacy import check_privacy
 from ._centers import KMeansCentersMixin
+from ._distributed_kmeans import clipped_coreset_options
 from ._protocols._kernel_kmeans import (
     CHUNK,
     dspgd_rounds,
@@ -876,25 +877,8 @@ class FederatedKernelKMeans(
         self.communication_ = fed.log
 
     def _coreset_sizes(self, n_samples):
-        """coreset_size and n_init clipped, with a warning, to the embedding's
-        rows (a coreset larger than the data summarises nothing; more
-        restarts than coreset points only repeat seedings)."""
-        if self.coreset_size == "auto":
-            # The default's size is ours, not the user's: no warning when
-            # the data are smaller.
-            coreset_size = min(_AUTO_CORESET_SIZE, n_samples)
-        else:
-            coreset_size = clip_to_data(
-                "coreset_size", self.coreset_size, n_samples, "samples"
-            )
-        n_init = clip_to_data(
-            "n_init",
-            self.n_init,
-            coreset_size + n_samples,
-            "points of the coreset",
-            estimator=self,
-        )
-        return coreset_size, n_init
+        """coreset_size and n_init clipped to the embedding's rows."""
+        return clipped_coreset_options(self, n_samples, _AUTO_CORESET_SIZE)
 
     def _check_sizes(self, n_samples, D, sketch_size=None):
         """Reject sizes the algorithm cannot serve, saying what to change."""
