@@ -431,15 +431,19 @@ def test_kfed_refinement_sums_of_a_one_row_cluster_are_left_out(received):
 # -- the refusal is the client's own setting -----------------------------------
 
 
+def _refusing_federation(X):
+    """Three clients made refusing raw rows (their own setting), whatever
+    the server asks."""
+    config = client_config(type("Refusing", (), {"raw_rows": "refuse"})())
+    parts = check_partitions(np.arange(len(X)) % 3, len(X))
+    return Federation.from_arrays(X, None, parts, random_state=0, client_config=config)
+
+
 def test_a_refusing_client_refuses_a_step_asked_without_its_minimum():
     # A server that drops the minimum from its call (or asks k-FED's local
     # step for a small client's rows) is refused on the client, before the
     # step runs: raw_rows="refuse" is set when the client is made.
-    X = _blobs(60)
-    config = client_config(type("Refusing", (), {"raw_rows": "refuse"})())
-    parts = check_partitions(np.arange(len(X)) % 3, len(X))
-    fed = Federation.from_arrays(X, None, parts, random_state=0, client_config=config)
-    with fed:
+    with _refusing_federation(_blobs(60)) as fed:
         plain = partial(statistics_step, n_features=8)
         with pytest.raises(ClientStepError, match="refuses to send raw rows"):
             fed.run_round("features", plain, (0, 0.1, "rbf"), disclosure="sum_only")
@@ -498,10 +502,6 @@ def test_scaler_spread_of_a_two_row_client_is_refused():
 def test_a_refusing_scaler_client_refuses_a_mean_asked_without_its_minimum():
     from skfed.preprocessing._protocols._scaler import _mean_step
 
-    X = _blobs(60)
-    config = client_config(type("Refusing", (), {"raw_rows": "refuse"})())
-    parts = check_partitions(np.arange(len(X)) % 3, len(X))
-    fed = Federation.from_arrays(X, None, parts, random_state=0, client_config=config)
-    with fed:
+    with _refusing_federation(_blobs(60)) as fed:
         with pytest.raises(ClientStepError, match="refuses to send raw rows"):
-            fed.run_round("scaler mean", _mean_step, len(X), disclosure="sum_only")
+            fed.run_round("scaler mean", _mean_step, 60, disclosure="sum_only")
