@@ -16,6 +16,8 @@ import numbers
 import numpy as np
 import scipy.sparse as sp
 
+from ..privacy._distributed import DistributedNoise
+
 __all__ = ["decode", "dumps", "encode", "loads"]
 
 _SPARSE = {"csr": sp.csr_matrix, "csc": sp.csc_matrix, "coo": sp.coo_matrix}
@@ -80,6 +82,16 @@ def _encode(obj, arrays):
         return {"scalar": _array(np.asarray(obj), arrays)}
     if isinstance(obj, numbers.Integral):
         return int(obj)
+    if isinstance(obj, DistributedNoise):
+        # The shares' noise: its standard deviation and what the shares
+        # are drawn for (a plain float would have the client add it all).
+        return {
+            "distributed_noise": [
+                _encode(float(obj), arrays),
+                _encode(obj.sensitivity, arrays),
+                int(obj.honest),
+            ]
+        }
     if isinstance(obj, numbers.Real):
         # JSON has no infinities or NaN; a 0-d array keeps them exactly.
         return {"scalar": _array(np.asarray(float(obj)), arrays), "py": "float"}
@@ -114,6 +126,11 @@ def _decode(node, arrays):
     if "scalar" in node:
         value = arrays[node["scalar"]][()]
         return float(value) if node.get("py") == "float" else value
+    if "distributed_noise" in node:
+        std, sensitivity, honest = node["distributed_noise"]
+        return DistributedNoise(
+            _decode(std, arrays), _decode(sensitivity, arrays), int(honest)
+        )
     if "tuple" in node:
         return tuple(_decode(v, arrays) for v in node["tuple"])
     if "list" in node:

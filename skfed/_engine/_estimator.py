@@ -15,6 +15,7 @@ from sklearn.utils.validation import validate_data
 
 from ..privacy import Accountant, check_privacy
 from ..privacy._budget import carry_open_budgets, charge_fit, settle_fit
+from ..privacy._distributed import honest_count
 from ._client import client_config
 from ._federation import Federation
 from ._remote import is_remote
@@ -317,10 +318,28 @@ class FederatedMixin:
                 self._privacy_releases(),
                 estimator=type(self).__name__,
                 n_samples=fed.n_samples,
+                honest=self._honest_clients(fed, privacy),
             )
             # Open PrivacyBudgets are charged before the first round.
             fed.budget_charges = charge_fit(self, privacy)
         return fed
+
+    def _honest_clients(self, fed, privacy):
+        """h, the clients whose noise shares each masked release counts on
+        (:mod:`skfed.privacy._distributed`), when the fit masks a noised
+        round; None when every release is noised on its client alone."""
+        if not fed.secure_aggregation:
+            return None
+        rounds = self._rounds() or ()
+        if not any(
+            r.masked_by_secure_aggregation and r.disclosure.noised for r in rounds
+        ):
+            return None
+        return honest_count(
+            privacy.honest_clients,
+            len(fed.client_ids),
+            may_drop=fed.on_client_error == "drop",
+        )
 
     def _record_privacy(self, fed):
         """Set ``privacy_spent_``: the (epsilon, delta) the fit's noised

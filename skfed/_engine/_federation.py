@@ -487,7 +487,7 @@ class Federation(Collections):
         if tolerate is None:
             tolerate = self.on_client_error == "drop"
         if masked:
-            setup = self._masked_round_keys(tolerate)
+            setup = self._masked_round_keys(name, tolerate)
         ids = list(self.client_ids)
         messages, down = _sent(name, ids, message, messages)
         # Rows a message forwards are counted from the protocol's message.
@@ -501,7 +501,12 @@ class Federation(Collections):
         self._record_download(name, rnd, kind, disclosure, ids, forwards, down)
         results = self.transport.run(call, ids, list(messages))
         self._record_wire(name, rnd)
-        uploads, up = self._answers(name, ids, results, tolerate=tolerate)
+        # A client that answered only rounds of no data (keys, shares) has
+        # shaped nothing: failing later, it needs no rerun.
+        shaped = disclosure is None or not (disclosure.data_free or disclosure.empty)
+        uploads, up = self._answers(
+            name, ids, results, tolerate=tolerate, shaped=shaped
+        )
         _check_declared_empty(name, disclosure, uploads)
         self._record_upload(name, rnd, kind, disclosure, ids, uploads, up, masked)
         self._report(rnd, name, len(uploads), up, down)
@@ -518,6 +523,7 @@ class Federation(Collections):
                 self._key_index,
                 self.secure_aggregation_threshold,
                 next(u for u in uploads if u is not None)["masked"].size,
+                honest=getattr(self.accountant, "honest", None),
             )
         return _server_view(uploads, kind, masked, correction)
 
@@ -565,10 +571,12 @@ class Federation(Collections):
             raw_rows=forwarded,
         )
 
-    def _answers(self, name, ids, results, *, tolerate):
+    def _answers(self, name, ids, results, *, tolerate, shaped=True):
         """The failure policy: the uploads of the clients that answered and
         their sizes (client id -> (floats, bytes)); a client that failed
-        raises, or is dropped from this and every later round."""
+        raises, or is dropped from this and every later round. ``shaped``:
+        the uploads depend on the clients' data (a client that fails after
+        such a round makes the protocol run again, ``run_protocol``)."""
         uploads, up = [], {}
         for cid, result in zip(ids, results):
             if isinstance(result, StepFailure):
@@ -583,7 +591,8 @@ class Federation(Collections):
             uploads.append(result)
             up[cid] = count_payload(result)
         self.client_ids = [c for c in ids if c not in self.failed_clients]
-        self._answered.update(self.client_ids)
+        if shaped:
+            self._answered.update(self.client_ids)
         if ids and not self.client_ids:
             self._raise_none_left(name)
         return uploads, up
@@ -611,7 +620,7 @@ class Federation(Collections):
             noised=noised,
         )
         if noised and self.accountant is not None:
-            self.accountant.register(name, noised)
+            self.accountant.register(name, noised, shared=masked)
 
     def _report(self, rnd, name, n_answered, up, down):
         """One line per round at ``verbose`` > 0."""
@@ -623,7 +632,7 @@ class Federation(Collections):
                 file=sys.stderr,
             )
 
-    def _masked_round_keys(self, tolerate):
+    def _masked_round_keys(self, name, tolerate):
         """The keys of the next masked round (:func:`round_keys`), after
         the fit's key exchange, run once (:func:`exchange_keys`)."""
         if getattr(self, "_key_index", None) is None:
@@ -635,6 +644,8 @@ class Federation(Collections):
             self._masked_rounds,
             self.secure_aggregation_threshold,
             tolerate,
+            honest=getattr(self.accountant, "honest", None),
+            name=name,
         )
 
     def _record_wire(self, name, rnd):

@@ -7,10 +7,14 @@ As Flower's mods wrap a ClientApp, these wrap a client step when
   a step that can apply the refusal must be asked with it;
 * **secure aggregation**: in a masked round (the round's reserved option
   :data:`~skfed.privacy._secure_aggregation.MASK_OPTION`) the client masks
-  the step's upload before it leaves; a client whose own setting says it
-  masks refuses to send a sum-only upload unmasked.
+  the step's upload before it leaves, adding its share of the noise of a
+  release under distributed noise (:mod:`skfed.privacy._distributed`); a
+  client whose own setting says it masks refuses to send a sum-only upload
+  unmasked;
+* **local noise**: on a private client, a statistic whose noise was to be
+  shared in a masked sum gets the whole noise if it leaves unmasked.
 
-The step itself knows of neither. The cryptography and the refusal's
+The step itself knows of none of them. The cryptography and the refusal's
 arithmetic are the privacy package's (:mod:`skfed.privacy`); this module
 only decides which wrapper a call gets.
 """
@@ -18,6 +22,8 @@ only decides which wrapper a call gets.
 import inspect
 from functools import partial
 
+from ..privacy._distributed import add_noise_locally
+from ..privacy._mechanisms import noise_generator
 from ..privacy._secure_aggregation import MASK_OPTION, mask_upload, refuse_unmasked
 
 __all__ = ["call_wrapped"]
@@ -41,7 +47,16 @@ def call_wrapped(step, name, client, state, message, options):
     if step.sum_only and masks(client):
         started = step(client, state, message, **options)
         return with_upload(started, partial(refuse_unmasked, step_name=name))
+    if private(client):
+        # A statistic whose noise the masking would share leaves unmasked
+        # with the whole noise.
+        started = step(client, state, message, **options)
+        return with_upload(started, _noised_locally)
     return step(client, state, message, **options)
+
+
+def _noised_locally(upload):
+    return add_noise_locally(upload, noise_generator())
 
 
 def _mask(client, spec, setup, upload):
@@ -56,6 +71,12 @@ def with_upload(started, transform):
     else:
         new_state, upload = started
     return new_state, transform(upload)
+
+
+def private(client):
+    """Whether the client's own configuration says its fit is private."""
+    config = getattr(client, "config", None) or {}
+    return bool(config.get("private", False))
 
 
 def masks(client):

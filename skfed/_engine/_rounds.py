@@ -79,13 +79,16 @@ class Round(NamedTuple):
     def noise_std(self, accountant, *bounds):
         """The Gaussian noise's standard deviation for this round's
         release: the fit's noise multiplier times the declared sensitivity
-        at ``bounds`` (a tuple, one per release, for a round of several)."""
+        at ``bounds`` (a tuple, one per release, for a round of several).
+        Under distributed noise, a masked round's clients add it in shares
+        (:class:`~skfed.privacy._distributed.DistributedNoise`)."""
         if self.sensitivity is None:
             raise TypeError(f"Round {self.name!r} declares no sensitivity.")
         sensitivity = self.sensitivity(*bounds)
+        shared = self.masked_by_secure_aggregation
         if isinstance(sensitivity, tuple):
-            return tuple(accountant.noise_std(s) for s in sensitivity)
-        return accountant.noise_std(sensitivity)
+            return tuple(accountant.noise_std(s, shared) for s in sensitivity)
+        return accountant.noise_std(sensitivity, shared)
 
 
 def download(name):

@@ -65,6 +65,21 @@ def unmasking_step(client, state, message):
     return secagg.reveal_shares(state, message)
 
 
+def _check_honest(honest, count, verb, name):
+    """Refuse a masked round whose sum would hold fewer noise shares than
+    its releases count on (``honest``, under distributed noise)."""
+    if honest is not None and count < honest:
+        raise ClientStepError(
+            f"Masked round {name!r} cannot be released: its noise is shared "
+            f"among the clients on the assumption that at least {honest} of "
+            f"them add their share to each sum, and only {count} {verb} it. "
+            "The sum stays masked. Lower privacy.honest_clients (at the cost "
+            "of more noise per client), or fit with fewer clients that may "
+            "drop out.",
+            round_name=str(name),
+        )
+
+
 def exchange_keys(fed):
     """Run the key exchange over the clients of ``fed`` (a Federation):
     the key index of every client that took part."""
@@ -83,12 +98,14 @@ def exchange_keys(fed):
     return {c: i for i, c in enumerate(ids)}
 
 
-def round_keys(fed, key_index, number, threshold, tolerate):
+def round_keys(fed, key_index, number, threshold, tolerate, honest=None, name=None):
     """The keys of masked round ``number``: each client of ``fed`` draws a
     fresh key pair and seals its shares for its neighbours. A client that
     fails here is dropped (``tolerate``) and the others draw again on the
     ring without it, so that the ring of the masked round is the ring the
-    shares were made for.
+    shares were made for. Under distributed noise, ``honest`` is h, the
+    uploads each sum must hold (:mod:`skfed.privacy._distributed`): with
+    fewer clients left, the round fails before it is asked.
 
     Returns
     -------
@@ -100,7 +117,13 @@ def round_keys(fed, key_index, number, threshold, tolerate):
     while True:
         ids = list(fed.client_ids)
         alive = [key_index[c] for c in ids]
-        spec = {"round": number, "alive": alive, "threshold": threshold}
+        _check_honest(honest, len(alive), "take part in", name or number)
+        spec = {
+            "round": number,
+            "alive": alive,
+            "threshold": threshold,
+            "honest": honest,
+        }
         uploads = fed.run_round(
             ROUND_KEYS,
             round_keys_step,
@@ -148,7 +171,7 @@ def masked_call(call, setup):
     return call._replace(options={**call.options, secagg.MASK_OPTION: spec})
 
 
-def unmask(fed, name, setup, key_index, threshold, n_words):
+def unmask(fed, name, setup, key_index, threshold, n_words, honest=None):
     """After masked round ``name``: ask each client that answered for its
     shares of its neighbours' self-mask seeds (those that answered) and
     round keys (those that dropped out), round ``"secure aggregation
@@ -159,10 +182,13 @@ def unmask(fed, name, setup, key_index, threshold, n_words):
     ------
     ClientStepError
         When a client's masks cannot be removed (fewer shares than the
-        threshold came back): nothing of the round is released.
+        threshold came back), or, under distributed noise, fewer than
+        ``honest`` uploads are in the sum: nothing of the round is
+        released.
     """
     alive = setup["alive"]
     answered = [key_index[c] for c in fed.client_ids]
+    _check_honest(honest, len(answered), "answered", name)
     requests = []
     for key in answered:
         peers = _ring(alive, key)

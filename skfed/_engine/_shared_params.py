@@ -66,14 +66,18 @@ precision). A client that drops out of a masked round has its masks
 rebuilt from more than half of the shares it made (round ``"secure
 aggregation unmasking"``); with fewer the fit fails before the round's sum
 is released. A fit with no such
-round ignores it, with a warning. Under ``privacy`` every client still adds
-its full noise before masking: the guarantee does not rest on secure
-aggregation.""",
+round ignores it, with a warning. Under ``privacy`` each client adds a
+share of a masked release's noise (distributed noise), so that the sum
+carries the central mechanism's noise rather than √M times it; the
+guarantee then assumes that at least ``privacy.honest_clients`` clients of
+each sum keep their shares from the server, and a sum of fewer uploads is
+never unmasked.""",
     "privacy": """\
 Sample-level (ε, δ)-differential privacy for the whole fit, for rows
 replaced one at a time with the clients' sizes public (see the privacy
 page of the documentation). Every upload computed from the rows is noised
-on its client, with noise drawn from fresh operating-system entropy,
+on its client (with ``secure_aggregation``, a masked one with its share of
+the sum's noise), with noise drawn from fresh operating-system entropy,
 never from ``random_state``: a private fit is not reproducible. What was
 spent is in ``privacy_spent_``. None: no noise.""",
 }

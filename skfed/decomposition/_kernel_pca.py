@@ -274,6 +274,10 @@ class DistributedKernelPCA(
     privacy_spent_ : tuple (epsilon, delta) or None
         What the fit's noised releases spent, from the accountant; None
         without ``privacy``.
+        With ``secure_aggregation=True`` the masked releases are noised in
+        shares (distributed noise), and the figure holds as long as at least
+        ``privacy.honest_clients`` clients of each masked sum keep their
+        shares from the server (see :class:`~skfed.privacy.DifferentialPrivacy`).
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (`n_features_in_`,)
 

@@ -108,7 +108,9 @@ class FederatedStandardScaler(
         its largest value there (post-processing). Each of the M clients
         adds its own noise, so the noise in ``mean_`` is then about
         z·√(5d')·√M·h/N for a feature of half-width h: the bounds should be
-        tight and the rows many.
+        tight and the rows many. With ``secure_aggregation=True`` the
+        clients add shares of one noise (distributed noise): about
+        z·√(5d')·h/N with every client honest.
 
     Attributes
     ----------
@@ -150,6 +152,10 @@ class FederatedStandardScaler(
     privacy_spent_ : tuple (epsilon, delta) or None
         What the fit spent under ``privacy``, from its accountant; None
         without ``privacy``.
+        With ``secure_aggregation=True`` the masked releases are noised in
+        shares (distributed noise), and the figure holds as long as at least
+        ``privacy.honest_clients`` clients of each masked sum keep their
+        shares from the server (see :class:`~skfed.privacy.DifferentialPrivacy`).
 
     n_features_in_ : int
         Number of features seen during ``fit``.

@@ -30,7 +30,11 @@ system entropy for every release (:func:`noise_generator`), never from
 server cannot recompute it, so a private fit is not reproducible (its
 non-private parts still follow ``random_state``). Each client adds its own
 noise, so the guarantee holds against the server and anyone who sees the
-uploads, with or without secure aggregation. Rows live on one client each,
+uploads. Under secure aggregation, a masked release's noise is added in
+shares instead (:mod:`skfed.privacy._distributed`): the sum carries the
+central mechanism's noise, and the guarantee assumes that at least
+``DifferentialPrivacy.honest_clients`` clients of each sum keep their
+shares from the server. Rows live on one client each,
 so the clients' releases compose in parallel: the accountant composes the
 releases of one client.
 
@@ -49,11 +53,13 @@ estimators' steps, sits above the estimators (``skfed._dp_audit``).
 # the package.
 from ._accountant import Accountant as Accountant
 from ._budget import BudgetEntry, PrivacyBudget
+from ._distributed import summed_noise_std as summed_noise_std
 from ._errors import PrivacyBudgetError, PrivacyLeakWarning
 from ._mechanisms import DifferentialPrivacy
 from ._mechanisms import box_radius as box_radius
 from ._mechanisms import check_privacy as check_privacy
 from ._mechanisms import clip_to_box as clip_to_box
+from ._mechanisms import concatenate_releases as concatenate_releases
 from ._mechanisms import feature_bounds as feature_bounds
 from ._mechanisms import gaussian_noise as gaussian_noise
 from ._mechanisms import noise_generator as noise_generator

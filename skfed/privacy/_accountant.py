@@ -4,6 +4,7 @@ composes every noised release with Google's ``dp-accounting``."""
 import math
 from functools import lru_cache, partial
 
+from ._distributed import DistributedNoise, release_rho
 from ._errors import PrivacyBudgetError
 
 __all__ = ["Accountant"]
@@ -104,6 +105,11 @@ class Accountant:
         Named in errors.
     n_samples : int or None, default=None
         N, the fit's rows (public): ``privacy.delta`` must be below 1/N.
+    honest : int or None, default=None
+        Under distributed noise, h: the clients whose noise shares each
+        masked release counts on (:mod:`skfed.privacy._distributed`). The
+        fit's releases are then composed in Rényi DP: a masked release as
+        the discrete mechanism's ρ-zCDP, the others as Gaussians.
 
     Raises
     ------
@@ -114,9 +120,11 @@ class Accountant:
         When ``privacy.delta`` is at least 1/N.
     """
 
-    def __init__(self, privacy, n_releases, *, estimator, n_samples=None):
+    def __init__(self, privacy, n_releases, *, estimator, n_samples=None, honest=None):
         self.privacy = privacy
         self.n_releases = int(n_releases)
+        self.honest = None if honest is None else int(honest)
+        self.kind = privacy.accountant if self.honest is None else "rdp"
         self.events = []
         if n_samples and privacy.delta * n_samples >= 1:
             raise ValueError(
@@ -133,7 +141,7 @@ class Accountant:
                 float(privacy.epsilon),
                 float(privacy.delta),
                 self.n_releases,
-                privacy.accountant,
+                self.kind,
             )
         else:
             self.noise_multiplier = float(privacy.noise_multiplier)
@@ -148,8 +156,9 @@ class Accountant:
                     "noise_multiplier=None to calibrate it."
                 )
 
-    def epsilon_of(self, releases):
-        """Epsilon at ``privacy.delta`` of ``[(noise_multiplier, count), ...]``.
+    def epsilon_of(self, releases, shared=()):
+        """Epsilon at ``privacy.delta`` of ``[(noise_multiplier, count), ...]``
+        Gaussian releases and ``shared`` ones, under distributed noise.
 
         Never 0 when a release was noised: releases so noisy that the
         accountant finds them (0, delta)-private are also (epsilon,
@@ -160,33 +169,67 @@ class Accountant:
         # Releases at one noise are one self-composed event: composing its
         # parts one after another in the PLD accountant adds discretisation
         # error (1e-6 in epsilon) for the same mechanism.
-        counts = {}
-        for z, count in releases:
-            if count:
-                counts[float(z)] = counts.get(float(z), 0) + int(count)
-        releases = tuple(sorted(counts.items()))
-        if not releases:
+        releases, shared = _merged(releases), _merged(shared)
+        if not releases and not shared:
             return 0.0
-        if any(z == 0 for z, _ in releases):
+        if any(z == 0 for z, _ in releases + shared):
             return math.inf
-        epsilon = _epsilon(releases, float(self.privacy.delta), self.privacy.accountant)
+        delta = float(self.privacy.delta)
+        if shared:
+            epsilon = _epsilon_distributed(releases, shared, delta, self.honest)
+        else:
+            epsilon = _epsilon(releases, delta, self.kind)
         if epsilon > 0:
             return epsilon
-        mu = math.sqrt(sum(count / z**2 for z, count in releases))
+        mu = math.sqrt(sum(count / z**2 for z, count in releases + shared))
         return min(mu, float(self.privacy.epsilon))
 
-    def register(self, name, count=1):
-        """Record ``count`` releases of one round at this fit's noise."""
-        self.events.append((str(name), self.noise_multiplier, int(count)))
+    def register(self, name, count=1, shared=False):
+        """Record ``count`` releases of one round at this fit's noise;
+        ``shared``: noised in shares by the clients of a masked round."""
+        shared = bool(shared) and self.honest is not None
+        self.events.append((str(name), self.noise_multiplier, int(count), shared))
 
     def spent(self):
         """``(epsilon, delta)`` of every registered release together."""
-        eps = self.epsilon_of([(z, c) for _, z, c in self.events])
+        eps = self.epsilon_of(
+            [(z, c) for _, z, c, shared in self.events if not shared],
+            [(z, c) for _, z, c, shared in self.events if shared],
+        )
         return eps, float(self.privacy.delta) if self.events else 0.0
 
-    def noise_std(self, sensitivity):
-        """The standard deviation a release of this sensitivity gets."""
-        return self.noise_multiplier * float(sensitivity)
+    def noise_std(self, sensitivity, shared=False):
+        """The standard deviation a release of this sensitivity gets: a
+        :class:`~skfed.privacy._distributed.DistributedNoise` for a release
+        the clients of a masked round noise in shares (``shared``, under
+        distributed noise)."""
+        std = self.noise_multiplier * float(sensitivity)
+        if shared and self.honest is not None:
+            return DistributedNoise(std, sensitivity, self.honest)
+        return std
+
+
+def _merged(releases):
+    """``[(z, count), ...]`` with one entry per noise multiplier, sorted."""
+    counts = {}
+    for z, count in releases:
+        if count:
+            counts[float(z)] = counts.get(float(z), 0) + int(count)
+    return tuple(sorted(counts.items()))
+
+
+@lru_cache(maxsize=256)
+def _epsilon_distributed(releases, shared, delta, honest):
+    # The discrete mechanism's guarantee is zero-concentrated DP, which
+    # dp-accounting composes in Rényi DP, with the Gaussian releases.
+    dp_accounting = _dp_accounting()
+    accountant = dp_accounting.rdp.RdpAccountant()
+    for z, count in releases:
+        accountant.compose(_releases(z, count))
+    for z, count in shared:
+        event = dp_accounting.ZCDpEvent(release_rho(z, honest))
+        accountant.compose(dp_accounting.SelfComposedDpEvent(event, count))
+    return float(accountant.get_epsilon(delta))
 
 
 @lru_cache(maxsize=256)

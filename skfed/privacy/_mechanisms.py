@@ -12,6 +12,7 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 
 from .._sklearn_compat import Interval, StrOptions
+from ._distributed import DistributedNoise, NoiseShare
 from ._errors import PrivacyLeakWarning
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "box_radius",
     "check_privacy",
     "clip_to_box",
+    "concatenate_releases",
     "feature_bounds",
     "gaussian_noise",
     "noise_generator",
@@ -68,7 +70,26 @@ class DifferentialPrivacy(BaseEstimator):
         The accountant from ``dp-accounting`` that composes the releases:
         privacy loss distributions (tight: the exact Gaussian figure to
         its tolerance; tenths of a second per calibration, cached) or Rényi DP
-        (milliseconds, 6 to 11% more noise for the same budget).
+        (milliseconds, 6 to 11% more noise for the same budget). A fit with
+        distributed noise (below) composes its releases in Rényi DP
+        whatever this says: the discrete mechanism's guarantee is a
+        concentrated-DP one.
+    honest_clients : int, float or None, default=None
+        With ``secure_aggregation=True``, each sum-only release is noised
+        in shares (distributed noise): every client of a masked round adds
+        discrete Gaussian noise of variance σ²/h in the integers, so that
+        the sum of any h clients' shares carries the whole noise σ² of the
+        central mechanism, and none carries it alone. This is h: a count,
+        or a fraction of the fit's clients (rounded up). None: every
+        client when a client that fails fails the fit
+        (``on_client_error="raise"``, the default), half of them (rounded
+        up) when the fit may go on without it. The guarantee holds as long
+        as at least h of the clients whose uploads enter each sum follow
+        the protocol and keep their noise from the server: against a
+        server that colludes with c clients, give at most M − c. A sum of
+        fewer than h uploads (clients dropped out) is never unmasked: the
+        fit fails, saying so. Without secure aggregation, and in rounds the
+        server sees client by client, each client adds the whole noise.
 
     See Also
     --------
@@ -97,6 +118,11 @@ class DifferentialPrivacy(BaseEstimator):
         "bounds": [tuple, None],
         "noise_multiplier": [Interval(numbers.Real, 0, None, closed="left"), None],
         "accountant": [StrOptions({"pld", "rdp"})],
+        "honest_clients": [
+            Interval(numbers.Integral, 1, None, closed="left"),
+            Interval(numbers.Real, 0, 1, closed="right"),
+            None,
+        ],
     }
 
     def __init__(
@@ -106,12 +132,14 @@ class DifferentialPrivacy(BaseEstimator):
         bounds=None,
         noise_multiplier=None,
         accountant="pld",
+        honest_clients=None,
     ):
         self.epsilon = epsilon
         self.delta = delta
         self.bounds = bounds
         self.noise_multiplier = noise_multiplier
         self.accountant = accountant
+        self.honest_clients = honest_clients
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -231,9 +259,27 @@ def gaussian_noise(value, std):
 
     The client that releases ``value`` draws the noise from a fresh
     :func:`noise_generator`: it never follows a seed, so two fits with the
-    same ``random_state`` release different noise.
+    same ``random_state`` release different noise. For a release of a
+    masked round under distributed noise (``std`` a
+    :class:`~skfed.privacy._distributed.DistributedNoise`), the statistic
+    comes back as a :class:`~skfed.privacy._distributed.NoiseShare`: the
+    client's masking adds its share of the noise in the integers, or the
+    whole noise if the upload leaves unmasked.
     """
+    if isinstance(std, DistributedNoise):
+        return NoiseShare(value, std)
     value = np.asarray(value, dtype=np.float64)
     if std == 0:
         return value.copy()
     return value + noise_generator().normal(0.0, std, size=value.shape)
+
+
+def concatenate_releases(pieces):
+    """The pieces of an upload end to end, as ``np.concatenate`` does, for
+    an upload some of whose pieces come from :func:`gaussian_noise`: a
+    statistic awaiting its noise shares stays one
+    (:class:`~skfed.privacy._distributed.NoiseShare`), with each piece's
+    noise kept to its own coordinates."""
+    if any(isinstance(piece, NoiseShare) for piece in pieces):
+        return NoiseShare.concatenate(pieces)
+    return np.concatenate([np.asarray(piece, dtype=np.float64) for piece in pieces])

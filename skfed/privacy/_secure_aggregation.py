@@ -69,6 +69,9 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from ._distributed import NoiseShare, discrete_gaussian, share_std
+from ._mechanisms import noise_generator
+
 __all__ = [
     "DEFAULT_THRESHOLD",
     "check_masked",
@@ -172,15 +175,27 @@ def _is_int(value):
 # Fixed point and the upload's layout (shared by clients and the server)
 
 
-def _flatten(upload, numbers_out):
-    """The upload's layout (JSON-able), appending its numbers (float64)."""
+def _flatten(upload, numbers_out, shares_out=None):
+    """The upload's layout (JSON-able), appending its numbers (float64)
+    and, to ``shares_out``, each statistic whose noise the masking adds
+    (:class:`~skfed.privacy._distributed.NoiseShare`) with its position."""
     if upload is None:
         return None
     if isinstance(upload, dict):
-        return {"dict": [[k, _flatten(v, numbers_out)] for k, v in upload.items()]}
+        return {
+            "dict": [
+                [k, _flatten(v, numbers_out, shares_out)] for k, v in upload.items()
+            ]
+        }
     if isinstance(upload, (tuple, list)):
         kind = "tuple" if isinstance(upload, tuple) else "list"
-        return {kind: [_flatten(v, numbers_out) for v in upload]}
+        return {kind: [_flatten(v, numbers_out, shares_out) for v in upload]}
+    if isinstance(upload, NoiseShare):
+        if shares_out is None:
+            raise TypeError("A statistic awaiting its noise can only be masked.")
+        shares_out.append((sum(part.size for part in numbers_out), upload))
+        numbers_out.append(upload.value.ravel())
+        return {"array": list(upload.value.shape), "int": False}
     if isinstance(upload, np.ndarray):
         if not (
             np.issubdtype(upload.dtype, np.floating)
@@ -231,12 +246,19 @@ def _unflatten(layout, values, start=0):
     return (tuple(items) if kind == "tuple" else items), start
 
 
-def _encode_fixed(values, n_clients):
-    """Fixed-point integers modulo 2^64 (two's complement in uint64)."""
+def _encode_fixed(values, n_clients, noise=()):
+    """Fixed-point integers modulo 2^64 (two's complement in uint64), with
+    ``noise`` ((start, int64 array) pairs, in ring units) added."""
     scaled = np.rint(values * _SCALE)
     # Each client's share of the range, so that no partial sum can wrap.
     limit = 2.0**63 / max(n_clients, 1)
-    if not np.all(np.abs(scaled) < limit):
+    in_range = np.all(np.abs(scaled) < limit)
+    if in_range and noise:
+        scaled = scaled.astype(np.int64)
+        for start, draws in noise:
+            scaled[start : start + draws.size] += draws
+        in_range = np.all(np.abs(scaled) < limit)
+    if not in_range:
         # The message reaches the server: it names the public range only,
         # never the private value that broke it (nor whether it was finite).
         raise ValueError(
@@ -384,8 +406,11 @@ def draw_round_keys(keys, spec):
         The client's key state (:func:`keep_peers`).
     spec : dict
         ``round`` (the masked round's number in the fit), ``alive`` (key
-        indices of the clients taking part, in canonical order) and
-        ``threshold`` (see :func:`share_threshold`).
+        indices of the clients taking part, in canonical order),
+        ``threshold`` (see :func:`share_threshold`) and, under distributed
+        noise, ``honest``: h, the uploads each sum of the round must hold
+        (:mod:`skfed.privacy._distributed`). The client adds its share of
+        the noise for h, and reveals no share for a sum of fewer.
 
     Returns
     -------
@@ -407,6 +432,12 @@ def draw_round_keys(keys, spec):
         raise PermissionError(
             "A masked round must name this client and at least one other "
             "of the clients that exchanged keys: refused."
+        )
+    honest = spec.get("honest")
+    if honest is not None and not 1 <= int(honest) <= len(alive):
+        raise PermissionError(
+            f"A masked round's noise counts on {honest} clients, but "
+            f"{len(alive)} take part: refused."
         )
     _, peers = _ring(keys, alive)
     fraction = float(spec["threshold"])
@@ -447,6 +478,9 @@ def draw_round_keys(keys, spec):
         "seed": seed if peers else None,
         "own_share": np.frombuffer(own, dtype=np.uint64).copy(),
         "revealed": False,
+        # The clients whose noise shares each sum of the round counts on
+        # (distributed noise), or None.
+        "honest": None if honest is None else int(honest),
     }
     upload = (
         public,
@@ -541,8 +575,8 @@ def mask_upload(client, upload, spec, setup):
             "of the clients that exchanged keys, on the ring its round key "
             "was drawn for: refused."
         )
-    parts = []
-    layout = json.dumps(_flatten(upload, parts))
+    parts, shares = [], []
+    layout = json.dumps(_flatten(upload, parts, shares))
     values = np.concatenate(parts) if parts else np.zeros(0)
     position, peers = _ring(keys, alive)
     publics = np.asarray(setup["publics"], dtype=np.uint64)
@@ -555,7 +589,7 @@ def mask_upload(client, upload, spec, setup):
             "A masked round must send this client one round key and one "
             "share from each of its neighbours: refused."
         )
-    encoded = _encode_fixed(values, len(alive))
+    encoded = _encode_fixed(values, len(alive), _noise_shares(shares, mine))
     if mine["seed"] is not None:
         # The self-mask: a vector the server can remove only with the
         # seed's shares, which a neighbour reveals only for a client it is
@@ -618,6 +652,14 @@ def reveal_shares(keys, request):
         )
     alive = mine["alive"]
     _, peers = _ring(keys, alive)
+    honest = mine.get("honest")
+    if honest is not None and len(answered) < honest:
+        # The survivors' noise shares add up to less than the release's
+        # noise: the sum must stay masked.
+        raise PermissionError(
+            f"The round's noise counts on {honest} uploads in the sum, and "
+            f"{len(answered)} answered: refused."
+        )
     if keys["index"] not in answered or len(answered) < 2:
         # The sum of one upload is that upload.
         raise PermissionError(
@@ -771,6 +813,30 @@ def unmasking_correction(
             else:
                 correction = correction + s
     return correction
+
+
+def _noise_shares(shares, mine):
+    """This client's share of each release's noise, (start, int64 draws),
+    for the honest clients its round key was drawn for."""
+    releases = [
+        (offset + start, stop - start, noise)
+        for offset, share in shares
+        for start, stop, noise in share.segments
+        if float(noise) > 0
+    ]
+    if not releases:
+        return ()
+    honest = mine.get("honest")
+    if honest is None or any(noise.honest != honest for _, _, noise in releases):
+        raise PermissionError(
+            "This upload's noise is shared for another number of honest "
+            "clients than the masked round's keys were drawn for: refused."
+        )
+    generator = noise_generator()
+    return [
+        (start, discrete_gaussian(share_std(noise, size, _SCALE), size, generator))
+        for start, size, noise in releases
+    ]
 
 
 def check_masked(masked_uploads):

@@ -201,7 +201,7 @@ def test_noised_rounds_are_registered_and_marked_in_the_ledger():
             partial(_noised_sum, std=acc.noise_std(1.0)),
             disclosure=Disclosure(SUM_ONLY, noised=2),
         )
-    assert acc.events == [("noised", acc.noise_multiplier, 2)]
+    assert acc.events == [("noised", acc.noise_multiplier, 2, False)]
     assert fed.log.disclosure()[0]["noised"] == 2
     assert "sum_only noised" in fed.log.summary()
     assert acc.spent()[0] == pytest.approx(1.0, rel=0.01)
@@ -231,4 +231,4 @@ def test_a_rerun_after_a_late_failure_counts_both_runs_and_warns():
                 partial(protocol, fed), random_state=np.random.RandomState(0)
             )
     # The noised round ran twice: once with client 2, once without it.
-    assert [name for name, _, _ in acc.events] == ["noised", "noised"]
+    assert [name for name, *_ in acc.events] == ["noised", "noised"]

@@ -172,7 +172,7 @@ class _CuriousServer:
     def __init__(self, monkeypatch):
         self.X, self.ids, self.fed = _masked(5)
         seen = _spy(monkeypatch, self.fed)
-        monkeypatch.setattr(_federation, "unmask", lambda *args: None)
+        monkeypatch.setattr(_federation, "unmask", lambda *args, **kwargs: None)
         with self.fed:
             self.fed.run_round("sums", column_sums, disclosure=SUM_ONLY)
         (keys_call, _, _, keys_out), (call, _, _, vectors) = seen[-2:]

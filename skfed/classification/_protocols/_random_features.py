@@ -51,7 +51,7 @@ from ...kernel._private_features import (
     statistics_noise,
 )
 from ...kernel._random_features import feature_min_rows
-from ...privacy import gaussian_noise
+from ...privacy import concatenate_releases, gaussian_noise, summed_noise_std
 from ...privacy._refusal import MIN_ROWS, n_distinct_rows, require_distinct_rows
 from .._solvers._feature_ridge import solve_from_statistics
 from ._data_scale import data_scale, server_widths
@@ -186,10 +186,10 @@ def run_feature_ridge(fed, *, n_classes, widths, n_random_features, random_state
         # N is public (replace-one adjacency): the clients' exact sizes.
         total, n_public = total[:-1], float(total[-1])
         # The mirrored noise of the summed triangle is a symmetric Gaussian
-        # matrix of entry variance n_clients · std²: its spectral norm is
-        # about 2 √(n_clients · D) std, which λ must exceed for C + λI to
-        # stay positive definite.
-        floor = 2.0 * math.sqrt(fed.n_clients * D) * noise[1]
+        # matrix of entry standard deviation s, the summed noise: its
+        # spectral norm is about 2 √D s, which λ must exceed for C + λI
+        # to stay positive definite.
+        floor = 2.0 * math.sqrt(D) * summed_noise_std(noise[1], fed.n_clients)
     coef, intercept, alpha, gcv = solve_from_statistics(
         total,
         D,
@@ -288,7 +288,7 @@ def statistics_step(
         return state, np.concatenate([upper, rest])
     _, gram_std, sum_std = noise
     # n_m is public (replace-one adjacency): it follows the sums unnoised.
-    return state, np.concatenate(
+    return state, concatenate_releases(
         [
             gaussian_noise(upper, gram_std),
             gaussian_noise(rest, sum_std),

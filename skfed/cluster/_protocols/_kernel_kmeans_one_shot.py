@@ -83,7 +83,7 @@ from ...kernel._random_features import (
     feature_min_rows,
 )
 from ...kernel._sketch import sketch_matrix
-from ...privacy import gaussian_noise
+from ...privacy import concatenate_releases, gaussian_noise
 from ...privacy._refusal import MIN_ROWS, require_distinct_rows
 from ._coreset import coreset_rounds, federated_coreset_kmeans
 from ._kernel_kmeans import CHUNK, EMBEDDING, KERNEL_WIDTH
@@ -357,7 +357,7 @@ def statistics_step(client, state, message, *, n_features, noise=None, min_rows=
         return state, np.concatenate([upper, sums])
     _, gram_std, sum_std = noise
     # n_m is public (replace-one adjacency): it follows the sums unnoised.
-    return state, np.concatenate(
+    return state, concatenate_releases(
         [
             gaussian_noise(upper, gram_std),
             gaussian_noise(sums, sum_std),

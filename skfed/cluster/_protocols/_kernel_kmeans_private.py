@@ -38,7 +38,7 @@ import numpy as np
 from ..._engine._protocol import client_step
 from ..._engine._rounds import sum_only
 from ...kernel._private_features import clip_rows, count_sum_sensitivity
-from ...privacy import gaussian_noise
+from ...privacy import gaussian_noise, summed_noise_std
 from .._kmeans import assign_around_centers, cluster_sums, weighted_kmeans
 from ._coreset import LABELS_ONLY, label_step
 
@@ -141,10 +141,11 @@ def private_kmeans(
     result : PrivateKMeansResult
     """
     std = PRIVATE_CELLS.noise_std(fed.accountant, radius)
-    # The summed counts' noise: every client adds its own.
-    floor = _COUNT_FLOOR * std * np.sqrt(len(fed.client_ids))
+    # The summed counts' noise: each client's, or its shares of one.
+    summed = summed_noise_std(std, len(fed.client_ids))
+    floor = _COUNT_FLOOR * summed
     spread = np.sqrt(np.maximum(eigenvalues, 0.0) / n_samples)
-    n_cells = cell_count(n_clusters, n_samples, std * np.sqrt(len(fed.client_ids)))
+    n_cells = cell_count(n_clusters, n_samples, summed)
     seeds = shift + random_state.standard_normal((n_cells, len(shift))) * spread
     for r in range(CELL_ROUNDS):
         stats = _noised_sums(fed, PRIVATE_CELLS, seeds, shift, radius, std)

@@ -39,7 +39,7 @@ from ...kernel._random_features import (
     FEATURE_REMEDY,
     feature_min_rows,
 )
-from ...privacy import gaussian_noise
+from ...privacy import concatenate_releases, gaussian_noise
 from ...privacy._refusal import require_distinct_rows
 from ._kernel_width import server_gamma
 
@@ -198,7 +198,7 @@ def statistics_step(client, state, message, *, n_features, noise=None, min_rows=
         return state, np.concatenate([upper, sums])
     _, gram_std, sum_std = noise
     # n_m is public (replace-one adjacency): it follows the sums unnoised.
-    return state, np.concatenate(
+    return state, concatenate_releases(
         [
             gaussian_noise(upper, gram_std),
             gaussian_noise(sums, sum_std),

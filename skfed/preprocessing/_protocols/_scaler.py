@@ -43,7 +43,7 @@ import scipy.sparse as sp
 from ..._engine._protocol import client_step
 from ..._engine._rounds import sum_only
 from ..._numerics._blocks import row_blocks
-from ...privacy import gaussian_noise
+from ...privacy import concatenate_releases, gaussian_noise
 from ...privacy._refusal import MIN_ROWS, MIN_SPREAD_ROWS, require_distinct_rows
 
 __all__ = [
@@ -172,7 +172,7 @@ def _run_private(fed, *, with_std, private):
 
 
 def _private_step_with(with_std, noise_std):
-    return partial(private_step, with_std=bool(with_std), noise_std=float(noise_std))
+    return partial(private_step, with_std=bool(with_std), noise_std=noise_std)
 
 
 # --------------------------------------------------------------------------
@@ -253,6 +253,6 @@ def private_step(client, state, message, *, with_std, noise_std):
             second += np.einsum("ij,ij->j", v, v)
     parts = [first, second] if with_std else [first]
     # n_m is public (replace-one adjacency): it follows the sums unnoised.
-    return state, np.concatenate(
+    return state, concatenate_releases(
         [gaussian_noise(np.concatenate(parts), noise_std), [float(X.shape[0])]]
     )
