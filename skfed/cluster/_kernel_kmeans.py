@@ -532,34 +532,39 @@ class FederatedKernelKMeans(
     # floats, against 18 s for the whole fit in this process.
     _clients_in_processes = False
 
-    # Without privacy the clustering step samples rows of the spectral
-    # embedding h(x) = (z(x) − z̄)ᵀV; the server drew the map and computed V,
-    # so it solves h for x (to 3e-7 on 4-feature blobs, s = 9). The private
-    # path clusters by noised Lloyd sums and sends no embedded row.
+    # DSPGD clusters with the coreset k-means, which samples rows of the
+    # spectral embedding h(x); the server drew the maps and computed the
+    # components, so it solves h for x (to 3e-7 on 4-feature blobs, s = 9).
+    # The one-shot under raw_rows="refuse" clusters by sums only.
     _raw_rows_alternative = (
-        "Its clustering step samples rows of the spectral embedding, from "
-        "which the server, which made the embedding, solves for the rows of "
-        "X. Fit with privacy=DifferentialPrivacy(...) (noised sums, no "
-        "embedded row), or use KFed, whose local centers come from at least "
-        "two distinct rows each under raw_rows='refuse'."
+        "DSPGD clusters its spectral embedding with the coreset k-means, "
+        "whose sampled embedded rows let the server, which made the "
+        "embedding, solve for rows of X. Use algorithm='one_shot' (what "
+        "'auto' takes without DSPGD-only options): under raw_rows='refuse' "
+        "it clusters the embedding from local centers and Lloyd rounds' "
+        "sums, each of several distinct rows, and sends no row. Or fit with "
+        "privacy=DifferentialPrivacy(...)."
     )
 
     def _rounds(self):
         # Under privacy the clustering step is the private Lloyd, whose
-        # noised sums are no embedded rows. A sketch_size of "auto", decided
-        # by the data's shape, is listed as the triangle's round (both are
-        # sum-only, and neither is refused).
+        # noised sums are no embedded rows; under raw_rows="refuse" without
+        # it the row-free k-means (local centers, then Lloyd sums). A
+        # sketch_size of "auto", decided by the data's shape, is listed as
+        # the triangle's round (both are sum-only, and neither is refused).
         common = {
             "gamma": self.gamma,
             "secure_aggregation": self.secure_aggregation,
             "refine_iter": self.refine_iter,
         }
+        row_free = self.raw_rows == "refuse" and self.privacy is None
         if self._features() == "landmarks":
-            return landmark_rounds(**common)
+            return landmark_rounds(row_free=row_free, **common)
         if self._algorithm() == "one_shot":
             return one_shot_rounds(
                 sketch=isinstance(self.sketch_size, numbers.Integral),
                 private=self.privacy is not None,
+                row_free=row_free,
                 **common,
             )
         return dspgd_rounds(

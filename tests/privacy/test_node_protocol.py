@@ -101,10 +101,9 @@ def test_a_curious_server_gets_no_labels_costs_or_keys_under_privacy(grid):
 
 
 def test_a_curious_server_gets_no_embedding_labels_or_keys_under_refuse(grid):
-    # Kernel k-means fits under raw_rows="refuse" only with privacy (its
-    # coreset samples embedded rows otherwise); epsilon=inf adds no noise,
-    # so the model is the in-memory fit's, and privacy still keeps every
-    # per-row output on the nodes.
+    # Kernel k-means under raw_rows="refuse" and privacy; epsilon=inf adds
+    # no noise, so the model is the in-memory fit's, and privacy still
+    # keeps every per-row output on the nodes.
     X, data = _data()
     nodes = grid(data)
     dp = DifferentialPrivacy(epsilon=float("inf"), bounds=(-15.0, 15.0))

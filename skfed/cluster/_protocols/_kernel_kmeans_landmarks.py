@@ -54,8 +54,13 @@ from ...kernel._random_features import (
     feature_statistics_raw_rows,
 )
 from ...privacy._refusal import require_distinct_rows
-from ._coreset import coreset_rounds, federated_coreset_kmeans
-from ._kernel_kmeans import CHUNK, EMBEDDING, KERNEL_WIDTH
+from ._kernel_kmeans import (
+    CHUNK,
+    EMBEDDING,
+    KERNEL_WIDTH,
+    cluster_embedding,
+    embedding_kmeans_rounds,
+)
 from ._kfed import _raw_rows_uploaded, _uploaded_centers
 from ._kfed_local import RawUploadRefused, local_step
 
@@ -103,15 +108,16 @@ def landmark_statistics_uploaded(n_features_out):
     return LANDMARK_STATISTICS._replace(disclosure=disclosure)
 
 
-def landmark_rounds(*, gamma, secure_aggregation, refine_iter):
+def landmark_rounds(*, gamma, secure_aggregation, refine_iter, row_free=False):
     """The rounds :func:`run_landmarks` runs, a repeated round once per run
-    (the coreset's refinement at most ``refine_iter`` times)."""
+    (the refinement at most ``refine_iter`` times); ``row_free`` under
+    ``raw_rows="refuse"``."""
     return (
         *(KERNEL_WIDTH.run(secure_aggregation) if gamma is None else ()),
         LANDMARK_CENTERS,
         LANDMARK_STATISTICS,
         EMBEDDING,
-        *coreset_rounds(refine_iter, embedded=True),
+        *embedding_kmeans_rounds(refine_iter, row_free=row_free),
     )
 
 
@@ -246,13 +252,13 @@ def run_landmarks(
         )
     basis, shift = _content_signs(landmarks, whitening, gamma, basis, shift)
     fed.run_round(EMBEDDING, _embedding_step, (basis, shift))
-    coreset = federated_coreset_kmeans(
+    coreset = cluster_embedding(
         fed,
         n_clusters=n_clusters,
+        n_components=basis.shape[1],
         coreset_size=coreset_size,
         random_state=random_state,
         n_init=n_init,
-        rows=("kernel_kmeans", "H"),
         refine_iter=refine_iter,
     )
     gathered = fed.per_row_allowed

@@ -47,6 +47,7 @@ __all__ = [
     "kfed_rounds",
     "run_kfed",
     "run_kfed_update",
+    "run_row_free_kmeans",
 ]
 
 
@@ -153,6 +154,8 @@ def run_kfed(
     refine_iter=0,
     tol=1e-4,
     weighted=False,
+    rows=None,
+    min_rows=MIN_ROWS,
 ):
     """k-FED on an open federation: one upload round and the cluster map.
 
@@ -201,6 +204,13 @@ def run_kfed(
     weighted : bool, default=False
         Whether the refinement weighs the rows by the clients' sample
         weights.
+    rows : (str, str), default=None
+        Where each client finds the rows it clusters, as in
+        :func:`~skfed.cluster._protocols._coreset.federated_coreset_kmeans`
+        (None: its X).
+    min_rows : int, default=MIN_ROWS
+        Under ``raw_rows="refuse"``, the distinct rows of X behind every
+        local center and every cluster sum a client sends.
 
     Returns
     -------
@@ -208,7 +218,10 @@ def run_kfed(
     """
     n_clusters = local.n_clusters
     n_samples = fed.n_samples
-    ids, centers, weights, n_requested = _local_round(fed, local, private)
+    located = {"rows": None if rows is None else tuple(rows)}
+    ids, centers, weights, n_requested = _local_round(
+        fed, local, private, min_rows=min_rows, **located
+    )
     # Σ k(z) < k cannot give k clusters whatever the data. Fewer distinct
     # samples than k only duplicates centers, as in KMeans.
     if n_requested < n_clusters:
@@ -260,6 +273,8 @@ def run_kfed(
                 n_clusters * rounding_noise(cluster_centers),
             ),
             weighted,
+            min_rows=min_rows,
+            **located,
         )
     cluster_centers = cluster_centers.astype(dtype, copy=False)
     center_labels = _split_by_owner(assignment, owner, len(ids))
@@ -271,21 +286,92 @@ def run_kfed(
         cluster_centers,
         cluster_weights,
         n_samples if gather_labels else None,
+        **located,
     )
     return result._replace(n_refine_iter=n_refine_iter)
 
 
-def _refine(fed, centers, refine_iter, tol_abs, weighted):
+# Local k-means restarts of a client in row-free k-means (KFed's default).
+_ROW_FREE_LOCAL_N_INIT = 3
+
+
+def run_row_free_kmeans(
+    fed,
+    *,
+    n_clusters,
+    random_state,
+    server_n_init,
+    refine_iter,
+    tol,
+    local_max_iter,
+    weighted=False,
+    rows=None,
+    min_rows=MIN_ROWS,
+    dtype=None,
+):
+    """k-means that sends no row, on an open federation under
+    ``raw_rows="refuse"``: k-FED's local centers (each of at least
+    ``min_rows`` distinct rows) merged by the server's weighted k-means,
+    then up to ``refine_iter`` distributed Lloyd rounds on the clients'
+    summed per-cluster statistics (:func:`run_kfed`; the clients keep
+    their labels).
+
+    A client of n_m <= k rows asks for n_m - 1 local centers: with k of
+    them its centers would be its rows, which it refuses to send; with
+    fewer, its clusters of too few rows are merged on it.
+    ``DistributedKMeans(raw_rows="refuse")`` runs it on X,
+    ``FederatedKernelKMeans(raw_rows="refuse")`` on the clients'
+    embedding (``rows``).
+    """
+    n_local = {
+        cid: min(n_clusters, max(int(n) - 1, 1))
+        for cid, n in zip(fed.client_ids, fed.client_sizes)
+    }
+    local = KFedLocalOptions(
+        n_clusters=n_clusters,
+        n_local_clusters=n_local,
+        center_weighting="size",
+        local_step="auto",
+        n_init=_ROW_FREE_LOCAL_N_INIT,
+        max_iter=max(local_max_iter, 1),
+        tol=tol,
+        allow_raw_upload=False,
+        client_dropout=0.0,
+    )
+    with warnings.catch_warnings():
+        # The local restarts are ours, not the user's n_init: a client of
+        # fewer rows runs fewer, without a warning.
+        warnings.filterwarnings(
+            "ignore", message="n_init=.* exceeds the number of samples"
+        )
+        return run_kfed(
+            fed,
+            local=local,
+            random_state=random_state,
+            merge="kmeans",
+            server_n_init=server_n_init,
+            dtype=dtype,
+            gather_labels=False,
+            refine_iter=refine_iter,
+            tol=tol,
+            weighted=weighted,
+            rows=rows,
+            min_rows=min_rows,
+        )
+
+
+def _refine(fed, centers, refine_iter, tol_abs, weighted, *, rows, min_rows):
     """Distributed Lloyd steps from the merged centers: rounds
     ``"lloyd refinement"``, each a sum of the clients' per-cluster
     displacement sums and weights (a sum-only round, which secure
     aggregation masks), stopping once the centers move by ``tol_abs`` or
     less. Returns the centers and the number of rounds run."""
     # Under raw_rows="refuse" a client leaves out the clusters it holds
-    # fewer than MIN_ROWS distinct rows of: their sums would be those rows.
-    min_rows = MIN_ROWS if fed.raw_rows == "refuse" else None
+    # fewer than min_rows distinct rows of: their sums would determine
+    # those rows.
+    min_rows = min_rows if fed.raw_rows == "refuse" else None
     step = functools.partial(
-        cluster_sums_step, rows=None, weighted=weighted, min_rows=min_rows
+        cluster_sums_step, rows=rows, weighted=weighted, min_rows=min_rows
     )
     n_rounds = 0
     for _ in range(refine_iter):
@@ -380,7 +466,9 @@ class KFedPrivateOptions(NamedTuple):
     noise_multiplier: float
 
 
-def _finish(fed, ids, centers, center_labels, cluster_centers, weights, n_samples):
+def _finish(
+    fed, ids, centers, center_labels, cluster_centers, weights, n_samples, rows=None
+):
     """The cluster map round, and what the clients keep, as a result.
 
     ``n_samples`` None leaves the per-sample labels on the clients (the
@@ -391,7 +479,12 @@ def _finish(fed, ids, centers, center_labels, cluster_centers, weights, n_sample
         {"center_labels": labels, "cluster_centers": cluster_centers}
         for labels in center_labels
     ]
-    fed.run_round(CLUSTER_MAP, induce_labels_step, messages=messages)
+    step = (
+        induce_labels_step
+        if rows is None
+        else functools.partial(induce_labels_step, rows=rows)
+    )
+    fed.run_round(CLUSTER_MAP, step, messages=messages)
     # Under differential privacy a client's exact cost and iterations stay
     # on it (un-noised statistics of its rows), and under privacy or
     # raw_rows="refuse" its labels do (one value per row): the estimator
@@ -424,9 +517,11 @@ def _finish(fed, ids, centers, center_labels, cluster_centers, weights, n_sample
     )
 
 
-def _local_round(fed, options, private=None, *, new=False):
+def _local_round(
+    fed, options, private=None, *, new=False, rows=None, min_rows=MIN_ROWS
+):
     """Run the local step on every client of ``fed`` (``new``: clients that
-    join a fitted model); gather its centers."""
+    join a fitted model) on its ``rows``; gather its centers."""
     local = options.n_local_clusters
     if local is None:
         local = options.n_clusters
@@ -471,6 +566,8 @@ def _local_round(fed, options, private=None, *, new=False):
         dropout=float(options.client_dropout),
         single_threaded=fed.n_clients > 1,
         local_step=options.local_step,
+        rows=rows,
+        min_rows=min_rows,
     )
     # Simulated dropout must pass whatever on_client_error says, so the
     # round tolerates every failure and the exceptions' types decide.
