@@ -49,7 +49,6 @@ from ..._engine._rounds import per_client, sum_only
 from ...kernel import federated_gamma
 from ...kernel._embedding import feature_covariance_basis
 from ...kernel._random_features import (
-    FEATURE_REMEDY,
     feature_min_rows,
     feature_statistics_raw_rows,
 )
@@ -80,6 +79,12 @@ LANDMARK_CENTERS = per_client("landmark centers", rows=_raw_rows_uploaded)
 # The triangle of Σ_m Z[m]ᵀZ[m] and Σ_m Z[m]ᵀ1 of the Nyström features.
 LANDMARK_STATISTICS = sum_only("landmark feature statistics")
 
+# What a client of too few rows for the landmark statistics can do: the
+# map has at most n_landmarks features.
+_LANDMARK_REMEDY = (
+    "Use n_landmarks at most the distinct rows of the smallest client, "
+    "features='random' with fewer n_random_features, or leave the client out."
+)
 # Pairs of K_LL below this fraction of its largest eigenvalue are dropped
 # (W = U Λ^{-½} would amplify their round-off): near-duplicate landmarks
 # add no direction.
@@ -379,7 +384,7 @@ def landmark_statistics_step(client, state, message, *, min_rows=None):
     X = client.X
     if min_rows:
         require_distinct_rows(
-            X, min_rows, "landmark-feature statistics", FEATURE_REMEDY
+            X, min_rows, "landmark-feature statistics", _LANDMARK_REMEDY
         )
     D = whitening.shape[1]
     gram = np.zeros((D, D))
