@@ -31,7 +31,8 @@ from ._protocols._coreset import (
     coreset_rounds,
     federated_coreset_kmeans,
 )
-from ._protocols._kfed import kfed_rounds, run_row_free_kmeans
+from ._protocols._kfed import kfed_rounds
+from ._protocols._row_free_kmeans import run_row_free_kmeans
 
 __all__ = ["DistributedKMeans"]
 

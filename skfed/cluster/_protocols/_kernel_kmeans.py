@@ -46,7 +46,8 @@ from ...kernel import (
     width_rounds,
 )
 from ._coreset import coreset_rounds, embedded_min_rows, federated_coreset_kmeans
-from ._kfed import kfed_rounds, run_row_free_kmeans
+from ._kfed import kfed_rounds
+from ._row_free_kmeans import run_row_free_kmeans
 
 # Each client's rows of the spectral embedding H: one value per row.
 collectable("kernel_kmeans", "H", PER_ROW)
@@ -141,7 +142,7 @@ def cluster_embedding(
     (:func:`~skfed.cluster._protocols._coreset.federated_coreset_kmeans`),
     whose sampled rows of H determine rows of X, or under
     ``raw_rows="refuse"`` the row-free k-means
-    (:func:`~skfed.cluster._protocols._kfed.run_row_free_kmeans`: k-FED's
+    (:func:`~skfed.cluster._protocols._row_free_kmeans.run_row_free_kmeans`: k-FED's
     local centers of H, then Lloyd rounds on summed per-cluster
     statistics, up to ``refine_iter``). A sum of n rows of H, s columns,
     is s equations in the n d unknowns of their rows of X, so there every
