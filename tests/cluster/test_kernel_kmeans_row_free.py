@@ -9,9 +9,11 @@ import warnings
 import numpy as np
 import pytest
 from sklearn.datasets import make_blobs, make_circles
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import normalized_mutual_info_score as nmi
 from sklearn.metrics import pairwise_distances
 from sklearn.metrics.pairwise import rbf_kernel
+from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from skfed import FederatedKernelKMeans
 from skfed._engine._ledger import PER_CLIENT, SUM_ONLY
@@ -230,3 +232,13 @@ def test_a_client_s_few_rows_of_a_cluster_are_merged_and_left_out(received):
             assert totals[ring] == 0 and totals[1 - ring] == 125
         else:
             assert np.all((totals == 0) | (totals >= minimum))
+
+
+# -- scikit-learn's checks on the row-free path ---------------------------------
+
+
+@parametrize_with_checks([FederatedKernelKMeans(n_clusters=2, raw_rows="refuse")])
+def test_sklearn_compatible_without_raw_rows(estimator, check):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        check(estimator)
