@@ -163,6 +163,7 @@ def local_step(
             min_rows,
             "local centers",
             "Merge the client with others or leave it out.",
+            weights=client.sample_weight,
         )
 
     # Work in an order defined by the rows' contents (values, then weights)
