@@ -168,6 +168,20 @@ def test_masked_fit_gives_the_plain_labels():
     assert "lloyd refinement" in masked_rounds
 
 
+def test_shuffled_rows_and_renamed_clients_give_the_same_model():
+    make, k, gamma = CASES["blobs"]
+    X, _ = make()
+    ids = np.arange(len(X)) % 5
+    plain = _fit(X, k, gamma, partitions=ids)
+    perm = np.random.RandomState(3).permutation(len(X))
+    names = np.array(["e", "a", "c", "b", "d"])
+    moved = _fit(X[perm], k, gamma, partitions=names[ids[perm]])
+    np.testing.assert_allclose(
+        moved.cluster_centers_, plain.cluster_centers_, rtol=0, atol=1e-12
+    )
+    np.testing.assert_array_equal(moved.labels_, plain.labels_[perm])
+
+
 def test_random_features_fit_row_free_too():
     make, k, gamma = CASES["blobs"]
     X, y = make()
