@@ -31,7 +31,8 @@ from ._protocols._coreset import (
     coreset_rounds,
     federated_coreset_kmeans,
 )
-from ._protocols._kfed import KFedLocalOptions, kfed_rounds, run_kfed
+from ._protocols._kfed import kfed_rounds
+from ._protocols._row_free_kmeans import run_row_free_kmeans
 
 __all__ = ["DistributedKMeans"]
 
@@ -597,47 +598,22 @@ class DistributedKMeans(
                 "forbids. Merge such clients with others, leave them out, or "
                 "allow raw rows."
             )
+        refine_iter = self._row_free_refine_iter()
         with fed:
-            # A client of n_m <= k rows asks for n_m - 1 local centers: with
-            # k of them its centers would be its rows, which it refuses to
-            # send; with fewer, its clusters of one row are merged on it.
-            n_local = {
-                cid: min(self.n_clusters, max(int(n) - 1, 1))
-                for cid, n in zip(fed.client_ids, fed.client_sizes)
-            }
-            local = KFedLocalOptions(
-                n_clusters=self.n_clusters,
-                n_local_clusters=n_local,
-                center_weighting="size",
-                local_step="auto",
-                n_init=_ROW_FREE_LOCAL_N_INIT,
-                max_iter=max(self.local_max_iter, 1),
-                tol=self.tol,
-                allow_raw_upload=False,
-                client_dropout=0.0,
-            )
-            refine_iter = self._row_free_refine_iter()
-            with warnings.catch_warnings():
-                # The local restarts are ours, not the user's n_init: a
-                # client of fewer rows runs fewer, without a warning.
-                warnings.filterwarnings(
-                    "ignore", message="n_init=.* exceeds the number of samples"
-                )
-                result = fed.run_protocol(
-                    partial(
-                        run_kfed,
-                        fed,
-                        local=local,
-                        random_state=rng,
-                        merge="kmeans",
-                        server_n_init=n_init,
-                        gather_labels=False,
-                        refine_iter=refine_iter,
-                        tol=self.tol,
-                        weighted=weighted,
-                    ),
+            result = fed.run_protocol(
+                partial(
+                    run_row_free_kmeans,
+                    fed,
+                    n_clusters=self.n_clusters,
                     random_state=rng,
-                )
+                    server_n_init=n_init,
+                    refine_iter=refine_iter,
+                    tol=self.tol,
+                    local_max_iter=self.local_max_iter,
+                    weighted=weighted,
+                ),
+                random_state=rng,
+            )
             self.client_ids_ = as_id_array(fed.client_ids)
             self.failed_clients_ = dict(fed.failed_clients)
         self.cluster_centers_ = result.cluster_centers.astype(fed.dtype, copy=False)
@@ -670,9 +646,6 @@ class DistributedKMeans(
         return self
 
 
-# Local k-means restarts of a client under raw_rows="refuse" (KFed's
-# default).
-_ROW_FREE_LOCAL_N_INIT = 3
 # What only the coreset path sets.
 _CORESET_ATTRIBUTES = (
     "coreset_inertia_",

@@ -177,9 +177,11 @@ class FederatedKernelKMeans(
     them ``"embedding"`` (s down). Both algorithms end with the coreset
     k-means on H: its local cost and sampling rounds, up to ``refine_iter``
     ``"lloyd refinement"`` rounds (k·s down, k(s + 1) up each) and the
-    labelling round. :meth:`transform`, :meth:`predict` and :meth:`score`
-    map new points on the server (one-shot: with the shared map and V;
-    DSPGD: by replaying its recursion) and cost no communication.
+    labelling round; under ``raw_rows="refuse"`` the one-shot ends instead
+    with a k-means that sends no row (see ``raw_rows``).
+    :meth:`transform`, :meth:`predict` and :meth:`score` map new points on
+    the server (one-shot: with the shared map and V; DSPGD: by replaying
+    its recursion) and cost no communication.
 
     Read more in the :ref:`User Guide <user_guide_kernel_kmeans>`.
 
@@ -350,9 +352,11 @@ class FederatedKernelKMeans(
         ``"auto"`` draws 1000, or every row when the data has fewer. An int
         larger than the data is clipped to it, with a warning.
     n_init : int, default=10
-        Restarts of the server's weighted k-means on the coreset.
+        Restarts of the server's weighted k-means on the coreset (under
+        ``raw_rows="refuse"``, on the pooled local centers).
     refine_iter : int, default=20
-        Most distributed Lloyd rounds on H after the coreset solution (each
+        Most distributed Lloyd rounds on H after the coreset solution, or
+        under ``raw_rows="refuse"`` after the merged local centers (each
         k·s floats down and k(s + 1) up per client); they stop when the
         centers stop moving (the coreset's tolerance). Without them the
         coreset solution ended 1.8-2.7% above KMeans(n_init=10)'s cost on
@@ -368,18 +372,35 @@ class FederatedKernelKMeans(
         2 also prints one line per DSPGD iteration (``algorithm="dspgd"``).
 
     raw_rows : {"allow", "refuse"}, default="allow"
-        Without ``privacy``, the coreset step uploads
-        rows of the spectral embedding, from which the server (which drew
-        the map and computed the components) solves for the rows of X, so
-        "refuse" raises ``ValueError`` before the first round, and the
-        ledger counts such rows as raw rows when the embedding has at least
-        as many columns as X. With ``privacy`` no embedded row is sent and
-        "refuse" fits.
+        Without ``privacy``, the coreset step uploads rows of the spectral
+        embedding H, from which the server (which drew the map and computed
+        the components) solves for the rows of X; the ledger counts such
+        rows as raw rows when the embedding has at least as many columns as
+        X. "refuse" clusters H without them (the one-shot, with landmark or
+        random features): round ``"local centers"``, each client's k-FED
+        local centers of its rows of H and their sizes (k_m <=
+        min(k, n_m - 1), as :class:`~skfed.DistributedKMeans` under
+        refusal), merged by the server's weighted k-means (``n_init``
+        restarts); then up to ``refine_iter`` rounds ``"lloyd refinement"``
+        on the clients' summed per-cluster statistics of H, until the
+        centers settle; then ``"cluster map"``, after which the clients
+        keep their labels. A sum of n rows of H is s equations in the n d
+        unknowns of their rows of X, so every local center and cluster sum
+        a client sends comes from more than s / d distinct rows (at least
+        two): a smaller local cluster is merged into its nearest on the
+        client, a smaller cluster sum is left out of its upload.
+        ``coreset_size`` plays no part. The earlier rounds keep their own
+        minimums (a client of fewer distinct rows than the map's D features
+        refuses the statistics round, ``ValueError``). DSPGD keeps its
+        coreset: ``ValueError`` before the first round. With ``privacy`` no
+        embedded row is sent and "refuse" fits.
 
     secure_aggregation : bool, default=False
         Masked here: the summed Gram
         triangles or Lanczos products, the baseline's projections, the
-        coreset's Lloyd sums and total cost, and the kernel width
+        coreset's Lloyd sums and total cost (under ``raw_rows="refuse"``
+        the Lloyd rounds' sums: the local centers are per-client uploads),
+        and the kernel width
         (``gamma=None``), then in two rounds of sums (the global mean, then
         the spread around it) instead of each client's moments.
 
@@ -493,7 +514,9 @@ class FederatedKernelKMeans(
     clients of Z[m]ᵀZ[m] and Z[m]ᵀ1 (under secure aggregation it learns
     nothing else from that round; without it, each client's Gram matrix of
     the random features, which DSPGD's ``"gram"`` solver sends every
-    iteration); then, as with DSPGD, rows of H in the coreset step.
+    iteration); then, as with DSPGD, rows of H in the coreset step (under
+    ``raw_rows="refuse"`` local centers of H, each of more than s / d
+    distinct rows, and per-cluster sums).
 
     DSPGD: the server learns W[m]ᵀW[m] c for every Lanczos
     vector c, which is W[m]ᵀW[m] itself once D + r_t independent vectors
@@ -536,34 +559,39 @@ class FederatedKernelKMeans(
     # floats, against 18 s for the whole fit in this process.
     _clients_in_processes = False
 
-    # Without privacy the clustering step samples rows of the spectral
-    # embedding h(x) = (z(x) − z̄)ᵀV; the server drew the map and computed V,
-    # so it solves h for x (to 3e-7 on 4-feature blobs, s = 9). The private
-    # path clusters by noised Lloyd sums and sends no embedded row.
+    # DSPGD clusters with the coreset k-means, which samples rows of the
+    # spectral embedding h(x); the server drew the maps and computed the
+    # components, so it solves h for x (to 3e-7 on 4-feature blobs, s = 9).
+    # The one-shot under raw_rows="refuse" clusters by sums only.
     _raw_rows_alternative = (
-        "Its clustering step samples rows of the spectral embedding, from "
-        "which the server, which made the embedding, solves for the rows of "
-        "X. Fit with privacy=DifferentialPrivacy(...) (noised sums, no "
-        "embedded row), or use KFed, whose local centers come from at least "
-        "two distinct rows each under raw_rows='refuse'."
+        "DSPGD clusters its spectral embedding with the coreset k-means, "
+        "whose sampled embedded rows let the server, which made the "
+        "embedding, solve for rows of X. Use algorithm='one_shot' (what "
+        "'auto' takes without DSPGD-only options): under raw_rows='refuse' "
+        "it clusters the embedding from local centers and Lloyd rounds' "
+        "sums, each of several distinct rows, and sends no row. Or fit with "
+        "privacy=DifferentialPrivacy(...)."
     )
 
     def _rounds(self):
         # Under privacy the clustering step is the private Lloyd, whose
-        # noised sums are no embedded rows. A sketch_size of "auto", decided
-        # by the data's shape, is listed as the triangle's round (both are
-        # sum-only, and neither is refused).
+        # noised sums are no embedded rows; under raw_rows="refuse" without
+        # it the row-free k-means (local centers, then Lloyd sums). A
+        # sketch_size of "auto", decided by the data's shape, is listed as
+        # the triangle's round (both are sum-only, and neither is refused).
         common = {
             "gamma": self.gamma,
             "secure_aggregation": self.secure_aggregation,
             "refine_iter": self.refine_iter,
         }
+        row_free = self.raw_rows == "refuse" and self.privacy is None
         if self._features() == "landmarks":
-            return landmark_rounds(**common)
+            return landmark_rounds(row_free=row_free, **common)
         if self._algorithm() == "one_shot":
             return one_shot_rounds(
                 sketch=isinstance(self.sketch_size, numbers.Integral),
                 private=self.privacy is not None,
+                row_free=row_free,
                 **common,
             )
         return dspgd_rounds(

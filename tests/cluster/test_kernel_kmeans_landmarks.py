@@ -189,9 +189,7 @@ def test_a_one_row_local_cluster_never_reaches_the_server(monkeypatch):
             min_samples=1,
             log=None,
         )
-        # The fit refuses the coreset's embedded rows under "refuse" before
-        # any round, so the landmark round runs on its own here, on the
-        # federation a fit opens.
+        # The landmark round on its own, on the federation a fit opens.
         fed = est._privacy_settings(fed)
         with fed:
             landmarks = landmark_centers(fed, 30)

@@ -39,6 +39,15 @@ CASES = [
     FederatedKernelKMeans(3, random_state=0),
     FederatedKernelKMeans(3, secure_aggregation=True, random_state=0),
     FederatedKernelKMeans(3, gamma=0.1, privacy=_dp(), refine_iter=2, random_state=0),
+    FederatedKernelKMeans(3, raw_rows="refuse", random_state=0),
+    FederatedKernelKMeans(
+        3,
+        features="random",
+        n_random_features=60,
+        raw_rows="refuse",
+        secure_aggregation=True,
+        random_state=0,
+    ),
 ]
 
 
@@ -73,10 +82,13 @@ def test_dspgd_declares_each_of_its_rounds(data, rounds_run):
 
 def test_the_rounds_decide_the_refusals_before_any_round(data, rounds_run):
     X, partitions = data
-    # The coreset's sampled rows under raw_rows="refuse" (the embedding's
-    # rows determine X's): refused, naming the round.
-    with pytest.raises(ValueError, match="'coreset sampling'"):
-        FederatedKernelKMeans(3, raw_rows="refuse").fit(X, partitions=partitions)
+    # DSPGD's coreset samples rows of the embedding, which determine X's:
+    # under raw_rows="refuse" refused, naming the round and the one-shot,
+    # which clusters by sums there.
+    with pytest.raises(ValueError, match="'coreset sampling'.*algorithm='one_shot'"):
+        FederatedKernelKMeans(3, algorithm="dspgd", raw_rows="refuse").fit(
+            X, partitions=partitions
+        )
     # Un-noised rounds under differential privacy: refused, naming them and
     # what to use instead.
     with pytest.raises(ValueError, match=r"'coreset local cost'.*KFed\(privacy="):

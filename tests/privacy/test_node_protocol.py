@@ -101,10 +101,9 @@ def test_a_curious_server_gets_no_labels_costs_or_keys_under_privacy(grid):
 
 
 def test_a_curious_server_gets_no_embedding_labels_or_keys_under_refuse(grid):
-    # Kernel k-means fits under raw_rows="refuse" only with privacy (its
-    # coreset samples embedded rows otherwise); epsilon=inf adds no noise,
-    # so the model is the in-memory fit's, and privacy still keeps every
-    # per-row output on the nodes.
+    # Kernel k-means under raw_rows="refuse" and privacy; epsilon=inf adds
+    # no noise, so the model is the in-memory fit's, and privacy still
+    # keeps every per-row output on the nodes.
     X, data = _data()
     nodes = grid(data)
     dp = DifferentialPrivacy(epsilon=float("inf"), bounds=(-15.0, 15.0))
@@ -130,6 +129,30 @@ def test_a_curious_server_gets_no_embedding_labels_or_keys_under_refuse(grid):
     _refused(_ask(nodes, SECRETS), "not declared collectable")
     with pytest.raises(ValueError, match="predict"):
         skfed.FederatedKernelKMeans(**params).fit_predict(NodeData(nodes, n_nodes=3).X)
+
+
+def test_row_free_kernel_kmeans_keeps_every_per_row_output_on_the_nodes(grid):
+    # Under raw_rows="refuse" without privacy kernel k-means clusters its
+    # embedding from local centers and Lloyd sums; the model is the
+    # in-memory fit's, and the labels and the embedding stay on the nodes.
+    X, data = _data()
+    nodes = grid(data)
+    params = {
+        "n_clusters": 3,
+        "random_state": 0,
+        "raw_rows": "refuse",
+        "secure_aggregation": True,
+        "gamma": 0.1,
+    }
+    km = skfed.FederatedKernelKMeans(**params)
+    fit_on_grid(km, nodes, n_nodes=3)
+    assert not hasattr(km, "labels_") and not hasattr(km, "embedding_")
+    assert km.communication_.raw_rows == 0
+    expected = skfed.FederatedKernelKMeans(**params).fit(
+        X, partitions=np.repeat([1, 2, 3], 80)
+    )
+    np.testing.assert_array_equal(km.predict(X), expected.labels_)
+    _refused(_ask(nodes, PER_ROW), "stays on the client")
 
 
 def test_key_fetch_is_refused_even_when_labels_may_leave(grid):

@@ -199,11 +199,14 @@ def test_width_upload_of_a_one_row_client_is_its_row_unless_refused(
 def test_kernel_kmeans_and_the_classifier_send_nothing_under_refuse(received):
     X, ids = _one_row_client()
     y = (X[:, 0] > X[:, 0].mean()).astype(int)
+    # Kernel k-means fits row-free under refuse; the one-row client refuses
+    # its first upload (the kernel width), and nothing of it arrives.
     with pytest.raises(ValueError, match="raw_rows='refuse'"):
         skfed.FederatedKernelKMeans(3, random_state=0, raw_rows="refuse").fit(
             X, partitions=ids
         )
-    assert received["uploads"] == []
+    assert 3 not in [c for _, c, _ in received["uploads"]]
+    received["uploads"].clear()
     # The classifier fits row-free under refuse (method="auto"); the
     # one-row client refuses its data-scale upload, and nothing of it
     # arrives.
@@ -457,8 +460,13 @@ def test_a_refusing_client_refuses_a_step_asked_without_its_minimum():
             "n_init": 1,
             "max_iter": 5,
             "allow_raw_upload": True,
+            "min_rows": 2,
         }
         with pytest.raises(ClientStepError, match="raw rows.*'allow_raw_upload'"):
+            fed.run_round("local", partial(local_step, **options), None)
+        # The local step's minimum behind each center, dropped: refused too.
+        options.update(allow_raw_upload=False, min_rows=None)
+        with pytest.raises(ClientStepError, match="raw rows.*'min_rows'"):
             fed.run_round("local", partial(local_step, **options), None)
 
 

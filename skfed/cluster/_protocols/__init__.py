@@ -8,6 +8,9 @@ its client steps and its server steps.
   ``DistributedKMeans`` under ``raw_rows="refuse"``), with the client side
   in :mod:`._kfed_local`, its split-and-merge moves in :mod:`._kfed_moves`
   and its differentially private local step in :mod:`._kfed_private`;
+- :mod:`._row_free_kmeans`: k-means from k-FED's local centers and Lloyd
+  sums, sending no row (``DistributedKMeans`` and kernel k-means under
+  ``raw_rows="refuse"``);
 - :mod:`._kernel_kmeans`: kernel k-means by DSPGD;
   :mod:`._kernel_kmeans_one_shot`: by one round of random-feature
   statistics; :mod:`._kernel_kmeans_landmarks`: by Nyström features on the

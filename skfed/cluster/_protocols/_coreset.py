@@ -27,7 +27,7 @@ from ..._engine._ledger import PER_CLIENT, Disclosure
 from ..._engine._protocol import PER_ROW, client_step, collectable
 from ..._engine._rounds import Round, download, per_client, raw_rows, sum_only
 from ..._numerics._rows import canonical_row_order, row_hashes, rows_equal
-from ...privacy._refusal import n_distinct_rows
+from ...privacy._refusal import MIN_ROWS, n_distinct_rows
 from .._kmeans import (
     SMALL_ROWS,
     KMeansProblem,
@@ -60,8 +60,10 @@ __all__ = [
     "CoresetKMeansResult",
     "allocate_samples",
     "auto_coreset_size",
+    "client_rows",
     "cluster_sums_step",
     "coreset_rounds",
+    "embedded_min_rows",
     "embedded_sampling",
     "federated_coreset_kmeans",
     "label_step",
@@ -81,6 +83,17 @@ def _embedded_rows(upload, n_features):
     :func:`federated_coreset_kmeans`)."""
     drawn = upload[1]
     return int(drawn.shape[0]) if drawn.shape[1] >= n_features else 0
+
+
+def embedded_min_rows(n_components, n_features):
+    """Distinct rows a client needs behind a sum or mean of its embedded
+    rows (s columns, X of d) under ``raw_rows="refuse"``: more than s / d,
+    and at least ``MIN_ROWS``. The embedding is not linear in x: the sum
+    of n embedded rows, n known, is s equations in the n d unknowns of
+    the rows, which fix them (up to their order) once n d <= s, as one
+    embedded row of at least d columns fixes its row. Two rows moved by
+    opposite vectors keep their raw sum, not their embedded one."""
+    return max(MIN_ROWS, int(n_components) // max(int(n_features), 1) + 1)
 
 
 # The rounds, in the order they run (see federated_coreset_kmeans).
@@ -359,8 +372,9 @@ def federated_coreset_kmeans(
     )
 
 
-def _rows(client, rows):
-    """The rows a client clusters: its X, or another protocol's output."""
+def client_rows(client, rows):
+    """The rows a client clusters: its X (``rows`` None), or another
+    protocol's output kept under ``rows = (namespace, key)``."""
     return client.X if rows is None else client.read(*rows)
 
 
@@ -383,7 +397,7 @@ def _local_solution_step(
     k-means is handed over to be solved with other clients' (a generator
     step, see :mod:`skfed._engine._protocol`).
     """
-    X = _rows(client, rows)
+    X = client_rows(client, rows)
     n = X.shape[0]
     w = _client_weights(client, weighted, n)
     # Work on the rows in an order fixed by their values alone, so that
@@ -453,7 +467,7 @@ def _coreset_step(client, state, message, *, rows, weighted):
     and their weights are uploaded instead (n⁺_m (s + 1) floats): the exact
     data, no larger than a coreset.
     """
-    X = _rows(client, rows)
+    X = client_rows(client, rows)
     order, centers, labels = state["order"], state["centers"], state["labels"]
     d2, cost = state["d2"], state["cost"]
     w = _client_weights(client, weighted, X.shape[0])[order]
@@ -503,7 +517,7 @@ def cluster_sums_step(client, state, message, *, rows, weighted, min_rows=None):
     weight): its sum and weight would give its rows away. The server's
     update then moves that center with the other clients' rows only.
     """
-    X = _rows(client, rows)
+    X = client_rows(client, rows)
     centers = np.asarray(message, dtype=np.float64)
     tie = rounding_noise(centers)
     X, centers = around_centers(X, centers)
@@ -527,7 +541,7 @@ def label_step(
     Upload: the client's weighted cost against the centers divided by
     ``cost_scale`` (1 float) when ``exact_inertia``, else nothing.
     """
-    X = _rows(client, rows)
+    X = client_rows(client, rows)
     # Label with the centers in the rows' precision, as the estimator stores
     # them, so that predict on the training rows reproduces these labels.
     centers = np.asarray(message, dtype=X.dtype)

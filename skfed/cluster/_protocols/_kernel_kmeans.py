@@ -45,7 +45,9 @@ from ...kernel import (
     sample_fourier_weights,
     width_rounds,
 )
-from ._coreset import coreset_rounds, federated_coreset_kmeans
+from ._coreset import coreset_rounds, embedded_min_rows, federated_coreset_kmeans
+from ._kfed import kfed_rounds
+from ._row_free_kmeans import run_row_free_kmeans
 
 # Each client's rows of the spectral embedding H: one value per row.
 collectable("kernel_kmeans", "H", PER_ROW)
@@ -61,7 +63,9 @@ __all__ = [
     "RANDOM_FEATURES",
     "RANDOM_FEATURES_KEPT",
     "KernelKMeansResult",
+    "cluster_embedding",
     "dspgd_rounds",
+    "embedding_kmeans_rounds",
     "iteration_features",
     "replay_eigenvectors",
     "run_kernel_kmeans",
@@ -104,6 +108,71 @@ def dspgd_rounds(*, gamma, secure_aggregation, use_cem, eigen_solver, refine_ite
         *iteration,
         EMBEDDING,
         *coreset_rounds(refine_iter, embedded=True),
+    )
+
+
+def embedding_kmeans_rounds(refine_iter, *, row_free=False):
+    """The rounds :func:`cluster_embedding` runs, the refinement once per
+    run (at most ``refine_iter``)."""
+    if row_free:
+        return kfed_rounds(refine_iter=refine_iter)
+    return coreset_rounds(refine_iter, embedded=True)
+
+
+# The clients' rows of H, where the clustering step finds them.
+EMBEDDED_ROWS = ("kernel_kmeans", "H")
+# The row-free k-means' tolerance (the coreset k-means' default) and its
+# clients' local Lloyd iterations (DistributedKMeans' default).
+_ROW_FREE_TOL = 1e-4
+_ROW_FREE_LOCAL_MAX_ITER = 20
+
+
+def cluster_embedding(
+    fed,
+    *,
+    n_clusters,
+    n_components,
+    coreset_size,
+    random_state,
+    n_init,
+    refine_iter,
+):
+    """k-means on the clients' rows of H, the one-shot protocols' last
+    step: the coreset k-means
+    (:func:`~skfed.cluster._protocols._coreset.federated_coreset_kmeans`),
+    whose sampled rows of H determine rows of X, or under
+    ``raw_rows="refuse"`` the row-free k-means
+    (:func:`~skfed.cluster._protocols._row_free_kmeans.run_row_free_kmeans`: k-FED's
+    local centers of H, then Lloyd rounds on summed per-cluster
+    statistics, up to ``refine_iter``). A sum of n rows of H, s columns,
+    is s equations in the n d unknowns of their rows of X, so there every
+    local center and cluster sum comes from more than s / d distinct rows
+    (:func:`~skfed.cluster._protocols._coreset.embedded_min_rows`).
+
+    Returns the coreset's result, or k-FED's, whose ``cluster_centers``,
+    ``inertia`` and ``n_refine_iter`` the estimator reads.
+    """
+    if fed.raw_rows != "refuse":
+        return federated_coreset_kmeans(
+            fed,
+            n_clusters=n_clusters,
+            coreset_size=coreset_size,
+            random_state=random_state,
+            n_init=n_init,
+            rows=EMBEDDED_ROWS,
+            refine_iter=refine_iter,
+        )
+    return run_row_free_kmeans(
+        fed,
+        n_clusters=n_clusters,
+        random_state=random_state,
+        server_n_init=n_init,
+        refine_iter=refine_iter,
+        tol=_ROW_FREE_TOL,
+        local_max_iter=_ROW_FREE_LOCAL_MAX_ITER,
+        rows=EMBEDDED_ROWS,
+        min_rows=embedded_min_rows(n_components, fed.n_features),
+        dtype=np.float64,
     )
 
 

@@ -49,13 +49,17 @@ from ..._engine._rounds import per_client, sum_only
 from ...kernel import federated_gamma
 from ...kernel._embedding import feature_covariance_basis
 from ...kernel._random_features import (
-    FEATURE_REMEDY,
     feature_min_rows,
     feature_statistics_raw_rows,
 )
 from ...privacy._refusal import require_distinct_rows
-from ._coreset import coreset_rounds, federated_coreset_kmeans
-from ._kernel_kmeans import CHUNK, EMBEDDING, KERNEL_WIDTH
+from ._kernel_kmeans import (
+    CHUNK,
+    EMBEDDING,
+    KERNEL_WIDTH,
+    cluster_embedding,
+    embedding_kmeans_rounds,
+)
 from ._kfed import _raw_rows_uploaded, _uploaded_centers
 from ._kfed_local import RawUploadRefused, local_step
 
@@ -75,6 +79,12 @@ LANDMARK_CENTERS = per_client("landmark centers", rows=_raw_rows_uploaded)
 # The triangle of Σ_m Z[m]ᵀZ[m] and Σ_m Z[m]ᵀ1 of the Nyström features.
 LANDMARK_STATISTICS = sum_only("landmark feature statistics")
 
+# What a client of too few rows for the landmark statistics can do: the
+# map has at most n_landmarks features.
+_LANDMARK_REMEDY = (
+    "Use n_landmarks at most the distinct rows of the smallest client, "
+    "features='random' with fewer n_random_features, or leave the client out."
+)
 # Pairs of K_LL below this fraction of its largest eigenvalue are dropped
 # (W = U Λ^{-½} would amplify their round-off): near-duplicate landmarks
 # add no direction.
@@ -103,15 +113,16 @@ def landmark_statistics_uploaded(n_features_out):
     return LANDMARK_STATISTICS._replace(disclosure=disclosure)
 
 
-def landmark_rounds(*, gamma, secure_aggregation, refine_iter):
+def landmark_rounds(*, gamma, secure_aggregation, refine_iter, row_free=False):
     """The rounds :func:`run_landmarks` runs, a repeated round once per run
-    (the coreset's refinement at most ``refine_iter`` times)."""
+    (the refinement at most ``refine_iter`` times); ``row_free`` under
+    ``raw_rows="refuse"``."""
     return (
         *(KERNEL_WIDTH.run(secure_aggregation) if gamma is None else ()),
         LANDMARK_CENTERS,
         LANDMARK_STATISTICS,
         EMBEDDING,
-        *coreset_rounds(refine_iter, embedded=True),
+        *embedding_kmeans_rounds(refine_iter, row_free=row_free),
     )
 
 
@@ -246,13 +257,13 @@ def run_landmarks(
         )
     basis, shift = _content_signs(landmarks, whitening, gamma, basis, shift)
     fed.run_round(EMBEDDING, _embedding_step, (basis, shift))
-    coreset = federated_coreset_kmeans(
+    coreset = cluster_embedding(
         fed,
         n_clusters=n_clusters,
+        n_components=basis.shape[1],
         coreset_size=coreset_size,
         random_state=random_state,
         n_init=n_init,
-        rows=("kernel_kmeans", "H"),
         refine_iter=refine_iter,
     )
     gathered = fed.per_row_allowed
@@ -373,7 +384,7 @@ def landmark_statistics_step(client, state, message, *, min_rows=None):
     X = client.X
     if min_rows:
         require_distinct_rows(
-            X, min_rows, "landmark-feature statistics", FEATURE_REMEDY
+            X, min_rows, "landmark-feature statistics", _LANDMARK_REMEDY
         )
     D = whitening.shape[1]
     gram = np.zeros((D, D))

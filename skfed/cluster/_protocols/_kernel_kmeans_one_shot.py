@@ -85,8 +85,13 @@ from ...kernel._random_features import (
 from ...kernel._sketch import sketch_matrix
 from ...privacy import concatenate_releases, gaussian_noise
 from ...privacy._refusal import MIN_ROWS, require_distinct_rows
-from ._coreset import coreset_rounds, federated_coreset_kmeans
-from ._kernel_kmeans import CHUNK, EMBEDDING, KERNEL_WIDTH
+from ._kernel_kmeans import (
+    CHUNK,
+    EMBEDDING,
+    KERNEL_WIDTH,
+    cluster_embedding,
+    embedding_kmeans_rounds,
+)
 from ._kernel_kmeans_private import private_kmeans, private_rounds
 
 __all__ = [
@@ -110,9 +115,12 @@ SKETCH_STATISTICS = sum_only("random feature statistics")
 # skfed.kernel's private_statistics runs it).
 
 
-def one_shot_rounds(*, gamma, secure_aggregation, sketch, private, refine_iter):
+def one_shot_rounds(
+    *, gamma, secure_aggregation, sketch, private, refine_iter, row_free=False
+):
     """The rounds :func:`run_one_shot` runs, a repeated round once per run
-    (the coreset's refinement at most ``refine_iter`` times)."""
+    (the refinement at most ``refine_iter`` times); ``row_free`` under
+    ``raw_rows="refuse"`` without privacy."""
     if sketch:
         statistics = (KERNEL_CENTRE, SKETCH_STATISTICS)
     elif private:
@@ -122,7 +130,7 @@ def one_shot_rounds(*, gamma, secure_aggregation, sketch, private, refine_iter):
     if private:
         clustering = private_rounds(refine_iter)
     else:
-        clustering = coreset_rounds(refine_iter, embedded=True)
+        clustering = embedding_kmeans_rounds(refine_iter, row_free=row_free)
     return (
         *(KERNEL_WIDTH.run(secure_aggregation) if gamma is None else ()),
         *statistics,
@@ -282,13 +290,13 @@ def run_one_shot(
     fed.run_round(EMBEDDING, _embedding_step, (basis, shift))
 
     if fed.accountant is None:
-        coreset = federated_coreset_kmeans(
+        coreset = cluster_embedding(
             fed,
             n_clusters=n_clusters,
+            n_components=basis.shape[1],
             coreset_size=coreset_size,
             random_state=random_state,
             n_init=n_init,
-            rows=("kernel_kmeans", "H"),
             refine_iter=refine_iter,
         )
     else:

@@ -153,6 +153,8 @@ def run_kfed(
     refine_iter=0,
     tol=1e-4,
     weighted=False,
+    rows=None,
+    min_rows=MIN_ROWS,
 ):
     """k-FED on an open federation: one upload round and the cluster map.
 
@@ -201,6 +203,13 @@ def run_kfed(
     weighted : bool, default=False
         Whether the refinement weighs the rows by the clients' sample
         weights.
+    rows : (str, str), default=None
+        Where each client finds the rows it clusters, as in
+        :func:`~skfed.cluster._protocols._coreset.federated_coreset_kmeans`
+        (None: its X).
+    min_rows : int, default=MIN_ROWS
+        Under ``raw_rows="refuse"``, the distinct rows of X behind every
+        local center and every cluster sum a client sends.
 
     Returns
     -------
@@ -208,7 +217,10 @@ def run_kfed(
     """
     n_clusters = local.n_clusters
     n_samples = fed.n_samples
-    ids, centers, weights, n_requested = _local_round(fed, local, private)
+    located = {"rows": None if rows is None else tuple(rows)}
+    ids, centers, weights, n_requested = _local_round(
+        fed, local, private, min_rows=min_rows, **located
+    )
     # Σ k(z) < k cannot give k clusters whatever the data. Fewer distinct
     # samples than k only duplicates centers, as in KMeans.
     if n_requested < n_clusters:
@@ -260,6 +272,8 @@ def run_kfed(
                 n_clusters * rounding_noise(cluster_centers),
             ),
             weighted,
+            min_rows=min_rows,
+            **located,
         )
     cluster_centers = cluster_centers.astype(dtype, copy=False)
     center_labels = _split_by_owner(assignment, owner, len(ids))
@@ -271,21 +285,23 @@ def run_kfed(
         cluster_centers,
         cluster_weights,
         n_samples if gather_labels else None,
+        **located,
     )
     return result._replace(n_refine_iter=n_refine_iter)
 
 
-def _refine(fed, centers, refine_iter, tol_abs, weighted):
+def _refine(fed, centers, refine_iter, tol_abs, weighted, *, rows, min_rows):
     """Distributed Lloyd steps from the merged centers: rounds
     ``"lloyd refinement"``, each a sum of the clients' per-cluster
     displacement sums and weights (a sum-only round, which secure
     aggregation masks), stopping once the centers move by ``tol_abs`` or
     less. Returns the centers and the number of rounds run."""
     # Under raw_rows="refuse" a client leaves out the clusters it holds
-    # fewer than MIN_ROWS distinct rows of: their sums would be those rows.
-    min_rows = MIN_ROWS if fed.raw_rows == "refuse" else None
+    # fewer than min_rows distinct rows of: their sums would determine
+    # those rows.
+    min_rows = min_rows if fed.raw_rows == "refuse" else None
     step = functools.partial(
-        cluster_sums_step, rows=None, weighted=weighted, min_rows=min_rows
+        cluster_sums_step, rows=rows, weighted=weighted, min_rows=min_rows
     )
     n_rounds = 0
     for _ in range(refine_iter):
@@ -380,7 +396,9 @@ class KFedPrivateOptions(NamedTuple):
     noise_multiplier: float
 
 
-def _finish(fed, ids, centers, center_labels, cluster_centers, weights, n_samples):
+def _finish(
+    fed, ids, centers, center_labels, cluster_centers, weights, n_samples, rows=None
+):
     """The cluster map round, and what the clients keep, as a result.
 
     ``n_samples`` None leaves the per-sample labels on the clients (the
@@ -391,7 +409,12 @@ def _finish(fed, ids, centers, center_labels, cluster_centers, weights, n_sample
         {"center_labels": labels, "cluster_centers": cluster_centers}
         for labels in center_labels
     ]
-    fed.run_round(CLUSTER_MAP, induce_labels_step, messages=messages)
+    step = (
+        induce_labels_step
+        if rows is None
+        else functools.partial(induce_labels_step, rows=rows)
+    )
+    fed.run_round(CLUSTER_MAP, step, messages=messages)
     # Under differential privacy a client's exact cost and iterations stay
     # on it (un-noised statistics of its rows), and under privacy or
     # raw_rows="refuse" its labels do (one value per row): the estimator
@@ -424,9 +447,11 @@ def _finish(fed, ids, centers, center_labels, cluster_centers, weights, n_sample
     )
 
 
-def _local_round(fed, options, private=None, *, new=False):
+def _local_round(
+    fed, options, private=None, *, new=False, rows=None, min_rows=MIN_ROWS
+):
     """Run the local step on every client of ``fed`` (``new``: clients that
-    join a fitted model); gather its centers."""
+    join a fitted model) on its ``rows``; gather its centers."""
     local = options.n_local_clusters
     if local is None:
         local = options.n_clusters
@@ -471,6 +496,8 @@ def _local_round(fed, options, private=None, *, new=False):
         dropout=float(options.client_dropout),
         single_threaded=fed.n_clients > 1,
         local_step=options.local_step,
+        rows=rows,
+        min_rows=min_rows,
     )
     # Simulated dropout must pass whatever on_client_error says, so the
     # round tolerates every failure and the exceptions' types decide.

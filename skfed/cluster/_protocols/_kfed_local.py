@@ -30,7 +30,7 @@ from ..._engine._protocol import PER_ROW, PUBLIC, client_step, collectable
 from ..._numerics._rows import row_hashes, rows_equal
 from ..._numerics._shift import shift_point, shifted_rows
 from ..._numerics._threads import thread_pools
-from ...privacy._refusal import MIN_ROWS
+from ...privacy._refusal import MIN_ROWS, require_distinct_rows
 from .._kmeans import (
     SAME_COST,
     SMALL_ROWS,
@@ -50,6 +50,7 @@ from .._kmeans import (
     weighted_cost,
     weighted_kmeans_plusplus,
 )
+from ._coreset import client_rows
 from ._kfed_moves import improve_by_moves
 
 # What the server may collect of a client's k-FED state after the fit:
@@ -122,6 +123,8 @@ def local_step(
     dropout,
     single_threaded,
     local_step="auto",
+    rows=None,
+    min_rows=MIN_ROWS,
 ):
     """Client step of round "local centers": Algorithm 1 (local k(z)-means).
 
@@ -136,19 +139,39 @@ def local_step(
     runs are handed over to be solved with other clients' (see
     :func:`_kmeans`). ``local_step`` as in :class:`~skfed.KFed`; which path
     ``"auto"`` takes is :func:`_moves_client`'s rule.
+
+    ``rows`` names the rows clustered, as in
+    :func:`~skfed.cluster._protocols._coreset.client_rows` (None: the
+    client's X; kernel k-means clusters its embedding). Without
+    ``allow_raw_upload`` a local cluster of fewer than ``min_rows``
+    distinct rows of X is merged into its nearest, and a client of fewer
+    than ``min_rows`` distinct rows refuses (``RawRowsRefused``).
     """
     if dropout and client.random_state(_DROPOUT_STREAM).random_sample() < dropout:
         raise SimulatedDropout(f"simulated dropout (client_dropout={dropout})")
     if isinstance(n_local_clusters, Mapping):
         n_local_clusters = n_local_clusters[client.client_id]
-    X = client.X
+    X = client_rows(client, rows)
     weights = client.sample_weight
     if weights is None:
         weights = np.ones(X.shape[0], dtype=X.dtype)
+    # Never below the floor of a first moment, whatever the server asks.
+    min_rows = max(int(min_rows), MIN_ROWS)
+    if not allow_raw_upload and min_rows > MIN_ROWS:
+        require_distinct_rows(
+            client.X,
+            min_rows,
+            "local centers",
+            "Merge the client with others or leave it out.",
+            weights=client.sample_weight,
+        )
 
     # Work in an order defined by the rows' contents (values, then weights)
-    # so that the result does not depend on the order of the samples.
-    hashes = row_hashes(X)
+    # so that the result does not depend on the order of the samples. Rows
+    # computed from X (an embedding) carry the rounding of the sums they
+    # came from (secure aggregation's 2^-32), which moves their hashes:
+    # X's own rows order them, and count its distinct rows.
+    hashes = row_hashes(client.X)
     order = np.lexsort((weights, hashes))
     X, weights, hashes = X[order], weights[order], hashes[order]
     # Rows of zero weight take no part, as if removed (they could otherwise
@@ -236,6 +259,7 @@ def local_step(
             kept_labels,
             mean,
             merge=not allow_raw_upload,
+            min_rows=min_rows,
         )
     if X_kept is X:
         sorted_labels = kept_labels
@@ -271,16 +295,19 @@ def local_step(
     return state, upload
 
 
-def _few_row_clusters(rows, weights, hashes, centers, offsets, labels, mean, *, merge):
+def _few_row_clusters(
+    rows, weights, hashes, centers, offsets, labels, mean, *, merge, min_rows=MIN_ROWS
+):
     """Local clusters of fewer than ``MIN_ROWS`` distinct rows, whose
     centers are rows of the client (``hashes``: the rows' hashes, sorted).
 
-    With ``merge`` (rows may not leave the client) each such cluster joins
-    the cluster whose center is nearest to its own, whose center becomes
-    the weighted mean of the union, until none is left (a client of at
-    least ``MIN_ROWS`` distinct rows always gets there); empty clusters are
-    dropped. Without, the few-row clusters are moved last, so that the
-    upload can send their centers as rows.
+    With ``merge`` (rows may not leave the client) each cluster of fewer
+    than ``min_rows`` distinct rows joins the cluster whose center is
+    nearest to its own, whose center becomes the weighted mean of the
+    union, until none is left (a client of at least ``min_rows`` distinct
+    rows always gets there); empty clusters are dropped. Without, the
+    clusters of fewer than ``MIN_ROWS`` are moved last, so that the upload
+    can send their centers as rows.
 
     Returns
     -------
@@ -305,13 +332,13 @@ def _few_row_clusters(rows, weights, hashes, centers, offsets, labels, mean, *, 
     counts = distinct_per_cluster(labels)
     few = (counts < MIN_ROWS) & (counts > 0)
     if merge:
-        if not few.any() and counts.all():
+        if not (counts < min_rows).any():
             return centers, offsets, labels, 0
         offsets = offsets.copy()
         labels = labels.copy()
         alive = counts > 0
         while True:
-            few = alive & (counts < MIN_ROWS)
+            few = alive & (counts < min_rows)
             if not few.any() or alive.sum() < 2:
                 break
             # Smallest first, so that an outlier joins a real cluster rather
@@ -366,7 +393,7 @@ def _one_openmp_thread():
 
 
 @client_step("kfed.cluster_map")
-def induce_labels_step(client, state, message):
+def induce_labels_step(client, state, message, *, rows=None):
     """Client step of round "cluster map": labels from the global model.
 
     Download: the global cluster of each local center (k(z) ints) and the
@@ -375,7 +402,7 @@ def induce_labels_step(client, state, message):
     ``predict`` agree on the training rows) and keeps the induced label
     too (the global cluster of its local center, Definition 3.3), and
     computes its share of the k-means cost against the nearest centers;
-    nothing is uploaded.
+    nothing is uploaded. ``rows`` as in :func:`local_step`.
     """
     state = dict(state)
     centers = np.asarray(message["cluster_centers"])
@@ -384,7 +411,8 @@ def induce_labels_step(client, state, message):
     # from 0.644 to 0.732, KMeans' 0.741. Under privacy the local
     # clusters of a few noisy Lloyd iterations straddle blobs, so there
     # the induced labels are the weaker still.
-    labels, d2 = assign_around_centers(client.X, centers.astype(client.X.dtype))
+    X = client_rows(client, rows)
+    labels, d2 = assign_around_centers(X, centers.astype(X.dtype))
     state["labels"] = labels.astype(np.int32, copy=False)
     state["induced_labels"] = np.asarray(message["center_labels"])[
         state["local_labels"]
