@@ -3,9 +3,12 @@
 Two tasks, on the same data and seeds on both sides:
 
 (k) clustering: skfed's federated ``KFed(privacy=DifferentialPrivacy(...))``
-    over 10 clients (IID and Dirichlet label-skew partitions) against
-    diffprivlib's centralized ``KMeans(epsilon=..., bounds=...)`` on the
-    pooled rows. NMI of the nearest-centre labels against the true labels,
+    (local noise) and ``DistributedKMeans(privacy=..., secure_aggregation=
+    True)`` (distributed noise; and on digits ``FederatedKernelKMeans``
+    likewise, scored by the means of its clusters in X) over 10 clients
+    (IID and Dirichlet label-skew partitions) against diffprivlib's
+    centralized ``KMeans(epsilon=..., bounds=...)`` on the pooled rows.
+    NMI of the nearest-centre labels against the true labels,
     and the k-means cost of the centres on the (unclipped) data relative to
     scikit-learn's non-private ``KMeans(n_init=10)``.
 (p) kernel PCA: skfed's ``DistributedKernelPCA(privacy=...)`` over 10 IID
@@ -72,6 +75,14 @@ RESULTS = results_dir()
 DEFAULT_ANCHOR = "/work/venv-dpl/bin/python"
 EPSILONS = (0.1, 0.5, 1.0, 2.0, 5.0, 10.0)
 N_CLIENTS = 10
+# The private k-means whose sums are masked (distributed noise), per data
+# set: DistributedKMeans on X ("kmeans"), and on digits kernel k-means
+# ("kernel") at the width KERNEL_GAMMA (a public constant for pixels in
+# [0, 1]: 1 / (2 sigma^2) at sigma^2 = 10, about the mean squared distance
+# between two digits, 9.4).
+MASKED_METHODS = {"digits": ("kmeans", "kernel"), "mixture": ("kmeans",)}
+MASKED_NAMES = {"kmeans": "DistributedKMeans", "kernel": "kernel k-means"}
+KERNEL_GAMMA = 0.05
 N_CLUSTERS = 10
 # The kernel PCA task: D random Fourier features of exp(-gamma ||x - y||^2)
 # (a public constant per data set: the average-distance heuristic
@@ -325,6 +336,33 @@ def supports_privacy(estimator):
     return "privacy" in estimator().get_params()
 
 
+def masked_centers(name, X, ids, seed, privacy):
+    """Centers of a federated private k-means whose sums are masked, so
+    that the clients add shares of the noise (distributed noise):
+    ``DistributedKMeans`` on X, or kernel k-means (its centers in X are the
+    means of its clusters)."""
+    from skfed import DistributedKMeans, FederatedKernelKMeans
+
+    params = {"secure_aggregation": True, "random_state": seed}
+    if privacy is not None:
+        params["privacy"] = privacy
+    if name == "kernel":
+        est = FederatedKernelKMeans(N_CLUSTERS, gamma=KERNEL_GAMMA, **params)
+    else:
+        est = DistributedKMeans(N_CLUSTERS, **params)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        labels = est.fit(X, partitions=ids).predict(X)
+    if name != "kernel":
+        return est.cluster_centers_
+    return np.array(
+        [
+            X[labels == j].mean(axis=0) if np.any(labels == j) else X.mean(axis=0)
+            for j in range(N_CLUSTERS)
+        ]
+    )
+
+
 def kfed_centers(X, ids, seed, privacy):
     from skfed import KFed
 
@@ -427,6 +465,20 @@ def run_kmeans(data, seeds, epsilons, delta, anchor, skfed_private):
                         score(centers, seed, time.perf_counter() - start)
                     )
             print(f"{name} {method} done", flush=True)
+            for kind in MASKED_METHODS.get(name, ()):
+                method = f"skfed {MASKED_NAMES[kind]}, masked, {part}"
+                for seed in seeds:
+                    ids = partitions(part, y, seed)
+                    for eps in epsilons if skfed_private else ():
+                        dp = DifferentialPrivacy(
+                            epsilon=eps, delta=delta, bounds=bounds
+                        )
+                        start = time.perf_counter()
+                        centers = masked_centers(kind, X, ids, seed, dp)
+                        rows.setdefault(method, {}).setdefault(eps, []).append(
+                            score(centers, seed, time.perf_counter() - start)
+                        )
+                print(f"{name} {method} done", flush=True)
     if not skfed_private:
         notes.append(
             "skfed side: this skfed's KFed has no `privacy` parameter, so only "
@@ -617,6 +669,9 @@ def figure(table, epsilons, path):
     styles = {
         "skfed KFed, IID": ("C0", "o", "-"),
         "skfed KFed, Dirichlet": ("C2", "s", "-"),
+        "skfed DistributedKMeans, masked, IID": ("C1", "D", "-"),
+        "skfed DistributedKMeans, masked, Dirichlet": ("C4", "v", "-"),
+        "skfed kernel k-means, masked, IID": ("C5", "P", "-."),
         "diffprivlib KMeans": ("C3", "^", "--"),
     }
     for ax, (name, rows) in zip(axes[0], table.items()):

@@ -25,12 +25,14 @@ from .._engine._validation import StrictInterval, as_id_array, clip_to_data
 from .._sklearn_compat import StrOptions
 from .._sklearn_compat import check_sample_weight as _check_sample_weight
 from .._sklearn_compat import fit_context as _fit_context
+from ..privacy import box_radius, feature_bounds
 from ._centers import KMeansCentersMixin, labels_where_held
 from ._protocols._coreset import (
     auto_coreset_size,
     coreset_rounds,
     federated_coreset_kmeans,
 )
+from ._protocols._kernel_kmeans_private import private_kmeans, private_rounds
 from ._protocols._kfed import kfed_rounds
 from ._protocols._row_free_kmeans import run_row_free_kmeans
 
@@ -162,7 +164,9 @@ class DistributedKMeans(
         ``raw_rows="refuse"``, ``"auto"`` runs rounds until the centers
         move by at most ``tol`` (as :class:`~sklearn.cluster.KMeans`'
         Lloyd), at most ``max_iter`` of them: the local centers only seed
-        the rounds, which carry the cost to KMeans'.
+        the rounds, which carry the cost to KMeans'. Under ``privacy``,
+        ``"auto"`` runs 5 noised rounds, without early stop (when to stop
+        would depend on the data).
 
     n_swaps : int, default=32
         Largest number of swap trials of the server after its restarts
@@ -218,15 +222,21 @@ class DistributedKMeans(
 
     privacy : :class:`~skfed.privacy.DifferentialPrivacy` or None, \
             default=None
-        Differential privacy is refused: a ``DifferentialPrivacy`` raises
-        ``ValueError`` before the first round, naming the alternative. The
-        coreset is made of rows of X drawn by D² sampling, and a row has no
-        noisy version of bounded sensitivity; the noisy analogue of a
-        client's local solution is :class:`~skfed.KFed` with ``privacy``
-        (DP Lloyd's noisy local centers and counts), whose utility the
-        privacy page of the documentation reports. Only None is accepted
-        in a fit; the parameter exists so that one search or pipeline can
-        hold every estimator.
+        Differentially private k-means on summed statistics instead of the
+        coreset (whose points are rows). The rows are clipped into
+        ``privacy.bounds`` (radius R about the box's centre), and every
+        round is one Gaussian release per client of per-center sums and
+        counts scaled by R (sensitivity 2R): the rows' mean, then cells
+        that cut the rows by direction around it (their noised means,
+        weighted by their noised counts, seed the server's k-means), then
+        ``refine_iter`` Lloyd rounds (``"auto"``: 5), each mean shrunk
+        towards its center by the share of the move the noise explains
+        (post-processing). With ``secure_aggregation=True`` the clients add
+        shares of the noise, and the sums carry the central mechanism's
+        (see ``honest_clients`` of
+        :class:`~skfed.privacy.DifferentialPrivacy`). ``sample_weight`` is
+        refused. The clients keep their labels; ``labels_`` and
+        ``inertia_`` are computed here for rows held in this process.
 
     compute_labels : bool, default=True
         Whether ``fit`` gathers the labels the clients compute against the
@@ -309,8 +319,12 @@ class DistributedKMeans(
     coreset_size_ : int
         Number of weighted points the server clustered.
 
-    privacy_spent_ : None
-        Always None: the estimator fits without differential privacy.
+    privacy_spent_ : tuple (epsilon, delta) or None
+        What the fit's noised releases spent, from the accountant; None
+        without ``privacy``. With ``secure_aggregation=True`` the releases
+        are noised in shares (distributed noise), and the figure holds as
+        long as at least ``privacy.honest_clients`` clients of each masked
+        sum keep their shares from the server.
 
     communication_ : CommunicationLog
         What crossed the network. Client m uploads 1 float (its local cost),
@@ -378,18 +392,15 @@ class DistributedKMeans(
     """
 
     def _rounds(self):
+        if self.privacy is not None:
+            # Noised cells and Lloyd rounds on summed statistics, then the
+            # clients label their rows (nothing up).
+            return private_rounds(self._private_iter(), box=True)
         if self.raw_rows == "refuse":
             # The row-free path: k-FED's local centers, then distributed
             # Lloyd (the only rounds secure aggregation masks there).
             return kfed_rounds(refine_iter=self._row_free_refine_iter())
         return coreset_rounds(self.refine_iter)
-
-    _private_alternative = (
-        "Its coreset is made of rows of X drawn by D² sampling (round "
-        "'coreset sampling'), and a row has no noisy version of bounded "
-        "sensitivity. Use KFed(privacy=DifferentialPrivacy(...)): its clients "
-        "upload noisy local centers and counts (DP Lloyd)."
-    )
 
     _parameter_constraints: dict = {
         "n_clusters": [StrictInterval(numbers.Integral, 1, None, closed="left")],
@@ -502,6 +513,8 @@ class DistributedKMeans(
         fed = self._federation(
             X, None, partitions, random_state=rng, sample_weight=sample_weight
         )
+        if self.privacy is not None:
+            return self._fit_private(X, fed, rng, n_init, weighted)
         if self.raw_rows == "refuse":
             return self._fit_row_free(X, fed, rng, n_init, weighted)
         with fed:
@@ -581,6 +594,80 @@ class DistributedKMeans(
                 stacklevel=3,
             )
 
+    def _private_iter(self):
+        """Noised Lloyd rounds under ``privacy``."""
+        if self.refine_iter == "auto":
+            return _PRIVATE_LLOYD_ROUNDS
+        return self.refine_iter
+
+    def _fit_private(self, X, fed, rng, n_init, weighted):
+        """Fit under ``privacy``: noised per-cell sums and counts of the
+        rows clipped into ``privacy.bounds`` seed the server's weighted
+        k-means, then noised Lloyd rounds; every upload is one Gaussian
+        release, summed (distributed noise under ``secure_aggregation``)."""
+        if weighted:
+            raise ValueError(
+                "DistributedKMeans under differential privacy does not take "
+                "sample_weight: a weight scales what one row can change, which "
+                "the noise is calibrated to. Fit without sample_weight, or "
+                "repeat rows instead of weighting them."
+            )
+        lower, upper = feature_bounds(self.privacy, X, estimator="DistributedKMeans")
+        radius = box_radius(lower, upper)
+        n_samples = float(sum(fed.client_sizes))
+        # The cells' seeds spread over the box (a quarter of each side's
+        # width, public), around its centre.
+        spread = n_samples * ((upper - lower) / 4) ** 2
+        with fed:
+            result = fed.run_protocol(
+                partial(
+                    private_kmeans,
+                    fed,
+                    n_clusters=self.n_clusters,
+                    eigenvalues=spread,
+                    shift=np.zeros(X.shape[1]),
+                    n_samples=n_samples,
+                    radius=radius,
+                    n_iter=self._private_iter(),
+                    n_init=n_init,
+                    random_state=rng,
+                    box=(lower, upper),
+                ),
+                random_state=rng,
+            )
+            self.client_ids_ = as_id_array(fed.client_ids)
+            self.failed_clients_ = dict(fed.failed_clients)
+        self.cluster_centers_ = result.cluster_centers.astype(fed.dtype, copy=False)
+        self._set_kept_labels(X)
+        # Measuring the cost would be one more release; rows held here are
+        # measured here, against the released centers.
+        self.inertia_ = float("nan")
+        if "labels_" in self.__dict__:
+            self.inertia_ = float(-self.score(X))
+        self.n_iter_ = self.n_refine_iter_ = result.n_refine_iter
+        return self._finish_without_coreset(fed)
+
+    def _set_kept_labels(self, X):
+        """``labels_`` where the rows are held (the clients keep theirs)."""
+        # None is left from an earlier fit either.
+        self.__dict__.pop("labels_", None)
+        if self.compute_labels:
+            labels = labels_where_held(self, X)
+            if labels is not None:
+                self.labels_ = labels
+
+    def _finish_without_coreset(self, fed):
+        self.n_clients_ = len(self.client_ids_)
+        # No coreset: none of its attributes, and none left from an earlier
+        # fit.
+        for name in _CORESET_ATTRIBUTES:
+            self.__dict__.pop(name, None)
+        self.communication_ = fed.log
+        self._record_privacy(fed)
+        self._n_features_out = self.n_clusters
+        self._warn_few_clusters()
+        return self
+
     def _row_free_refine_iter(self):
         """Distributed Lloyd rounds of the row-free path, at most."""
         return self.max_iter if self.refine_iter == "auto" else self.refine_iter
@@ -618,12 +705,8 @@ class DistributedKMeans(
             self.failed_clients_ = dict(fed.failed_clients)
         self.cluster_centers_ = result.cluster_centers.astype(fed.dtype, copy=False)
         # The labels stay on the clients: rows held here are labelled here,
-        # with the model; none is left from an earlier fit either.
-        self.__dict__.pop("labels_", None)
-        if self.compute_labels:
-            labels = labels_where_held(self, X)
-            if labels is not None:
-                self.labels_ = labels
+        # with the model.
+        self._set_kept_labels(X)
         self.inertia_ = result.inertia
         self.n_iter_ = result.n_refine_iter
         self.n_refine_iter_ = result.n_refine_iter
@@ -634,17 +717,11 @@ class DistributedKMeans(
                 ConvergenceWarning,
                 stacklevel=3,
             )
-        self.n_clients_ = len(self.client_ids_)
-        # No coreset: none of its attributes, and none left from an earlier
-        # fit.
-        for name in _CORESET_ATTRIBUTES:
-            self.__dict__.pop(name, None)
-        self.communication_ = fed.log
-        self._record_privacy(fed)
-        self._n_features_out = self.n_clusters
-        self._warn_few_clusters()
-        return self
+        return self._finish_without_coreset(fed)
 
+
+# Noised Lloyd rounds under privacy with refine_iter="auto".
+_PRIVATE_LLOYD_ROUNDS = 5
 
 # What only the coreset path sets.
 _CORESET_ATTRIBUTES = (

@@ -35,8 +35,8 @@ from .._engine._validation import StrictInterval, check_magnitude
 from .._sklearn_compat import StrOptions
 from .._sklearn_compat import fit_context as _fit_context
 from ..kernel._embedding import feature_embedding
-from ..kernel._private_features import centred_map
-from ..privacy import check_privacy
+from ..kernel._private_features import centred_map, private_feature_count
+from ..privacy import check_privacy, summed_noise_std
 from ._centers import KMeansCentersMixin
 from ._distributed_kmeans import clipped_coreset_options
 from ._protocols._kernel_kmeans import (
@@ -61,6 +61,11 @@ _MAX_FLOATS = 2**28
 _GRAM_MAX = 2**14
 # D of ``n_random_features="auto"``: DSPGD's, and the one-shot's least.
 _DEFAULT_FEATURES = 300
+# refine_iter="auto": without privacy (the rounds stop early when the
+# centers settle), and under it (each round one more release of the
+# budget, which fewer rounds leave to each).
+_DEFAULT_REFINE_ITER = 20
+_PRIVATE_REFINE_ITER = 3
 # The share of the raw data's N d floats the one-shot's statistics may take
 # when ``"auto"`` raises D above the default (the coreset's rounds add a
 # few hundredths more).
@@ -201,7 +206,7 @@ class FederatedKernelKMeans(
         at least s + 2; each Lanczos step uploads D + r_t floats per
         client, and 100, the paper's figures, lost 0.02-0.03 NMI against
         300 on digits and on a 10,000 x 400 image set). ``"auto"``: 300 for
-        DSPGD and under ``privacy``; for the one-shot, 300 or, where the
+        DSPGD; for the one-shot, 300 or, where the
         clients hold wide data in plenty, the largest even D with
         M (D(D+1)/2 + D) ≤ N d / 5 (the statistics at most a fifth of the
         raw data's N d floats, M clients) and D ≤ d (the Gram matrix's
@@ -213,8 +218,13 @@ class FederatedKernelKMeans(
         to 0.562, for statistics of 0.20 instead of 0.12 times the raw
         data. With the sketched statistic (``sketch_size``) ``"auto"`` is
         instead the largest even D with M (D l + D) ≤ N d / 5, between 300
-        and 2,000. The D used is ``n_random_features_``. See the user guide
-        for the one-shot's quality and upload against D.
+        and 2,000. Under ``privacy`` it follows the noise instead: the
+        largest even D up to 300 with 2 √D σ ≤ N / 15, σ the noise of the
+        summed Gram triangle's entries (smaller with
+        ``secure_aggregation``'s distributed noise), and at least s + 2:
+        beyond it the noise's spectral norm buries the components. The D
+        used is ``n_random_features_``. See the user guide for the
+        one-shot's quality and upload against D.
     sketch_size : int, "auto" or None, default="auto"
         l, the columns of the one-shot's sketched statistic (``"one_shot"``
         only). None: every client uploads the upper triangle of its
@@ -354,13 +364,15 @@ class FederatedKernelKMeans(
     n_init : int, default=10
         Restarts of the server's weighted k-means on the coreset (under
         ``raw_rows="refuse"``, on the pooled local centers).
-    refine_iter : int, default=20
+    refine_iter : int or "auto", default="auto"
         Most distributed Lloyd rounds on H after the coreset solution, or
         under ``raw_rows="refuse"`` after the merged local centers (each
         k·s floats down and k(s + 1) up per client); they stop when the
         centers stop moving (the coreset's tolerance). Without them the
         coreset solution ended 1.8-2.7% above KMeans(n_init=10)'s cost on
         the same embedding (digits, a 10,000-row image set), with them 0.3%.
+        ``"auto"``: 20, and 3 under ``privacy``, where each round is one
+        more noised release of the budget and runs without early stop.
     random_state : int, RandomState instance or None, default=None
         Seeds the random features, the Lanczos start vectors, the coreset and
         the partition when ``partitions`` is an int. Under ``privacy`` with a
@@ -582,7 +594,7 @@ class FederatedKernelKMeans(
         common = {
             "gamma": self.gamma,
             "secure_aggregation": self.secure_aggregation,
-            "refine_iter": self.refine_iter,
+            "refine_iter": self._refine_iter(),
         }
         row_free = self.raw_rows == "refuse" and self.privacy is None
         if self._features() == "landmarks":
@@ -635,7 +647,10 @@ class FederatedKernelKMeans(
             StrOptions({"auto"}),
         ],
         "n_init": [StrictInterval(numbers.Integral, 1, None, closed="left")],
-        "refine_iter": [StrictInterval(numbers.Integral, 0, None, closed="left")],
+        "refine_iter": [
+            StrictInterval(numbers.Integral, 0, None, closed="left"),
+            StrOptions({"auto"}),
+        ],
         "random_state": ["random_state"],
         **shared_constraints(
             "n_jobs", "verbose", "raw_rows", "secure_aggregation", "privacy"
@@ -663,7 +678,7 @@ class FederatedKernelKMeans(
         lanczos_block_size=8,
         coreset_size="auto",
         n_init=10,
-        refine_iter=20,
+        refine_iter="auto",
         random_state=None,
         n_jobs=None,
         verbose=0,
@@ -770,7 +785,9 @@ class FederatedKernelKMeans(
         sketch = None
         if features == "random":
             sketch = self._sketch_size(n_samples, X.shape[1], fed.n_clients)
-        D = self._n_random_features(n_samples, X.shape[1], fed.n_clients, sketch)
+        D = self._n_random_features(
+            n_samples, X.shape[1], fed.n_clients, sketch, self._summed_noise(fed)
+        )
         self._check_sizes(n_samples, D, sketch)
         self.n_random_features_ = D
         self.sketch_size_ = sketch
@@ -789,7 +806,7 @@ class FederatedKernelKMeans(
             "coreset_size": coreset_size,
             "n_init": n_init,
             "gamma": self.gamma,
-            "refine_iter": self.refine_iter,
+            "refine_iter": self._refine_iter(),
         }
 
         def run(protocol, **options):
@@ -994,14 +1011,39 @@ class FederatedKernelKMeans(
                 "matrix is N x N and only Lanczos applies."
             )
 
+    def _refine_iter(self):
+        """``refine_iter``, or the one ``"auto"`` chooses: 20, and 3 under
+        privacy, where every round is one more release of the budget."""
+        if self.refine_iter != "auto":
+            return self.refine_iter
+        return _DEFAULT_REFINE_ITER if self.privacy is None else _PRIVATE_REFINE_ITER
+
+    def _summed_noise(self, fed):
+        """The noise multiplier of a sum over the fit's clients (each adds
+        all of it, or shares of one), or None without privacy."""
+        if fed.accountant is None:
+            return None
+        noise = fed.accountant.noise_std(1.0, shared=self.secure_aggregation)
+        return summed_noise_std(noise, fed.n_clients)
+
     def _n_random_features(
-        self, n_samples=None, n_features=None, n_clients=None, sketch_size=None
+        self,
+        n_samples=None,
+        n_features=None,
+        n_clients=None,
+        sketch_size=None,
+        summed_noise=None,
     ):
         """D: ``n_random_features``, or the one ``"auto"`` chooses for the
-        data's N, d and M (300 without them) and the sketch's l (None: the
-        triangle)."""
+        data's N, d and M (300 without them), the sketch's l (None: the
+        triangle) and, under privacy, the summed noise's multiplier."""
         if self.n_random_features != "auto":
             return self.n_random_features
+        if summed_noise is not None and self._algorithm() == "one_shot":
+            low = (self.n_components or 3 * self.n_clusters) + 2
+            return private_feature_count(
+                n_samples, summed_noise, low, _DEFAULT_FEATURES
+            )
         if (
             self._algorithm() != "one_shot"
             or self.privacy is not None

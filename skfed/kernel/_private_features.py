@@ -36,6 +36,7 @@ __all__ = [
     "feature_statistics_sensitivity",
     "gram_sensitivity",
     "paired_fourier_map",
+    "private_feature_count",
     "private_statistics",
     "statistics_noise",
     "FEATURE_CHUNK",
@@ -155,15 +156,39 @@ def feature_sum_sensitivity(radius):
     return 2.0 * radius
 
 
-def count_sum_sensitivity(radius):
-    """The L2 sensitivity of per-center sums and counts [Σ_j z, n_j]_j to
-    one row replaced by another, for rows of norm at most R.
+def private_feature_count(n_samples, summed_noise, low, high):
+    """D for random features under privacy, from public figures: the
+    largest even D in [low, high] whose summed Gram noise keeps to a
+    fifteenth of the components' energy.
+
+    The summed triangle's noise (entries of standard deviation
+    ``summed_noise``, features of norm at most 1) has spectral norm about
+    2 √D σ, while the Gram's trace, the energy all components share, is at
+    most N: more features than (N / (30 σ))² leave the components in the
+    noise, and fewer features cost a finer kernel estimate far less.
+    """
+    if summed_noise <= 0:
+        return high
+    D = int((n_samples / (2.0 * _TRACE_OVER_NOISE * summed_noise)) ** 2)
+    return int(min(max(D - D % 2, low + low % 2), high))
+
+
+# N over the summed Gram noise's spectral norm, at least.
+_TRACE_OVER_NOISE = 15.0
+
+
+def count_sum_sensitivity(radius, count_scale=1.0):
+    """The L2 sensitivity of per-center sums and scaled counts
+    [Σ_j z, c n_j]_j to one row replaced by another, for rows of norm at
+    most R.
 
     Both rows nearest one center: that sum moves by z' − z (≤ 2R), no count
-    moves. Nearest two: two sums move by z and z', two counts by 1
-    (√(2R² + 2)). So Δ = max(2R, √(2(R² + 1))).
+    moves. Nearest two: two sums move by z and z', two counts by c
+    (√(2R² + 2c²)). So Δ = max(2R, √(2(R² + c²))): 2R at c = R, which
+    keeps the counts' noise R times smaller than the sums' where R is
+    large.
     """
-    return max(2.0 * radius, math.sqrt(2.0 * (radius**2 + 1.0)))
+    return max(2.0 * radius, math.sqrt(2.0 * (radius**2 + count_scale**2)))
 
 
 def feature_statistics_sensitivity(n_random_features):

@@ -13,7 +13,7 @@ from sklearn.cluster import KMeans
 from sklearn.datasets import make_blobs
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.kernel_approximation import RBFSampler
-from sklearn.metrics import adjusted_rand_score
+from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 from sklearn.pipeline import make_pipeline
 from sklearn.utils import check_random_state
 
@@ -1110,13 +1110,30 @@ def test_secure_aggregation_of_the_refinement_far_from_the_origin(blobs):
     assert adjusted_rand_score(plain.labels_, masked.labels_) == 1.0
 
 
-def test_privacy_is_refused_with_the_new_defaults(blobs):
+def test_a_private_fit_finds_the_clusters_within_its_budget():
+    # Noised cells and Lloyd rounds on summed statistics of the rows
+    # clipped into the bounds: on separated blobs as good as KMeans.
     from skfed.privacy import DifferentialPrivacy
 
-    X, _ = blobs
-    with pytest.raises(ValueError, match="KFed"):
-        DistributedKMeans(K, privacy=DifferentialPrivacy(epsilon=1.0)).fit(
-            X, partitions=3
+    X, y = make_blobs(
+        n_samples=6000, centers=K, n_features=3, cluster_std=0.5, random_state=0
+    )
+    lower, upper = X.min(axis=0) - 1, X.max(axis=0) + 1
+    dp = DifferentialPrivacy(epsilon=2.0, delta=1e-6, bounds=(lower, upper))
+    km = DistributedKMeans(K, privacy=dp, random_state=0).fit(X, partitions=3)
+    reference = KMeans(K, n_init=3, random_state=0).fit(X)
+    assert normalized_mutual_info_score(y, km.labels_) >= (
+        normalized_mutual_info_score(y, reference.labels_) - 0.05
+    )
+    assert km.privacy_spent_[0] <= 2.0 * (1 + 1e-9)
+    assert km.inertia_ == pytest.approx(-km.score(X))
+    assert not hasattr(km, "coreset_")
+    rounds = [r["name"] for r in km.communication_.disclosure() if r["noised"]]
+    assert rounds == ["private cells"] * 2 + ["private lloyd"] * km.n_iter_
+    # Weights would scale what one row can change: refused.
+    with pytest.raises(ValueError, match="sample_weight"):
+        DistributedKMeans(K, privacy=dp).fit(
+            X, partitions=3, sample_weight=np.ones(len(X))
         )
 
 

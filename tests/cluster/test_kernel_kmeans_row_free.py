@@ -91,7 +91,7 @@ def test_fitted_attributes_are_those_of_the_model(blobs_fit):
     # The clients' summed costs against the final centers.
     d2 = pairwise_distances(est.embedding_, est.cluster_centers_, squared=True)
     np.testing.assert_allclose(est.inertia_, d2.min(axis=1).sum(), rtol=1e-6)
-    assert 1 <= est.n_refine_iter_ <= est.refine_iter
+    assert 1 <= est.n_refine_iter_ <= est._refine_iter()
     assert est.cluster_centers_.shape == (4, est.n_components_)
 
 

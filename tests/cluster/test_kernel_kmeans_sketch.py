@@ -139,12 +139,17 @@ def test_privacy_refuses_an_explicit_sketch_and_auto_keeps_the_triangle():
     # Wide data whose plain default sketches...
     plain = FederatedKernelKMeans(3, n_init=2, random_state=0)
     assert plain._sketch_size(3000, 400, 2) is not None
-    # ...keeps the triangle (and D = 300) under privacy.
+    # ...keeps the triangle under privacy, with a D the noise decides (300
+    # without noise).
     km = FederatedKernelKMeans(3, gamma=1e-3, privacy=dp, random_state=0)
     km.fit(X, partitions=2)
-    assert km.sketch_size_ is None and km.n_random_features_ == 300
+    D = km.n_random_features_
+    assert km.sketch_size_ is None and 3 * 3 + 2 <= D < 300
     up = km.communication_.floats_by_name("upload")
-    assert up["random feature statistics"] == 2 * (300 * 301 // 2 + 300 + 1)
+    assert up["random feature statistics"] == 2 * (D * (D + 1) // 2 + D + 1)
+    free = DifferentialPrivacy(epsilon=float("inf"))
+    km = FederatedKernelKMeans(3, gamma=1e-3, privacy=free, random_state=0)
+    assert km.fit(X, partitions=2).n_random_features_ == 300
 
 
 def test_bad_sketch_sizes_are_refused():

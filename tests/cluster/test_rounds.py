@@ -10,7 +10,12 @@ import numpy as np
 import pytest
 from sklearn.datasets import make_blobs
 
-from skfed import DistributedKMeans, FederatedKernelKMeans, KFed
+from skfed import (
+    DistributedKMeans,
+    FederatedKernelKMeans,
+    FederatedRKHSClassifier,
+    KFed,
+)
 from skfed._testing import assert_runs_its_declared_rounds
 from skfed.cluster._protocols import _coreset, _kfed
 from skfed.privacy import DifferentialPrivacy
@@ -36,6 +41,8 @@ CASES = [
     DistributedKMeans(3, refine_iter=0, random_state=0),
     DistributedKMeans(3, secure_aggregation=True, random_state=0),
     DistributedKMeans(3, raw_rows="refuse", max_iter=5, random_state=0),
+    DistributedKMeans(3, privacy=_dp(), random_state=0),
+    DistributedKMeans(3, privacy=_dp(), secure_aggregation=True, refine_iter=2),
     FederatedKernelKMeans(3, random_state=0),
     FederatedKernelKMeans(3, secure_aggregation=True, random_state=0),
     FederatedKernelKMeans(3, gamma=0.1, privacy=_dp(), refine_iter=2, random_state=0),
@@ -91,8 +98,11 @@ def test_the_rounds_decide_the_refusals_before_any_round(data, rounds_run):
         )
     # Un-noised rounds under differential privacy: refused, naming them and
     # what to use instead.
-    with pytest.raises(ValueError, match=r"'coreset local cost'.*KFed\(privacy="):
-        DistributedKMeans(3, privacy=_dp()).fit(X, partitions=partitions)
+    y = (X[:, 0] > np.median(X[:, 0])).astype(int)
+    with pytest.raises(ValueError, match=r"'critical samples.*random_features"):
+        FederatedRKHSClassifier(method="critical_samples", privacy=_dp()).fit(
+            X, y, partitions=partitions
+        )
     assert rounds_run == []
     # Nothing to mask: k-FED without refinement uploads only per-client
     # local centers.

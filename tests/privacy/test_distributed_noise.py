@@ -321,7 +321,7 @@ def test_every_sum_only_release_is_shared(monkeypatch):
     # The estimators' masked private rounds all hand their noise to the
     # masking, none adds it whole.
     from skfed.classification import FederatedRKHSClassifier
-    from skfed.cluster import FederatedKernelKMeans
+    from skfed.cluster import DistributedKMeans, FederatedKernelKMeans
     from skfed.decomposition import DistributedKernelPCA
 
     shared = []
@@ -342,6 +342,7 @@ def test_every_sum_only_release_is_shared(monkeypatch):
         DistributedKernelPCA(2, gamma=0.5, n_random_features=40, privacy=dp),
         FederatedKernelKMeans(2, gamma=0.5, n_random_features=40, privacy=dp),
         FederatedRKHSClassifier(widths=(0.5, 2.0), privacy=dp, random_state=0),
+        DistributedKMeans(2, privacy=dp, random_state=0),
     ]
     for est in fits:
         shared.clear()

@@ -195,7 +195,7 @@ def test_a_per_client_round_that_sends_rows_is_recorded_as_raw_rows():
     [
         ("DistributedKernelPCA", "leverage sample", "random_features"),
         ("FederatedRKHSClassifier", "critical samples", "method='random_features'"),
-        ("FederatedKernelKMeans", "coreset sampling", "privacy="),
+        ("FederatedKernelKMeans", "coreset sampling", "algorithm='one_shot'"),
     ],
 )
 def test_refusing_raw_rows_raises_before_the_first_round(
@@ -206,7 +206,12 @@ def test_refusing_raw_rows_raises_before_the_first_round(
 
     # The classifier's default ("auto") takes its row-free method under
     # raw_rows="refuse"; its critical samples, asked for, are refused.
-    params = {"method": "critical_samples"} if name == "FederatedRKHSClassifier" else {}
+    # Kernel k-means' one-shot clusters by sums there; DSPGD's coreset
+    # samples rows of the embedding.
+    params = {
+        "FederatedRKHSClassifier": {"method": "critical_samples"},
+        "FederatedKernelKMeans": {"algorithm": "dspgd"},
+    }.get(name, {})
     monkeypatch.setattr(Federation, "run_round", no_round)
     with pytest.raises(ValueError, match=f"{round_name}.*raw_rows='refuse'"):
         _fit(name, raw_rows="refuse", **params)

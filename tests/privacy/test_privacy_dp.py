@@ -290,7 +290,6 @@ def test_partial_fit_spends_a_budget_on_its_own_rows():
 @pytest.mark.parametrize(
     "est, alternative",
     [
-        (DistributedKMeans(2), r"KFed\(privacy=DifferentialPrivacy"),
         (
             FederatedRKHSClassifier(method="critical_samples"),
             "method='random_features'",

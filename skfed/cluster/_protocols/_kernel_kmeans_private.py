@@ -34,11 +34,12 @@ from functools import partial
 from typing import NamedTuple
 
 import numpy as np
+import scipy.sparse as sp
 
 from ..._engine._protocol import client_step
 from ..._engine._rounds import sum_only
 from ...kernel._private_features import clip_rows, count_sum_sensitivity
-from ...privacy import gaussian_noise, summed_noise_std
+from ...privacy import clip_to_box, gaussian_noise, summed_noise_std
 from .._kmeans import assign_around_centers, cluster_sums, weighted_kmeans
 from ._coreset import LABELS_ONLY, label_step
 
@@ -70,11 +71,11 @@ PRIVATE_CELLS = sum_only("private cells", sensitivity=count_sum_sensitivity, noi
 PRIVATE_LLOYD = sum_only("private lloyd", sensitivity=count_sum_sensitivity, noised=1)
 
 
-def private_rounds(n_iter):
+def private_rounds(n_iter, box=False):
     """The rounds :func:`private_kmeans` runs, a repeated round once per
-    run."""
+    run (``box``: on rows of X, whose first cell is the rows' mean)."""
     return (
-        ((PRIVATE_CELLS,) * CELL_ROUNDS)
+        ((PRIVATE_CELLS,) * (CELL_ROUNDS + bool(box)))
         + (PRIVATE_LLOYD,) * int(n_iter)
         + (LABELS_ONLY,)
     )
@@ -110,23 +111,25 @@ def private_kmeans(
     n_iter,
     n_init,
     random_state,
+    box=None,
 ):
-    """Differentially private k-means on the clients' embedding H.
+    """Differentially private k-means on the clients' embedding H, or on
+    their rows of X clipped into a box.
 
     Parameters
     ----------
     fed : Federation
         Open federation with an accountant; every client keeps H under
-        ``("kernel_kmeans", "H")``.
+        ``("kernel_kmeans", "H")`` (unless ``box``).
     n_clusters : int
         k.
     eigenvalues : ndarray of shape (s,)
-        The (noised) covariance's eigenvalues: N times the spread of H
-        along each column.
+        N times the spread of the rows along each column (for H, the noised
+        covariance's eigenvalues): the cells' seeds are drawn with it.
     shift : ndarray of shape (s,)
-        z̄ᵀV: G = H + shift is what the clients sum.
+        z̄ᵀV: G = H + shift is what the clients sum (zeros with ``box``).
     n_samples : float
-        The (noised) N.
+        N (public).
     radius : float
         R, the bound on ‖G(x)‖.
     n_iter : int
@@ -135,21 +138,40 @@ def private_kmeans(
         Restarts of the server's weighted k-means on the cells.
     random_state : RandomState
         The server's generator.
+    box : tuple (lower, upper) or None, default=None
+        Cluster the clients' rows of X clipped into this box, centred on it
+        (:func:`~skfed.privacy.clip_to_box`: norm at most ``radius``, the
+        box's), instead of H. The counts are then sent scaled by R, so that
+        one release of sensitivity 2R noises them R times less than the
+        sums (:func:`~skfed.kernel._private_features.count_sum_sensitivity`);
+        the centers come back in X's coordinates.
 
     Returns
     -------
     result : PrivateKMeansResult
     """
-    std = PRIVATE_CELLS.noise_std(fed.accountant, radius)
+    count_scale = 1.0 if box is None else float(radius)
+    std = PRIVATE_CELLS.noise_std(fed.accountant, radius, count_scale)
     # The summed counts' noise: each client's, or its shares of one.
-    summed = summed_noise_std(std, len(fed.client_ids))
+    summed = summed_noise_std(std, len(fed.client_ids)) / count_scale
     floor = _COUNT_FLOOR * summed
+    # Rows of X: the cells' and the Lloyd rounds' means shrink towards
+    # their seeds and centers by the share of the move the sums' noise
+    # explains (many features, few rows per cluster: the noise then
+    # dominates a move).
+    shrink = summed * count_scale
     spread = np.sqrt(np.maximum(eigenvalues, 0.0) / n_samples)
     n_cells = cell_count(n_clusters, n_samples, summed)
-    seeds = shift + random_state.standard_normal((n_cells, len(shift))) * spread
+    rounds = partial(_noised_sums, fed, shift=shift, radius=radius, std=std, box=box)
+    if box is None:
+        seeds = shift + random_state.standard_normal((n_cells, len(shift))) * spread
+    else:
+        seeds = _cones(rounds, n_cells, shift, radius, floor, random_state)
     for r in range(CELL_ROUNDS):
-        stats = _noised_sums(fed, PRIVATE_CELLS, seeds, shift, radius, std)
-        means, counts = noised_means(seeds, stats, radius, floor)
+        stats = rounds(PRIVATE_CELLS, seeds)
+        means, counts = noised_means(
+            seeds, stats, radius, floor, count_scale, shrink=shrink
+        )
         kept = counts > 0
         if r + 1 < CELL_ROUNDS and kept.any():
             # The next round's cells around the means: on the data.
@@ -166,28 +188,48 @@ def private_kmeans(
         # Too few cells above the noise: every one of them, and seeds.
         centers = np.vstack([means[kept], seeds[~kept]])[:n_clusters]
     for _ in range(n_iter):
-        stats = _noised_sums(fed, PRIVATE_LLOYD, centers, shift, radius, std)
-        centers, _ = noised_means(centers, stats, radius, floor)
-    centers = centers - shift
+        stats = rounds(PRIVATE_LLOYD, centers)
+        centers, _ = noised_means(
+            centers, stats, radius, floor, count_scale, shrink=shrink
+        )
+    if box is None:
+        centers = centers - shift
+        rows = ("kernel_kmeans", "H")
+    else:
+        centers = centers + (box[0] + box[1]) / 2
+        rows = None
     fed.run_round(
         LABELS_ONLY,
-        partial(
-            label_step,
-            rows=("kernel_kmeans", "H"),
-            weighted=False,
-            exact_inertia=False,
-        ),
+        partial(label_step, rows=rows, weighted=False, exact_inertia=False),
         centers,
     )
     return PrivateKMeansResult(centers, float("nan"), int(n_iter))
 
 
-def _noised_sums(fed, declared, centers, shift, radius, std):
+def _cones(rounds, n_cells, shift, radius, floor, random_state):
+    """Seeds of cells that cut the rows by direction around their noised
+    mean (one cell round).
+
+    Around a point m, the nearest of m + r u_j (unit u_j) is the one of
+    largest (x − m)·u_j, whatever r: the cells are cones of directions, as
+    balanced as the rows' directions are. Seeds drawn over a box instead
+    leave the rows of wide data (digits: 64 features) in the few cells
+    whose seeds lie nearest their centre, most of the others empty.
+    """
+    origin = shift[None, :]
+    stats = rounds(PRIVATE_CELLS, origin)
+    mean, _ = noised_means(origin, stats, radius, floor, radius)
+    directions = random_state.standard_normal((n_cells, len(shift)))
+    directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+    return mean + 1e-3 * radius * directions
+
+
+def _noised_sums(fed, declared, centers, *, shift, radius, std, box):
     """One sum-only round of noised per-center sums and counts (one
     release per client)."""
     return fed.run_round(
         declared,
-        partial(private_sums_step, radius=radius, std=std),
+        partial(private_sums_step, radius=radius, std=std, box=box),
         (centers, shift),
     )
 
@@ -197,19 +239,25 @@ def _noised_sums(fed, declared, centers, shift, radius, std):
 
 
 @client_step("kernel_kmeans.private_sums", sum_only=True)
-def private_sums_step(client, state, message, *, radius, std):
-    """Client: noised per-center sums of its rows G = H + z̄ᵀV and counts.
+def private_sums_step(client, state, message, *, radius, std, box=None):
+    """Client: noised per-center sums of its rows G and counts.
 
-    The message: the centers (in G's coordinates) and z̄ᵀV. Each row of G
-    is clipped to R (a no-op but for rounding: ‖G(x)‖ ≤ ‖z(x)‖), assigned
-    to its nearest center, and the client adds N(0, std²) to each of the
-    k s sums and k counts: k (s + 1) floats up, one release.
+    The message: the centers (in G's coordinates) and z̄ᵀV. G is
+    H + z̄ᵀV, each row clipped to R (a no-op but for rounding:
+    ‖G(x)‖ ≤ ‖z(x)‖), or, with ``box``, the client's rows of X clipped
+    into the box and centred on it, with the counts scaled by R. Each row
+    is assigned to its nearest center, and the client adds N(0, std²) to
+    each of the k s sums and k counts: k (s + 1) floats up, one release.
     """
     centers, shift = message
-    G = clip_rows(state["H"] + shift, radius)
+    if box is None:
+        G, count_scale = clip_rows(state["H"] + shift, radius), 1.0
+    else:
+        X = client.X.toarray() if sp.issparse(client.X) else client.X
+        G, count_scale = clip_to_box(np.asarray(X, dtype=np.float64), *box), radius
     labels, _ = assign_around_centers(G, centers, d2=None)
     sums, counts = cluster_sums(G, np.ones(G.shape[0]), labels, centers.shape[0])
-    return state, gaussian_noise(np.append(sums.ravel(), counts), std)
+    return state, gaussian_noise(np.append(sums.ravel(), count_scale * counts), std)
 
 
 # --------------------------------------------------------------------------
@@ -226,9 +274,10 @@ def cell_count(n_clusters, n_samples, noise_std):
     return int(np.clip(n_samples / (_ROWS_PER_NOISE * noise_std), low, high))
 
 
-def noised_means(centers, stats, radius, floor):
-    """Server: each center's noised mean, where its noised count is above
-    ``floor``; the center itself elsewhere.
+def noised_means(centers, stats, radius, floor, count_scale=1.0, shrink=None):
+    """Server: each center's noised mean, where its noised count (sent
+    times ``count_scale``) is above ``floor``; the center itself
+    elsewhere.
 
     A mean of rows of norm at most R lies in the ball of radius R, so a
     noised mean outside it is brought back to its surface (post-processing:
@@ -242,10 +291,20 @@ def noised_means(centers, stats, radius, floor):
     """
     k, s = centers.shape
     sums = stats[: k * s].reshape(k, s)
-    counts = np.where(stats[k * s :] > max(floor, 0.0), stats[k * s :], 0.0)
+    counts = stats[k * s :] / count_scale
+    counts = np.where(counts > max(floor, 0.0), counts, 0.0)
     means = centers.copy()
     kept = counts > 0
     means[kept] = sums[kept] / counts[kept, None]
+    if shrink is not None:
+        # James-Stein: each move from its center shrunk by the share of
+        # its length the noise explains, s (σ / n)² of it for the sums'
+        # summed noise σ (post-processing, from public figures).
+        moves = means[kept] - centers[kept]
+        noise = s * (shrink / counts[kept]) ** 2
+        length = np.maximum(np.einsum("ij,ij->i", moves, moves), 1e-300)
+        kept_share = np.maximum(1.0 - noise / length, 0.0)
+        means[kept] = centers[kept] + kept_share[:, None] * moves
     norms = np.linalg.norm(means, axis=1)
     far = norms > radius
     means[far] *= (radius / norms[far])[:, None]
