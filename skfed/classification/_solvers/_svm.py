@@ -11,7 +11,14 @@ from sklearn.svm import SVC
 # (the same solution, with the estimator's overhead).
 from ..._sklearn_compat import libsvm as _libsvm
 
-__all__ = ["GUESS_ROWS", "HARD_MARGIN_C", "dense_dual", "dense_gram", "guess_margins"]
+__all__ = [
+    "GUESS_ROWS",
+    "HARD_MARGIN_C",
+    "WORKING_SET_ROWS",
+    "dense_dual",
+    "dense_gram",
+    "guess_margins",
+]
 
 # libsvm needs a finite C: the hard margin (C = inf) becomes a C far above
 # the dual values these problems reach (λ stays near 1 with C = 1). Larger
@@ -42,6 +49,13 @@ _SETTLE_ROUNDS = 30
 _GRAM_ATOMS = 64
 # Largest Gram matrix formed that way (rows; 8 bytes an entry: 200 MB).
 _GRAM_ROWS = 5000
+# Pools on which the active-set solver's quadratic steps take working sets
+# of rows (see guess_margins): below, every step is one libsvm solve on all
+# the rows, through the Gram matrix. Each working-set round is a libsvm
+# solve from scratch, and steps took about four rounds: on the kernel
+# selection's 1,000 rows of a noisy set (10% flipped labels) the full
+# solves made the fit 1.2 to 1.8 times faster at N = 2k to 10k.
+WORKING_SET_ROWS = 2000
 
 
 def _gram_pays(n_rows, n_atoms):
