@@ -95,12 +95,12 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
        the model (no communication). A pool still above 1,000 samples
        (noisy data, where most samples are critical) has its atoms
        selected on a subsample of 1,000 of them (chosen by a hash of their
-       values, with a refinement round's new samples added): the sparse
-       dual with γ is posed on the subsample's samples and atoms, and the
-       selected atoms are refitted (γ = 0) on every pooled sample. Each
-       step of the sparse solve is an SVM over the samples it sees, and the
-       solve takes tens of steps: on the whole pool of a noisy set the fit
-       grew as N^3.3. The model is still sparse and made of critical
+       values, so that a refinement round's new samples displace few): the
+       sparse dual with γ is posed on the subsample's samples and atoms,
+       and the selected atoms are refitted (γ = 0) on every pooled sample.
+       Each step of the sparse solve is an SVM over the samples it sees,
+       and the solve takes tens of steps: on the whole pool of a noisy set
+       the fit grew as N^3.3. The model is still sparse and made of critical
        samples only, and its coefficients meet every pooled sample's
        constraint; only the choice of its atoms sees fewer samples.
     4. Refinement (``refinement_rounds``): the server sends the model; the

@@ -621,7 +621,7 @@ def _server_solve(
     selection sees, not the constraints the final coefficients meet.
     """
     n = len(y_code)
-    rows = _selection_rows(X, None if previous is None else previous["new"])
+    rows = _selection_rows(X)
     dictionary = AtomDictionary(X[rows], X[rows], widths)
     problems = []
     for p in range(n_problems):
@@ -694,27 +694,26 @@ def _server_solve(
     }
 
 
-def _selection_rows(X, new=None):
+def _selection_rows(X):
     """Server: the pooled samples the sparse solve selects kernels on
     (see :func:`_server_solve`), sorted.
 
     Every sample of a pool of at most ``_SELECTION_ROWS``; else the
-    ``_SELECTION_ROWS`` samples of smallest hash of their values (a
+    ``_SELECTION_ROWS`` samples of smallest hash of their values: a
     subsample that does not depend on the pool's order or on which client
     sent what, and that keeps its samples when a refinement round adds
-    others), with the ``new`` samples (a boolean mask: a refinement round's,
-    which the last model violates) added.
+    others (each new sample displaces at most one). A refinement round's
+    new samples are not forced into it: on the paper's synthetic set at
+    N = 10,000 a selection biased towards the last model's violators
+    changed the model more from round to round, and the clients sent 33%
+    of their rows instead of 23%.
     """
     n = X.shape[0]
     if n <= _SELECTION_ROWS:
         return np.arange(n)
     X = np.ascontiguousarray(X)
     digest = np.array([zlib.crc32(row.tobytes()) for row in X], dtype=np.int64)
-    keep = np.zeros(n, dtype=bool)
-    keep[np.argsort(digest, kind="stable")[:_SELECTION_ROWS]] = True
-    if new is not None:
-        keep |= new
-    return np.flatnonzero(keep)
+    return np.sort(np.argsort(digest, kind="stable")[:_SELECTION_ROWS])
 
 
 def _refit_on_pool(
