@@ -378,7 +378,7 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
     clients' solves, is most of the fit's time (the paper's synthetic set
     at N = 10,000: about 95%). With the subsample the solve's cost stops
     growing with the pool: on 10,000 rows with 10% flipped labels the fit
-    took about 5 times SVC's time (300 times before). A refinement round
+    took about 4 times SVC's time (300 times before). A refinement round
     solves again only the problems that the new samples violate (step 4):
     a ten-class fit on the digits over 3 clients solved 21 sparse problems
     where solving every problem in every round takes 40. Prediction costs
