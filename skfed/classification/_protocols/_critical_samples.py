@@ -621,11 +621,18 @@ def _server_solve(
     selection sees, not the constraints the final coefficients meet.
     """
     n = len(y_code)
-    rows = _selection_rows(X)
-    dictionary = AtomDictionary(X[rows], X[rows], widths)
+    subsample = _selection_rows(X)
+    subsample_dictionary = AtomDictionary(X[subsample], X[subsample], widths)
     problems = []
     for p in range(n_problems):
         y = _binary_labels(y_code, p, n_problems)
+        rows, dictionary = subsample, subsample_dictionary
+        missed = np.setdiff1d(np.unique(y), y[rows])
+        if missed.size:
+            # A label of this problem (a class of a few samples) that the
+            # subsample missed: its samples join this problem's selection.
+            rows = np.union1d(rows, np.flatnonzero(np.isin(y, missed)))
+            dictionary = AtomDictionary(X[rows], X[rows], widths)
         if previous is not None and _still_optimal(
             X,
             widths,
@@ -637,12 +644,6 @@ def _server_solve(
             problems.append(previous["problems"][p])
             continue
         warm = lam0[rows, p] if np.any(lam0[rows, p] > 0) else None
-        if len(np.unique(y[rows])) < 2 <= len(np.unique(y)):
-            # The subsample missed a class this problem has (a class of a
-            # few samples): select on every pooled sample.
-            rows = np.arange(n)
-            dictionary = AtomDictionary(X, X, widths)
-            warm = lam0[:, p] if np.any(lam0[:, p] > 0) else None
         problem = _solve_problem(
             dictionary,
             y[rows],

@@ -521,3 +521,30 @@ def test_selection_rows_follow_the_rows_values(monkeypatch):
     assert len(after) == 50
     assert len(set(chosen) - set(after)) <= 20
     assert len(set(chosen) & set(after)) + np.sum(after >= 300) == 50
+
+
+def test_selection_takes_in_a_rare_class_the_subsample_missed(monkeypatch):
+    # A class of a few pooled samples that the subsample misses still has
+    # its one-vs-rest problem posed with both labels: its samples join that
+    # problem's selection (not the whole pool's), and the model predicts
+    # the class.
+    rng = np.random.RandomState(0)
+    X_big, y_big = make_moons(600, noise=0.3, random_state=0)
+    X = np.vstack([X_big, rng.normal([3.0, 3.0], 0.05, size=(4, 2))])
+    y = np.concatenate([y_big, [2, 2, 2, 2]])
+    rare = {tuple(row) for row in X[-4:]}
+
+    def without_the_rare_class(X_pool):
+        common = [i for i, row in enumerate(X_pool) if tuple(row) not in rare]
+        return np.array(common[::2][:60])
+
+    monkeypatch.setattr(rkhs_protocol, "_selection_rows", without_the_rare_class)
+    pools = _spy_on_server_pools(monkeypatch)
+    selections = _spy_on_selections(monkeypatch)
+    clf = FederatedRKHSClassifier(refinement_rounds=0, random_state=0).fit(
+        X, y, partitions=np.arange(len(y)) % 3
+    )
+    n_rare = int(np.sum(pools[0][1] == 2))
+    assert n_rare >= 1 and len(pools[0][1]) > 60 + n_rare
+    assert [size for _, size in selections] == [60, 60, 60 + n_rare]
+    assert np.all(clf.predict(rng.normal([3.0, 3.0], 0.05, size=(5, 2))) == 2)
