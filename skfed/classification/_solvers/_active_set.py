@@ -5,7 +5,7 @@ the atoms above the threshold, with an exact line search on D
 import numpy as np
 
 from ._dual import dual_value, project, start_point
-from ._svm import GUESS_ROWS, HARD_MARGIN_C, dense_dual, guess_margins
+from ._svm import HARD_MARGIN_C, WORKING_SET_ROWS, dense_dual, guess_margins
 
 __all__ = ["active_set_dual"]
 
@@ -76,13 +76,14 @@ def active_set_dual(
     value = dual_value(lam, c, gamma=gamma, beta=beta, epsilon=epsilon)
     best = None
     trace, primal_trace, converged, n_iter, stale = [value], [], False, 0, 0
-    # Working sets pay on pools well above their first size; on smaller
-    # ones every step solves all the rows, as cheap, and the step's solution
-    # is then libsvm's own rather than one to the working set's tolerance,
-    # which on the sparse problem's nonconvex path can lead elsewhere (a
-    # 3-kernel first model instead of 7 on 109 critical samples of the
-    # user guide's moons, and 69% more rows sent by the refinement).
-    working_set = len(y) > 2 * GUESS_ROWS
+    # Working sets pay only on pools too large for a full solve through
+    # the Gram matrix (WORKING_SET_ROWS); on smaller ones every step solves
+    # all the rows, and the step's solution is then libsvm's own rather
+    # than one to the working set's tolerance, which on the sparse
+    # problem's nonconvex path can lead elsewhere (a 3-kernel first model
+    # instead of 7 on 109 critical samples of the user guide's moons, and
+    # 69% more rows sent by the refinement).
+    working_set = len(y) > WORKING_SET_ROWS
     margins = None
     while n_iter < max_iter:
         n_iter += 1

@@ -9,7 +9,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from sklearn.datasets import load_digits, make_moons
+from sklearn.datasets import load_digits, make_classification, make_moons
 from sklearn.preprocessing import StandardScaler
 from sklearn.svm import SVC
 
@@ -19,6 +19,7 @@ from skfed._testing import rkhs_paper_data
 from skfed.classification._protocols import _critical_samples as rkhs_protocol
 from skfed.classification._protocols._critical_samples import (
     _local_dual_step,
+    _selection_rows,
     _server_pool,
 )
 from skfed.classification._solvers._svm import dense_dual
@@ -427,3 +428,123 @@ def test_refinement_solves_again_only_the_problems_its_samples_violate(
             refit_f = Phi @ refit["coef"] + refit["intercept"]
             np.testing.assert_allclose(kept_f, refit_f, atol=2e-2)
     assert kept >= 1
+
+
+def _noisy_set(n, seed=0):
+    # 10% of the labels flipped: most rows are critical in the clients'
+    # duals, and the pool is far above _SELECTION_ROWS.
+    X, y = make_classification(n + 2000, flip_y=0.1, random_state=seed)
+    X = StandardScaler().fit_transform(X)
+    return X[:n], y[:n], X[n:], y[n:]
+
+
+def _spy_on_selections(monkeypatch):
+    sizes = []
+    solve = rkhs_protocol._solve_problem
+
+    def spy(dictionary, y, *args, **kwargs):
+        sizes.append((dictionary.n_centers, len(y)))
+        return solve(dictionary, y, *args, **kwargs)
+
+    monkeypatch.setattr(rkhs_protocol, "_solve_problem", spy)
+    return sizes
+
+
+def test_noisy_pool_selects_kernels_on_a_subsample_at_svcs_accuracy(monkeypatch):
+    # The kernels are selected on at most _SELECTION_ROWS pooled samples
+    # (plus a refinement round's new ones) and refitted on the whole pool:
+    # a sparse model at SVC's accuracy.
+    X, y, X_test, y_test = _noisy_set(3000)
+    pools = _spy_on_server_pools(monkeypatch)
+    selections = _spy_on_selections(monkeypatch)
+    clf = FederatedRKHSClassifier(random_state=0).fit(
+        X, y, partitions=np.arange(3000) % 10
+    )
+    cap = rkhs_protocol._SELECTION_ROWS
+    assert len(pools[0][0]) > 1.5 * cap
+    assert all(sizes == (cap, cap) for sizes in selections)
+    svc = SVC().fit(X, y)
+    assert clf.score(X_test, y_test) >= svc.score(X_test, y_test) - 0.015
+    assert clf.n_kernels_ <= svc.n_support_.sum() / 5
+    # The coefficients are the refit of the selected kernels on the last
+    # pool the server solved (not on the subsample), to the solver's
+    # tolerance.
+    X_pool, y_pool = pools[-1]
+    Phi = gaussian_atoms(
+        X_pool, clf.kernel_centers_, clf.kernel_widths_, dtype=np.float64
+    )
+    kw = {"beta": 1 - clf.sparsity, "epsilon": clf.epsilon, "upper": 1.0}
+    kw.update(bias=True, max_iter=1, tol=1e-8)
+    refit = dense_dual(Phi, np.where(y_pool == 1, 1.0, -1.0), **kw)
+    f_model = clf.decision_function(X_test)
+    f_refit = (
+        gaussian_atoms(
+            X_test, clf.kernel_centers_, clf.kernel_widths_, dtype=np.float64
+        )
+        @ refit["coef"]
+        + refit["intercept"]
+    )
+    np.testing.assert_allclose(f_model, f_refit, atol=2e-2)
+
+
+def test_noisy_pool_model_does_not_depend_on_n_jobs(monkeypatch):
+    # The selection subsample, the server's reduction and the refit are
+    # functions of the pool's values: the clients' threads change nothing.
+    monkeypatch.setattr(rkhs_protocol, "_SELECTION_ROWS", 400)
+    X, y, X_test, _ = _noisy_set(1500, seed=1)
+    parts = np.arange(1500) % 8
+    selections = _spy_on_selections(monkeypatch)
+    one = FederatedRKHSClassifier(random_state=0).fit(X, y, partitions=parts)
+    two = FederatedRKHSClassifier(random_state=0, n_jobs=2).fit(X, y, partitions=parts)
+    np.testing.assert_array_equal(two.kernel_centers_, one.kernel_centers_)
+    np.testing.assert_array_equal(two.support_, one.support_)
+    np.testing.assert_allclose(
+        two.decision_function(X_test), one.decision_function(X_test), atol=1e-8
+    )
+    assert selections[0] == (400, 400)
+
+
+def test_selection_rows_follow_the_rows_values(monkeypatch):
+    monkeypatch.setattr(rkhs_protocol, "_SELECTION_ROWS", 50)
+    rng = np.random.RandomState(0)
+    X = rng.standard_normal((300, 3))
+    np.testing.assert_array_equal(_selection_rows(X[:50]), np.arange(50))
+    chosen = _selection_rows(X)
+    assert len(chosen) == 50 and np.all(np.diff(chosen) > 0)
+    # The same rows whatever the pool's order.
+    order = rng.permutation(300)
+    again = order[_selection_rows(X[order])]
+    np.testing.assert_array_equal(np.sort(again), chosen)
+    # Twenty rows added displace at most twenty of the chosen.
+    grown = np.vstack([X, rng.standard_normal((20, 3))])
+    after = _selection_rows(grown)
+    assert len(after) == 50
+    assert len(set(chosen) - set(after)) <= 20
+    assert len(set(chosen) & set(after)) + np.sum(after >= 300) == 50
+
+
+def test_selection_takes_in_a_rare_class_the_subsample_missed(monkeypatch):
+    # A class of a few pooled samples that the subsample misses still has
+    # its one-vs-rest problem posed with both labels: its samples join that
+    # problem's selection (not the whole pool's), and the model predicts
+    # the class.
+    rng = np.random.RandomState(0)
+    X_big, y_big = make_moons(600, noise=0.3, random_state=0)
+    X = np.vstack([X_big, rng.normal([3.0, 3.0], 0.05, size=(4, 2))])
+    y = np.concatenate([y_big, [2, 2, 2, 2]])
+    rare = {tuple(row) for row in X[-4:]}
+
+    def without_the_rare_class(X_pool):
+        common = [i for i, row in enumerate(X_pool) if tuple(row) not in rare]
+        return np.array(common[::2][:60])
+
+    monkeypatch.setattr(rkhs_protocol, "_selection_rows", without_the_rare_class)
+    pools = _spy_on_server_pools(monkeypatch)
+    selections = _spy_on_selections(monkeypatch)
+    clf = FederatedRKHSClassifier(refinement_rounds=0, random_state=0).fit(
+        X, y, partitions=np.arange(len(y)) % 3
+    )
+    n_rare = int(np.sum(pools[0][1] == 2))
+    assert n_rare >= 1 and len(pools[0][1]) > 60 + n_rare
+    assert [size for _, size in selections] == [60, 60, 60 + n_rare]
+    assert np.all(clf.predict(rng.normal([3.0, 3.0], 0.05, size=(5, 2))) == 2)

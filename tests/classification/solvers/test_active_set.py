@@ -74,12 +74,14 @@ def test_line_search_stops_just_past_the_kink_where_the_slope_turns(kink):
     assert t == expected
 
 
-@pytest.mark.parametrize("n, working", [(300, False), (1200, True)])
+@pytest.mark.parametrize("n, working", [(300, False), (1200, False), (2400, True)])
 def test_working_sets_only_on_pools_above_their_first_size(n, working, monkeypatch):
-    # On a pool of at most 600 rows every quadratic step is libsvm on all
-    # the rows (the path of the user guide's moons example, whose
-    # refinement sent 69% more rows when small pools took working sets);
-    # above, the steps after the first guess take working sets.
+    # On a pool of at most WORKING_SET_ROWS (2,000) rows every quadratic
+    # step is libsvm on all the rows, through their Gram matrix (the path
+    # of the user guide's moons example, whose refinement sent 69% more
+    # rows when small pools took working sets; and on 1,000 noisy rows
+    # twice as fast as a working set's rounds); above, the steps after
+    # the first guess take working sets.
     import skfed.classification._solvers._svm as svm
     from skfed.classification._solvers._active_set import active_set_dual
 
@@ -95,7 +97,7 @@ def test_working_sets_only_on_pools_above_their_first_size(n, working, monkeypat
     ypm = np.where(y == 1, 1.0, -1.0)
     dictionary = AtomDictionary(X, X, [0.3, 0.8])
     result = active_set_dual(
-        dictionary, ypm, gamma=0.7, epsilon=0.3, upper=1.0, max_iter=50, tol=1e-4
+        dictionary, ypm, gamma=0.7, epsilon=0.3, upper=1.0, max_iter=4, tol=1e-4
     )
     assert result["n_iter"] >= 2 and len(result["atoms"]) > 0
     assert bool(calls) == working

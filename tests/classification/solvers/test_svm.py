@@ -15,13 +15,16 @@ from skfed.classification._solvers._svm import dense_dual
 from skfed.kernel._multiwidth import AtomDictionary
 
 
-@pytest.mark.parametrize("n_atoms", [40, 400])
+@pytest.mark.parametrize("n_atoms", [10, 40, 400])
 @pytest.mark.parametrize("upper", [1.0, np.inf])
 def test_dense_dual_is_svcs_solution_to_the_bit(n_atoms, upper):
     # dense_dual calls libsvm without SVC's estimator around it; the
     # arguments are those SVC.fit passes, so λ, b and the iteration count
-    # are SVC's exactly (one libsvm run on the same float64 input: no BLAS
-    # in between). 400 atoms on 300 samples go through the Gram matrix.
+    # are SVC's exactly (one libsvm run on the same float64 input, formed
+    # by the same product). 20 atoms (10 centers, 2 widths) go to libsvm's
+    # linear kernel; 80 atoms through the float64 Gram matrix of the rows
+    # (libsvm's own dot products cost more from 64 atoms on); 800 atoms on
+    # 300 samples through the Gram matrix formed in Φ's float32.
     X, y = make_moons(300, noise=0.3, random_state=0)
     ypm = np.where(y == 1, 1.0, -1.0)
     Phi = AtomDictionary(X, X[:n_atoms], [0.3, 0.8]).columns()
@@ -37,12 +40,17 @@ def test_dense_dual_is_svcs_solution_to_the_bit(n_atoms, upper):
         tol=1e-4,
     )
     C = upper / (beta * (1 - epsilon)) if np.isfinite(upper) else 1e4
-    gram = Phi.shape[1] > Phi.shape[0]
-    features = (Phi @ Phi.T).astype(np.float64) if gram else Phi.astype(np.float64)
+    if Phi.shape[1] > Phi.shape[0]:
+        features, kernel = (Phi @ Phi.T).astype(np.float64), "precomputed"
+    elif Phi.shape[1] >= 64:
+        Phi64 = Phi.astype(np.float64)
+        features, kernel = Phi64 @ Phi64.T, "precomputed"
+    else:
+        features, kernel = Phi.astype(np.float64), "linear"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         svc = SVC(
-            kernel="precomputed" if gram else "linear",
+            kernel=kernel,
             C=C,
             tol=1e-4,
             max_iter=1_000_000,
