@@ -659,13 +659,13 @@ def markdown_table(rows, epsilons, column, spec):
 
 
 def figure(table, epsilons, path):
-    """NMI against epsilon, one panel per data set (7 x 3.2 in at 100 dpi)."""
+    """NMI against epsilon, one panel per data set (7 x 4.4 in at 100 dpi)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(table), figsize=(7, 3.3), dpi=100, squeeze=False)
+    fig, axes = plt.subplots(1, len(table), figsize=(7, 4.4), dpi=100, squeeze=False)
     styles = {
         "skfed KFed, IID": ("C0", "o", "-"),
         "skfed KFed, Dirichlet": ("C2", "s", "-"),
@@ -703,8 +703,8 @@ def figure(table, epsilons, path):
         ax.grid(True, which="major", alpha=0.3)
     axes[0][0].set_ylabel("NMI against the true labels")
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.14, 1, 1))
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.27, 1, 1))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)

@@ -9,6 +9,11 @@ sparse RKHS representations), and optional refinement rounds send the
 samples the global model violates.
 """
 
+# Long module: the client's and the server's steps of one protocol, whose
+# sizes (_LOCAL_ROWS, _SERVER_ROWS, _SELECTION_ROWS) are tuned against each
+# other: the server's reduction reruns the clients' chunked dual, and the
+# refinement rounds check the clients' violations on the server's reserve.
+
 import numbers
 import zlib
 from functools import partial
