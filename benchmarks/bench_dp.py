@@ -75,6 +75,9 @@ RESULTS = results_dir()
 DEFAULT_ANCHOR = "/work/venv-dpl/bin/python"
 EPSILONS = (0.1, 0.5, 1.0, 2.0, 5.0, 10.0)
 N_CLIENTS = 10
+# The classifier's kernel widths per data set (public constants: 0.3, 0.6
+# and 1 times the root mean squared distance between two rows, rounded).
+WIDTHS = {"digits": (1.0, 2.0, 3.0), "mixture": (4.0, 8.0, 13.0)}
 # The private k-means whose sums are masked (distributed noise), per data
 # set: DistributedKMeans on X ("kmeans"), and on digits kernel k-means
 # ("kernel") at the width KERNEL_GAMMA (a public constant for pixels in
@@ -108,11 +111,14 @@ def digits():
     return X / 16.0, y, (0.0, 1.0)
 
 
-def mixture(n=100_000, *, d=10, k=10, seed=0):
-    """(X, y, bounds): k Gaussians N(mu_r, I_d), mu_r uniform in [-5, 5]^d,
-    n rows (n / k per component, shuffled) clipped into [-10, 10]^d."""
+def mixture(n=100_000, *, d=10, k=10, seed=0, draw_seed=None):
+    """(X, y, bounds): k Gaussians N(mu_r, I_d), mu_r uniform in [-5, 5]^d
+    (from ``seed``), n rows (n / k per component, shuffled) clipped into
+    [-10, 10]^d; ``draw_seed`` draws other rows of the same mixture."""
     rng = np.random.RandomState(seed)
     means = rng.uniform(-5, 5, size=(k, d))
+    if draw_seed is not None:
+        rng = np.random.RandomState(draw_seed)
     y = rng.permutation(np.repeat(np.arange(k), n // k))
     X = np.clip(means[y] + rng.standard_normal((len(y), d)), -10, 10)
     return X, y, (-10.0, 10.0)
@@ -126,7 +132,7 @@ def held_out(name, X, y):
         order = np.random.RandomState(0).permutation(len(X))
         cut = 2 * len(X) // 3
         return X[order[:cut]], X[order[cut:]]
-    X_test, _, _ = mixture(20_000, seed=1)
+    X_test, _, _ = mixture(20_000, draw_seed=1)
     return X, X_test
 
 
@@ -207,7 +213,7 @@ def anchor_job(path):
 
     from diffprivlib import __version__ as dpl_version
     from diffprivlib.mechanisms import Bingham
-    from diffprivlib.models import PCA, KMeans
+    from diffprivlib.models import PCA, KMeans, LogisticRegression
     from sklearn import __version__ as skl_version
     from threadpoolctl import threadpool_limits
 
@@ -231,7 +237,14 @@ def anchor_job(path):
             start = time.perf_counter()
             signal.alarm(spec["timeout"])
             try:
-                if kind == "kmeans":
+                if kind == "classify":
+                    model = LogisticRegression(
+                        epsilon=task["epsilon"],
+                        data_norm=task["norm"],
+                        random_state=task["seed"],
+                    ).fit(X, job[task["y"]])
+                    out[key] = model.predict(job[task["X_test"]])
+                elif kind == "kmeans":
                     model = KMeans(
                         n_clusters=task["k"],
                         epsilon=task["epsilon"],
@@ -487,6 +500,90 @@ def run_kmeans(data, seeds, epsilons, delta, anchor, skfed_private):
     return table, notes, meta
 
 
+def held_out_labels(name, X, y):
+    """(X_train, y_train, X_test, y_test) for the classification task:
+    digits split 2:1 as for PCA; the mixture's 100,000 rows and 20,000
+    fresh draws, labelled by their component."""
+    if name == "digits":
+        order = np.random.RandomState(0).permutation(len(X))
+        cut = 2 * len(X) // 3
+        train, test = order[:cut], order[cut:]
+        return X[train], y[train], X[test], y[test]
+    X_test, y_test, _ = mixture(20_000, draw_seed=1)
+    return X, y, X_test, y_test
+
+
+def run_classify(data, seeds, epsilons, delta, anchor):
+    """Every classification fit of both sides: {data: {method: {eps:
+    [(accuracy, s)]}}}. skfed: the row-free classifier
+    (``FederatedRKHSClassifier(privacy=..., secure_aggregation=True)``, its
+    default under privacy, multi-width random features of the public
+    ``WIDTHS``) over 10 IID clients; diffprivlib: ``LogisticRegression(
+    epsilon, data_norm)`` on the pooled rows, data_norm the box's norm
+    bound (the rows are in the box, so it clips nothing)."""
+    from skfed import FederatedRKHSClassifier
+    from skfed.privacy import DifferentialPrivacy
+
+    arrays, tasks, loaded = {}, [], {}
+    for name in data:
+        X, y, bounds = LOADERS[name]()
+        X_train, y_train, X_test, y_test = held_out_labels(name, X, y)
+        loaded[name] = (X_train, y_train, X_test, y_test, bounds)
+        arrays[f"Xc_{name}"], arrays[f"yc_{name}"] = X_train, y_train
+        arrays[f"Xt_{name}"] = X_test
+        norm = float(np.sqrt(X.shape[1]) * max(abs(bounds[0]), abs(bounds[1])))
+        for eps in epsilons:
+            for seed in seeds:
+                tasks.append(
+                    {
+                        "key": f"classify/{name}/{eps}/{seed}",
+                        "kind": "classify",
+                        "X": f"Xc_{name}",
+                        "y": f"yc_{name}",
+                        "X_test": f"Xt_{name}",
+                        "epsilon": eps,
+                        "norm": norm,
+                        "seed": seed,
+                    }
+                )
+    answers, meta = run_anchor(anchor[0], arrays, tasks, anchor[1])
+    table, notes = {}, []
+    if answers is None:
+        notes.append(f"diffprivlib side skipped: {meta}.")
+    for name, (X_train, y_train, X_test, y_test, bounds) in loaded.items():
+        rows = table[name] = {}
+        if answers is not None:
+            for eps in epsilons:
+                for seed in seeds:
+                    key = f"classify/{name}/{eps}/{seed}"
+                    if key in answers:
+                        accuracy = float(np.mean(answers[key] == y_test))
+                        rows.setdefault("diffprivlib LogisticRegression", {})
+                        rows["diffprivlib LogisticRegression"].setdefault(
+                            eps, []
+                        ).append((accuracy, meta["seconds"][key]))
+        method = "skfed FederatedRKHSClassifier, masked, IID"
+        for seed in seeds:
+            ids = partitions("IID", y_train, seed)
+            for eps in (np.inf, *epsilons):
+                dp = DifferentialPrivacy(epsilon=eps, delta=delta, bounds=bounds)
+                est = FederatedRKHSClassifier(
+                    widths=WIDTHS[name],
+                    privacy=dp,
+                    secure_aggregation=True,
+                    random_state=seed,
+                )
+                start = time.perf_counter()
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    est.fit(X_train, y_train, partitions=ids)
+                rows.setdefault(method, {}).setdefault(
+                    "inf" if eps == np.inf else eps, []
+                ).append((est.score(X_test, y_test), time.perf_counter() - start))
+        print(f"{name} {method} done", flush=True)
+    return table, notes, meta
+
+
 def feature_map(map_seed, n_features, gamma):
     """(omega, offset, norm bound, description) of the shared feature map.
 
@@ -715,7 +812,7 @@ def figure(table, epsilons, path):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="digits, 1 seed")
-    parser.add_argument("--only", nargs="+", choices=("kmeans", "pca"))
+    parser.add_argument("--only", nargs="+", choices=("kmeans", "pca", "classify"))
     parser.add_argument("--data", nargs="+", choices=tuple(LOADERS))
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--delta", type=float, default=1e-6)
@@ -748,7 +845,7 @@ def main():
 
     import skfed
 
-    tasks = args.only or ("kmeans", "pca")
+    tasks = args.only or ("kmeans", "pca", "classify")
     anchor = (
         args.anchor_python,
         {"bingham": args.anchor_bingham, "timeout": args.anchor_timeout},
@@ -831,6 +928,16 @@ def main():
             ]
             for name, rows in table.items():
                 out += [f"## kernel PCA: {DATA_TITLES[name]}", "", "Captured variance:"]
+                out += [""] + markdown_table(rows, EPSILONS, 0, ".3f")
+                out += ["", "Seconds per fit:", ""]
+                out += markdown_table(rows, EPSILONS, 1, ".2f")
+                out.append("")
+        if "classify" in tasks:
+            table, notes, meta = run_classify(data, seeds, EPSILONS, args.delta, anchor)
+            summary["classify"] = table
+            out += ["", *notes, ""]
+            for name, rows in table.items():
+                out += [f"## classification: {DATA_TITLES[name]}", "", "Accuracy:"]
                 out += [""] + markdown_table(rows, EPSILONS, 0, ".3f")
                 out += ["", "Seconds per fit:", ""]
                 out += markdown_table(rows, EPSILONS, 1, ".2f")

@@ -82,17 +82,23 @@ def _check_honest(honest, count, verb, name):
 
 def exchange_keys(fed):
     """Run the key exchange over the clients of ``fed`` (a Federation):
-    the key index of every client that took part."""
-    ids = list(fed.client_ids)
+    the key index of every client that took part.
+
+    Under ``on_client_error="drop"`` a client that fails here is left out:
+    one that fails to send its key has no index, one that fails to keep
+    the others' is on no round's ring (it is no longer a client of the
+    fit)."""
+    tolerate = fed.on_client_error == "drop"
     publics = fed.run_round(
-        "secure aggregation keys", keys_step, tolerate=False, disclosure=_DATA_FREE
+        "secure aggregation keys", keys_step, tolerate=tolerate, disclosure=_DATA_FREE
     )
+    ids = list(fed.client_ids)
     table = np.stack(publics)
     fed.run_round(
         "secure aggregation peers",
         peers_step,
         messages=[(table, i) for i in range(len(ids))],
-        tolerate=False,
+        tolerate=tolerate,
         disclosure=NO_UPLOAD,
     )
     return {c: i for i, c in enumerate(ids)}

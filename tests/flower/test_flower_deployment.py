@@ -244,6 +244,8 @@ from flwr.serverapp import ServerApp
 
 from skfed import KFed
 from skfed.flower import client_app, fit_on_grid
+from skfed.preprocessing import FederatedStandardScaler
+from skfed.privacy import DifferentialPrivacy
 
 
 def load(context):
@@ -258,11 +260,7 @@ server = ServerApp()
 def main(grid, context):
     out = context.run_config["out"]
     try:
-        # The defaults, but for a round timeout no busy machine reaches:
-        # the lost node must be noticed by the straggler rule.
-        fit_on_grid(KFed(n_clusters=3, random_state=0), grid, n_nodes=3,
-                    round_timeout=600)
-        result = {"error": None}
+        FIT
     except Exception as exc:
         result = {"error": f"{type(exc).__name__}: {exc}"}
     result["at"] = time.time()
@@ -270,12 +268,30 @@ def main(grid, context):
         json.dump(result, f)
 """
 
+# The defaults, but for a round timeout no busy machine reaches: the lost
+# node must be noticed by the straggler rule.
+KFED_FIT = """fit_on_grid(KFed(n_clusters=3, random_state=0), grid, n_nodes=3,
+                    round_timeout=600)
+        result = {"error": None}"""
+SCALER_FIT = """est = FederatedStandardScaler(
+            privacy=DifferentialPrivacy(epsilon=1.0, bounds=(-20.0, 20.0)),
+            secure_aggregation=True,
+            on_client_error="drop",
+        )
+        fit_on_grid(est, grid, n_nodes=3, round_timeout=600)
+        result = {
+            "error": None,
+            "failed": sorted(str(c) for c in est.failed_clients_),
+            "spent": est.privacy_spent_[0],
+            "mean": est.mean_.tolist(),
+        }"""
 
-def test_a_supernode_killed_mid_fit_ends_the_fit_naming_it(federation, tmp_path):
-    # kill -9 of a SuperNode (its ClientApps go with it): Flower keeps it
-    # among the connected nodes for about a minute (its missed
-    # heartbeats); the fit must end with an error naming the node and its
-    # client within 30 s.
+
+def _kill_mid_fit(federation, tmp_path, fit, messages):
+    """Run a Flower App whose fit is ``fit`` (a line of the app's main,
+    setting ``result``), kill -9 SuperNode 1 once it has received
+    ``messages`` messages, and return the app's result and the seconds it
+    took after the kill."""
     _, fed, localhost = federation
     app = tmp_path / "kill-app"
     app.mkdir()
@@ -285,13 +301,12 @@ def test_a_supernode_killed_mid_fit_ends_the_fit_naming_it(federation, tmp_path)
         .replace("skfed_deploy_app", "skfed_kill_app")
         .replace('model-path = ""', f'out = "{out}"')
     )
-    (app / "skfed_kill_app.py").write_text(KILL_APP)
+    (app / "skfed_kill_app.py").write_text(KILL_APP.replace("FIT", fit))
     run = fed.start_run(app, page_config=False)
     orphans = []
     try:
-        # Mid-fit: the node has answered `describe` and received `open`.
         deadline = time.monotonic() + 600
-        while fed.messages_received(1) < 2:
+        while fed.messages_received(1) < messages:
             assert run.poll() is None, (tmp_path / "flwr-run.log").read_text()
             assert time.monotonic() < deadline, "the fit did not start"
             time.sleep(0.2)
@@ -312,7 +327,16 @@ def test_a_supernode_killed_mid_fit_ends_the_fit_naming_it(federation, tmp_path)
                 pass
     assert out.exists(), (tmp_path / "flwr-run.log").read_text()[-3000:]
     result = json.loads(out.read_text())
-    seconds = result["at"] - killed_at
+    return result, result["at"] - killed_at
+
+
+def test_a_supernode_killed_mid_fit_ends_the_fit_naming_it(federation, tmp_path):
+    # kill -9 of a SuperNode (its ClientApps go with it): Flower keeps it
+    # among the connected nodes for about a minute (its missed
+    # heartbeats); the fit must end with an error naming the node and its
+    # client within 30 s. Mid-fit: the node has answered `describe` and
+    # received `open`.
+    result, seconds = _kill_mid_fit(federation, tmp_path, KFED_FIT, messages=2)
     print(f"\nkilled SuperNode noticed in {seconds:.1f} s: {result['error']}")
     # partition-id 1 is client 1; its node id is Flower's. Noticed by the
     # straggler rule, or by Flower if its missed heartbeats come first
@@ -324,3 +348,21 @@ def test_a_supernode_killed_mid_fit_ends_the_fit_naming_it(federation, tmp_path)
     # Within half a minute where a round trip takes a few seconds (the
     # straggler limit is 20 s, or 4 times what the other nodes took).
     assert seconds < 30, result
+
+
+def test_a_masked_private_fit_survives_a_killed_supernode(federation, tmp_path):
+    # Secure aggregation's dropout recovery and distributed noise over
+    # Flower: a private scaler whose one noised round is masked, fitted
+    # with on_client_error="drop", loses SuperNode 1 after the key exchange
+    # (describe, open, keys, peers) and completes without it, within its
+    # budget.
+    X, _, _ = federation
+    result, seconds = _kill_mid_fit(federation, tmp_path, SCALER_FIT, messages=4)
+    print(f"\nfit completed {seconds:.1f} s after the kill: {result}")
+    assert result["error"] is None, result["error"]
+    assert result["failed"] == ["1"], result
+    assert result["spent"] <= 1.0 + 1e-9
+    # The two remaining sites' mean, within the noise (bounds +-20, two
+    # sites of 120 rows).
+    kept = np.vstack([X[:NODE_ROWS], X[2 * NODE_ROWS :]])
+    assert np.max(np.abs(np.array(result["mean"]) - kept.mean(axis=0))) < 5.0
