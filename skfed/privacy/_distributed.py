@@ -135,7 +135,8 @@ def share_std(noise, dimension, scale):
     units: s = max(z Δ_Z / √h, MIN_SHARE_STD) with Δ_Z = γΔ + √d, or 0 for
     a release without noise."""
     std = float(noise)
-    if std == 0:
+    if std == 0 or noise.sensitivity == 0:
+        # No noise, or a release no row can move.
         return 0.0
     if dimension > MAX_DIMENSION:
         raise ValueError(

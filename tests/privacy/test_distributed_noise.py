@@ -102,6 +102,7 @@ def test_a_share_is_the_central_noise_over_root_h_on_the_rounded_statistic():
     tiny = DistributedNoise(1e-12, sensitivity=1e-12, honest=9)
     assert share_std(tiny, 1, RING) == MIN_SHARE_STD
     assert share_std(DistributedNoise(0.0, 1.0, 3), 10, RING) == 0.0
+    assert share_std(DistributedNoise(0.0, 0.0, 3), 10, RING) == 0.0
     # The sum of M shares of an honest count h carries sqrt(M/h) std.
     assert summed_noise_std(noise, 4) == pytest.approx(2.0)
     assert summed_noise_std(noise, 16) == pytest.approx(4.0)
