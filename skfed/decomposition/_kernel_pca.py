@@ -40,7 +40,7 @@ from ..kernel._private_features import (
     private_feature_count,
 )
 from ..privacy import check_privacy, summed_noise_std
-from ._protocols._kernel_width import MEDIAN_SAMPLE
+from ._protocols._kernel_width import KERNEL_WIDTH, MEDIAN_SAMPLE
 from ._protocols._random_features import feature_projection, run_feature_pca
 from ._protocols._representatives import (
     DISLR,
@@ -166,8 +166,10 @@ class DistributedKernelPCA(
         D, random Fourier features ("rbf", "laplacian") or TensorSketch
         dimension ("poly") of the embedding z. A D for which a client's
         embedding would allocate more than 1 GiB is refused before the fit
-        starts. ``"auto"``: 2,000, and under ``privacy`` what the noise
-        allows: the largest even D up to 300 with 2 √D σ ≤ N / 15, σ the
+        starts. ``"auto"``: 2,000 (under ``raw_rows="refuse"`` at most the
+        smallest client's rows, which each client's statistics need as
+        distinct rows), and under ``privacy`` what the noise allows: the
+        largest even D up to 300 with 2 √D σ ≤ N / 15, σ the
         summed Gram triangle's noise (smaller with ``secure_aggregation``'s
         distributed noise), and at least 50 and ``n_components`` + 2. The
         D used is ``n_random_features_``.
@@ -203,8 +205,13 @@ class DistributedKernelPCA(
         The representatives are rows of X that the server forwards to every
         client (rounds ``"uniform sample"``, ``"leverage sample"``,
         ``"adaptive sample"``), so "refuse" raises ``ValueError`` before
-        the first round. With ``solver="random_features"`` and an explicit
-        ``gamma`` no row leaves, and "refuse" makes every client check,
+        the first round with ``solver="representatives"``; ``"auto"`` then
+        takes the random features ("rbf", "laplacian"), and ``gamma=None``
+        the average-distance width γ = N² / (2 Σ_ij ‖x_i − x_j‖²) from each
+        client's row count, mean and spread ("rbf"; the median heuristic
+        samples rows, so the Laplacian kernel needs an explicit ``gamma``).
+        With ``solver="random_features"`` no row leaves, and "refuse"
+        makes every client check,
         before it uploads, that its statistics come from at least
         ``max(2, n_random_features)`` distinct rows (fewer would let the
         server solve the client's feature Gram matrix for its rows); a
@@ -225,7 +232,8 @@ class DistributedKernelPCA(
         C = Σ_m Z[m]ᵀZ[m] − N z̄ z̄ᵀ, and ``transform(x) = (z(x) − z̄)ᵀ V``:
         kernel PCA of the random-feature kernel, with no row of X leaving
         a client. The representatives' parameters do not apply to it.
-        ``"auto"`` takes ``"random_features"`` under ``privacy``,
+        ``"auto"`` takes ``"random_features"`` under ``privacy`` and, for
+        "rbf" and "laplacian", under ``raw_rows="refuse"``;
         ``"representatives"`` otherwise. The solver used is ``solver_``.
 
     privacy : :class:`~skfed.privacy.DifferentialPrivacy` or None, \
@@ -453,7 +461,9 @@ class DistributedKernelPCA(
 
     def _rounds(self):
         rounds = []
-        if self.gamma is None and self.kernel in ("rbf", "laplacian"):
+        if self.gamma is None and self._row_free_width():
+            rounds += KERNEL_WIDTH.run(self.secure_aggregation)
+        elif self.gamma is None and self.kernel in ("rbf", "laplacian"):
             # Declared as rows: above 64 features the "rbf" sample is
             # projected, but by a map the server drew, of rows of X.
             rounds.append(MEDIAN_SAMPLE)
@@ -558,10 +568,20 @@ class DistributedKernelPCA(
 
     def _solver(self):
         """``solver``, or the one ``"auto"`` takes: the random features under
-        differential privacy, the representatives otherwise."""
+        differential privacy, or under ``raw_rows="refuse"`` for a kernel
+        they serve ("rbf", "laplacian"), the representatives otherwise."""
         if self.solver != "auto":
             return self.solver
-        return "representatives" if self.privacy is None else "random_features"
+        if self.privacy is not None:
+            return "random_features"
+        if self.raw_rows == "refuse" and self.kernel in ("rbf", "laplacian"):
+            return "random_features"
+        return "representatives"
+
+    def _row_free_width(self):
+        """Whether ``gamma=None`` takes the average-distance width from the
+        clients' moments rather than the median of a sample of rows."""
+        return self.raw_rows == "refuse" and self.kernel == "rbf"
 
     def _check_solver(self):
         """Refuse, before any round, a solver or kernel the fit cannot use,
@@ -728,12 +748,19 @@ class DistributedKernelPCA(
         from public figures (N, M and the noise multiplier)."""
         if self.n_random_features != "auto":
             return self.n_random_features
-        if fed is None or fed.accountant is None:
+        if fed is None:
             return _DEFAULT_FEATURES
-        noise = fed.accountant.noise_std(1.0, shared=self.secure_aggregation)
-        summed = summed_noise_std(noise, fed.n_clients)
-        low = max(self.n_components + 2, _PRIVATE_FEATURES[0])
-        return private_feature_count(n_samples, summed, low, _PRIVATE_FEATURES[1])
+        if fed.accountant is not None:
+            noise = fed.accountant.noise_std(1.0, shared=self.secure_aggregation)
+            summed = summed_noise_std(noise, fed.n_clients)
+            low = max(self.n_components + 2, _PRIVATE_FEATURES[0])
+            return private_feature_count(n_samples, summed, low, _PRIVATE_FEATURES[1])
+        if self.raw_rows == "refuse":
+            # Each client's statistics must come from at least D distinct
+            # rows: at most the smallest client's size (public).
+            smallest = int(min(fed.client_sizes))
+            return max(min(_DEFAULT_FEATURES, smallest - smallest % 2), 2)
+        return _DEFAULT_FEATURES
 
     def _fit_random_features(self, X, partitions):
         """The random-feature solver (see ``solver``)."""

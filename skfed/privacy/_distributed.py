@@ -53,8 +53,8 @@ __all__ = [
 
 #: The least standard deviation of a client's share, in the masking ring's
 #: units: the bound's τ term vanishes from there on (see the module's
-#: docstring), and a share so small only happens for statistics below
-#: 2^-32 in size.
+#: docstring). A share is raised to it only where the central noise is
+#: below about 10 √h · 2^-32 in the statistic's own units.
 MIN_SHARE_STD = 10.0
 #: The largest upload a distributed release covers: the accountant's ρ is
 #: computed at this many coordinates (an upload of 2^40 floats would take

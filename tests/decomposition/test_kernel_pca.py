@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from numpy.testing import assert_allclose
 from scipy.linalg import subspace_angles
 from sklearn import config_context
-from sklearn.datasets import load_digits
+from sklearn.datasets import load_digits, make_blobs
 from sklearn.decomposition import KernelPCA
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics.pairwise import (
@@ -774,8 +774,46 @@ def test_a_fit_runs_the_rounds_it_declares(params, rounds_run):
 def test_the_declared_rounds_follow_the_parameters():
     est = DistributedKernelPCA(kernel="poly", sampling="uniform", center=False)
     assert [r.name for r in est._rounds()] == ["uniform sample", "disLR", "error"]
-    # The median heuristic is declared as rows of X: refused up front.
-    est.set_params(kernel="rbf", solver="random_features", raw_rows="refuse")
+    # The median heuristic is declared as rows of X: refused up front
+    # (the Laplacian kernel's width has no row-free estimate).
+    est.set_params(kernel="laplacian", solver="random_features", raw_rows="refuse")
     assert [r.name for r in est._rounds() if r.sends_rows] == ["median sample"]
     with pytest.raises(ValueError, match="'median sample'.*explicit gamma"):
         est.fit(np.random.RandomState(0).normal(size=(60, 3)), partitions=2)
+    # The RBF kernel's takes the clients' moments instead.
+    est.set_params(kernel="rbf")
+    assert [r.name for r in est._rounds()] == [
+        "kernel width",
+        "random feature statistics",
+    ]
+
+
+def test_refusing_raw_rows_fits_from_sums_by_default():
+    # Under raw_rows="refuse" the defaults send no row: random features,
+    # the average-distance width from the clients' moments, and at most
+    # the smallest client's rows as features.
+    X, _ = make_blobs(1200, centers=3, n_features=4, random_state=0)
+    partitions = np.arange(len(X)) % 4
+    partitions[:100] = 0  # client 0 the largest, the others 275 rows
+    est = DistributedKernelPCA(3, raw_rows="refuse", random_state=0)
+    est.fit(X, partitions=partitions)
+    assert est.solver_ == "random_features"
+    # γ = N² / (2 Σ_ij ‖x_i − x_j‖²) = N / (4 Σ_i ‖x_i − x̄‖²).
+    spread = np.sum((X - X.mean(axis=0)) ** 2)
+    assert est.gamma_ == pytest.approx(len(X) / (4 * spread), rel=1e-9)
+    smallest = np.bincount(partitions).min()
+    assert est.n_random_features_ == smallest - smallest % 2
+    log = est.communication_
+    assert not any(r["raw_rows"] for r in log.disclosure())
+    assert [r["name"] for r in log.disclosure()] == [
+        "kernel width",
+        "random feature statistics",
+    ]
+    # Masked: the same model, to the fixed point's precision.
+    masked = DistributedKernelPCA(
+        3, raw_rows="refuse", secure_aggregation=True, random_state=0
+    ).fit(X, partitions=partitions)
+    np.testing.assert_allclose(masked.gamma_, est.gamma_, rtol=1e-7)
+    np.testing.assert_allclose(
+        np.abs(masked.transform(X)), np.abs(est.transform(X)), atol=1e-5
+    )

@@ -211,6 +211,7 @@ def test_refusing_raw_rows_raises_before_the_first_round(
     params = {
         "FederatedRKHSClassifier": {"method": "critical_samples"},
         "FederatedKernelKMeans": {"algorithm": "dspgd"},
+        "DistributedKernelPCA": {"solver": "representatives"},
     }.get(name, {})
     monkeypatch.setattr(Federation, "run_round", no_round)
     with pytest.raises(ValueError, match=f"{round_name}.*raw_rows='refuse'"):
