@@ -6,7 +6,8 @@ Two tasks, on the same data and seeds on both sides:
     (local noise) and ``DistributedKMeans(privacy=..., secure_aggregation=
     True)`` (distributed noise; and on digits ``FederatedKernelKMeans``
     likewise, scored by the means of its clusters in X) over 10 clients
-    (IID and Dirichlet label-skew partitions) against diffprivlib's
+    (``--clients``; IID and Dirichlet(0.3) label-skew partitions) against
+    diffprivlib's
     centralized ``KMeans(epsilon=..., bounds=...)`` on the pooled rows.
     NMI of the nearest-centre labels against the true labels,
     and the k-means cost of the centres on the (unclipped) data relative to
@@ -74,7 +75,10 @@ from _results import results_dir
 RESULTS = results_dir()
 DEFAULT_ANCHOR = "/work/venv-dpl/bin/python"
 EPSILONS = (0.1, 0.5, 1.0, 2.0, 5.0, 10.0)
+# Clients of the federated side (``--clients``), and the label skew of the
+# Dirichlet partitions.
 N_CLIENTS = 10
+DIRICHLET_ALPHA = 0.3
 # The classifier's kernel widths per data set (public constants: 0.3, 0.6
 # and 1 times the root mean squared distance between two rows, rounded).
 WIDTHS = {"digits": (1.0, 2.0, 3.0), "mixture": (4.0, 8.0, 13.0)}
@@ -342,7 +346,7 @@ def partitions(name, y, seed):
 
     if name == "IID":
         return iid(len(y), N_CLIENTS, random_state=seed)
-    return label_dirichlet(y, N_CLIENTS, alpha=0.5, random_state=seed)
+    return label_dirichlet(y, N_CLIENTS, alpha=DIRICHLET_ALPHA, random_state=seed)
 
 
 def supports_privacy(estimator):
@@ -810,11 +814,13 @@ def figure(table, epsilons, path):
 
 
 def main():
+    global N_CLIENTS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="digits, 1 seed")
     parser.add_argument("--only", nargs="+", choices=("kmeans", "pca", "classify"))
     parser.add_argument("--data", nargs="+", choices=tuple(LOADERS))
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--clients", type=int, default=N_CLIENTS)
     parser.add_argument("--delta", type=float, default=1e-6)
     parser.add_argument("--anchor-python", default=DEFAULT_ANCHOR)
     parser.add_argument(
@@ -839,6 +845,7 @@ def main():
     args = parser.parse_args()
     if args.anchor_job:
         return anchor_job(args.anchor_job)
+    N_CLIENTS = args.clients
     if args.skfed_path:
         sys.path.insert(0, str(Path(args.skfed_path).resolve()))
     from threadpoolctl import threadpool_limits

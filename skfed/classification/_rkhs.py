@@ -42,6 +42,8 @@ from .._numerics._blocks import row_blocks
 from .._sklearn_compat import StrOptions
 from .._sklearn_compat import fit_context as _fit_context
 from ..kernel._multiwidth import gaussian_atoms
+from ..kernel._private_features import private_feature_count
+from ..privacy import summed_noise_std
 from ._protocols._critical_samples import CRITICAL_SAMPLES, VIOLATING_SAMPLES, run_rkhs
 from ._protocols._data_scale import DATA_SCALE
 from ._protocols._random_features import (
@@ -190,9 +192,12 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         hold D x D matrices. "auto" takes N / 4 (N the training samples)
         within [1000, 2000]: on digits 500 features lost about 2 points of
         accuracy to 1,000, and 2,000 gained under one more. Under
-        ``privacy`` "auto" is 200: the noise grows with D, the signal does
-        not (breast_cancer at ε = 8 over 10 clients: 0.80 with 200
-        features, the majority class with 1,000; see the privacy page). Under
+        ``privacy`` the noise grows with D and the signal does not
+        (breast_cancer at ε = 8 over 10 clients: 0.80 with 200 features, the
+        majority class with 1,000; see the privacy page), so "auto" is the
+        largest D between 50 and 300 with 2 √D σ ≤ N / 15, σ the summed
+        noise of the Gram triangle's entries (smaller with
+        ``secure_aggregation``'s distributed noise). Under
         ``raw_rows="refuse"`` every client needs at least D distinct rows
         (the Gram matrix of fewer rows than features determines them), so
         "auto" is capped at the smallest client's rows less one share of
@@ -683,7 +688,11 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         widths = _widths_the_data_resolve(widths, fed.n_samples)
         D = self.n_random_features
         if D == "auto" and self.privacy is not None:
-            D = _AUTO_PRIVATE_FEATURES
+            # As many as the summed noise leaves the class structure above
+            # (from public figures: N, M and the noise multiplier).
+            noise = fed.accountant.noise_std(1.0, shared=self.secure_aggregation)
+            summed = summed_noise_std(noise, fed.n_clients)
+            D = private_feature_count(fed.n_samples, summed, *_AUTO_PRIVATE_FEATURES)
         elif D == "auto":
             D = int(np.clip(fed.n_samples // 4, *_AUTO_FEATURES))
             if self.raw_rows == "refuse":
@@ -829,9 +838,10 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
 # n_random_features="auto": N / 4 within these bounds (see the docstring).
 _AUTO_FEATURES = (1000, 2000)
 # Under differential privacy the noise grows with D while the signal does
-# not: on breast_cancer at epsilon = 8 (10 clients), 200 features reached
-# 0.80 of accuracy where 1,000 fell to the majority class.
-_AUTO_PRIVATE_FEATURES = 200
+# not (on breast_cancer at epsilon = 8 over 10 clients, 200 features reached
+# 0.80 of accuracy where 1,000 fell to the majority class): "auto" follows
+# the summed noise within these bounds.
+_AUTO_PRIVATE_FEATURES = (50, 300)
 # Largest D accepted: 8 D² bytes per D x D matrix (2 GiB at 16,384).
 _MAX_FEATURES = 16384
 

@@ -329,13 +329,20 @@ def test_private_fit_spends_its_budget_and_noises_the_one_round():
     assert clf.alpha_ > plain.alpha_  # floored at the noise's scale
 
 
-def test_private_auto_features_are_few():
+def test_private_auto_features_follow_the_noise():
+    # Few features where the noise is large (300 rows: the least, 50), more
+    # where it is small (a 100 times larger epsilon), never above 300.
     X, y = _blobs(300)
     dp = DifferentialPrivacy(epsilon=8.0, delta=1e-5)
     clf = FederatedRKHSClassifier(privacy=dp, widths=[1.0, 2.0], random_state=0)
     clf.fit(X, y, partitions=3)
-    assert clf.n_random_features_ == 200
+    assert clf.n_random_features_ == 52  # 50, rounded up to a multiple of 4
     assert clf.score(X, y) > 0.9
+    X, y = _blobs(3000)
+    dp = DifferentialPrivacy(epsilon=800.0, delta=1e-5)
+    clf = FederatedRKHSClassifier(privacy=dp, widths=[1.0, 2.0], random_state=0)
+    clf.set_params(secure_aggregation=True)
+    assert clf.fit(X, y, partitions=3).n_random_features_ == 300
 
 
 def test_private_fit_needs_explicit_widths():
