@@ -81,7 +81,7 @@ class Round(NamedTuple):
         release: the fit's noise multiplier times the declared sensitivity
         at ``bounds`` (a tuple, one per release, for a round of several).
         Under distributed noise, a masked round's clients add it in shares
-        (:class:`~skfed.privacy._distributed.DistributedNoise`)."""
+        (a ``DistributedNoise``, see ``skfed.privacy._distributed``)."""
         if self.sensitivity is None:
             raise TypeError(f"Round {self.name!r} declares no sensitivity.")
         sensitivity = self.sensitivity(*bounds)
