@@ -12,22 +12,29 @@ Two tasks, on the same data and seeds on both sides:
     NMI of the nearest-centre labels against the true labels,
     and the k-means cost of the centres on the (unclipped) data relative to
     scikit-learn's non-private ``KMeans(n_init=10)``.
-(p) kernel PCA: skfed's ``DistributedKernelPCA(privacy=...)`` over 10 IID
-    clients against diffprivlib's ``PCA(epsilon=..., data_norm=R)`` on the
+(p) kernel PCA: skfed's ``DistributedKernelPCA(privacy=...,
+    secure_aggregation=True)`` (distributed noise) over 10 IID clients
+    against diffprivlib's ``PCA(epsilon=..., data_norm=R)`` on the
     same random Fourier features of an RBF kernel (skfed's map, from the
     seed its fit drew; R the map's norm bound, see :func:`feature_map`):
     captured variance of held-out rows' features,
     ``||(Z - mean) V||^2 / ||Z - mean||^2`` for orthonormal components
     ``V``, with the same number of components.
+(c) classification: skfed's row-free ``FederatedRKHSClassifier(privacy=...,
+    secure_aggregation=True)`` against diffprivlib's
+    ``LogisticRegression(epsilon=..., data_norm=R)`` on the pooled rows
+    (R the box's norm bound): accuracy on the PCA task's held-out rows,
+    labelled.
 
 Data: (a) scikit-learn's digits divided by 16 (pixel values 0..16, so the
 domain's own min-max scaling to [0, 1]), bounds (0, 1); (b) a mixture of 10
 isotropic Gaussians (sigma = 1) in d = 10 whose means are uniform in
 [-5, 5]^d, 100,000 rows clipped into the box [-10, 10]^d (bounds (-10, 10);
 the clipping moves about one coordinate in 10^5), plus 20,000 held-out rows
-for the PCA task. Privacy budgets: epsilon in {0.1, 0.5, 1, 2, 5, 10} and
-the non-private reference; skfed's delta is ``--delta`` (diffprivlib's
-KMeans and PCA are pure epsilon-DP, delta = 0). Medians over seeds.
+of the same mixture for the PCA and classification tasks. Privacy budgets:
+epsilon in {0.1, 0.5, 1, 2, 5, 10} and the non-private reference; skfed's
+delta is ``--delta`` (diffprivlib's KMeans and PCA are pure epsilon-DP,
+delta = 0). Medians over seeds.
 
 The diffprivlib side runs in another interpreter (``--anchor-python``, a
 venv with diffprivlib 0.6.6 and scikit-learn < 1.6, which diffprivlib needs):
@@ -652,6 +659,8 @@ def run_pca(data, seeds, epsilons, delta, anchor, skfed_private):
                     n_random_features=N_RANDOM_FEATURES,
                     random_state=seed,
                     privacy=DifferentialPrivacy(epsilon=eps, delta=delta),
+                    # Masked: the clients add shares of the noise.
+                    secure_aggregation=True,
                 )
                 start = time.perf_counter()
                 with warnings.catch_warnings():
@@ -722,7 +731,7 @@ def run_pca(data, seeds, epsilons, delta, anchor, skfed_private):
                     ).append((value, meta["seconds"][key]))
         for eps in ("inf", *epsilons):
             if (name, eps) in skfed_rows:
-                rows.setdefault("skfed DistributedKernelPCA, IID", {})[eps] = (
+                rows.setdefault("skfed DistributedKernelPCA, masked, IID", {})[eps] = (
                     skfed_rows[name, eps]
                 )
     if not skfed_private:
