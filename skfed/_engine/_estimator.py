@@ -13,7 +13,7 @@ import warnings
 import numpy as np
 from sklearn.utils.validation import validate_data
 
-from ..privacy import Accountant, check_privacy
+from ..privacy import Accountant, check_privacy, summed_noise_std
 from ..privacy._budget import carry_open_budgets, charge_fit, settle_fit
 from ..privacy._distributed import honest_count
 from ._client import client_config
@@ -340,6 +340,16 @@ class FederatedMixin:
             len(fed.client_ids),
             may_drop=fed.on_client_error == "drop",
         )
+
+    def _summed_noise(self, fed):
+        """The noise multiplier of a sum over the fit's clients (each adds
+        all of it, or shares of one under ``secure_aggregation``), or None
+        without privacy: what a feature count or a floor that follows the
+        noise is read from."""
+        if fed.accountant is None:
+            return None
+        shared = bool(getattr(self, "secure_aggregation", False))
+        return summed_noise_std(fed.accountant.noise_std(1.0, shared), fed.n_clients)
 
     def _record_privacy(self, fed):
         """Set ``privacy_spent_``: the (epsilon, delta) the fit's noised

@@ -43,7 +43,6 @@ from .._sklearn_compat import StrOptions
 from .._sklearn_compat import fit_context as _fit_context
 from ..kernel._multiwidth import gaussian_atoms
 from ..kernel._private_features import private_feature_count
-from ..privacy import summed_noise_std
 from ._protocols._critical_samples import CRITICAL_SAMPLES, VIOLATING_SAMPLES, run_rkhs
 from ._protocols._data_scale import DATA_SCALE
 from ._protocols._random_features import (
@@ -690,8 +689,7 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         if D == "auto" and self.privacy is not None:
             # As many as the summed noise leaves the class structure above
             # (from public figures: N, M and the noise multiplier).
-            noise = fed.accountant.noise_std(1.0, shared=self.secure_aggregation)
-            summed = summed_noise_std(noise, fed.n_clients)
+            summed = self._summed_noise(fed)
             D = private_feature_count(fed.n_samples, summed, *_AUTO_PRIVATE_FEATURES)
         elif D == "auto":
             D = int(np.clip(fed.n_samples // 4, *_AUTO_FEATURES))

@@ -36,7 +36,7 @@ from .._sklearn_compat import StrOptions
 from .._sklearn_compat import fit_context as _fit_context
 from ..kernel._embedding import feature_embedding
 from ..kernel._private_features import centred_map, private_feature_count
-from ..privacy import check_privacy, summed_noise_std
+from ..privacy import check_privacy
 from ._centers import KMeansCentersMixin
 from ._distributed_kmeans import clipped_coreset_options
 from ._protocols._kernel_kmeans import (
@@ -1017,14 +1017,6 @@ class FederatedKernelKMeans(
         if self.refine_iter != "auto":
             return self.refine_iter
         return _DEFAULT_REFINE_ITER if self.privacy is None else _PRIVATE_REFINE_ITER
-
-    def _summed_noise(self, fed):
-        """The noise multiplier of a sum over the fit's clients (each adds
-        all of it, or shares of one), or None without privacy."""
-        if fed.accountant is None:
-            return None
-        noise = fed.accountant.noise_std(1.0, shared=self.secure_aggregation)
-        return summed_noise_std(noise, fed.n_clients)
 
     def _n_random_features(
         self,

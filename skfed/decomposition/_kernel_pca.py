@@ -39,7 +39,7 @@ from ..kernel._private_features import (
     PRIVATE_STATISTICS,
     private_feature_count,
 )
-from ..privacy import check_privacy, summed_noise_std
+from ..privacy import check_privacy
 from ._protocols._kernel_width import KERNEL_WIDTH, MEDIAN_SAMPLE
 from ._protocols._random_features import feature_projection, run_feature_pca
 from ._protocols._representatives import (
@@ -751,10 +751,10 @@ class DistributedKernelPCA(
         if fed is None:
             return _DEFAULT_FEATURES
         if fed.accountant is not None:
-            noise = fed.accountant.noise_std(1.0, shared=self.secure_aggregation)
-            summed = summed_noise_std(noise, fed.n_clients)
             low = max(self.n_components + 2, _PRIVATE_FEATURES[0])
-            return private_feature_count(n_samples, summed, low, _PRIVATE_FEATURES[1])
+            return private_feature_count(
+                n_samples, self._summed_noise(fed), low, _PRIVATE_FEATURES[1]
+            )
         if self.raw_rows == "refuse":
             # Each client's statistics must come from at least D distinct
             # rows: at most the smallest client's size (public).
