@@ -615,16 +615,14 @@ class DistributedKMeans(
         lower, upper = feature_bounds(self.privacy, X, estimator="DistributedKMeans")
         radius = box_radius(lower, upper)
         n_samples = float(sum(fed.client_sizes))
-        # The cells' seeds spread over the box (a quarter of each side's
-        # width, public), around its centre.
-        spread = n_samples * ((upper - lower) / 4) ** 2
         with fed:
             result = fed.run_protocol(
                 partial(
                     private_kmeans,
                     fed,
                     n_clusters=self.n_clusters,
-                    eigenvalues=spread,
+                    # The cells are cones around the rows' noised mean.
+                    eigenvalues=None,
                     shift=np.zeros(X.shape[1]),
                     n_samples=n_samples,
                     radius=radius,

@@ -123,9 +123,10 @@ def private_kmeans(
         ``("kernel_kmeans", "H")`` (unless ``box``).
     n_clusters : int
         k.
-    eigenvalues : ndarray of shape (s,)
-        N times the spread of the rows along each column (for H, the noised
-        covariance's eigenvalues): the cells' seeds are drawn with it.
+    eigenvalues : ndarray of shape (s,) or None
+        The noised covariance's eigenvalues, N times the spread of H along
+        each column: the cells' seeds are drawn with it. Unused with
+        ``box``, whose cells are cones around the rows' noised mean.
     shift : ndarray of shape (s,)
         z̄ᵀV: G = H + shift is what the clients sum (zeros with ``box``).
     n_samples : float
@@ -160,10 +161,10 @@ def private_kmeans(
     # explains (many features, few rows per cluster: the noise then
     # dominates a move).
     shrink = summed * count_scale
-    spread = np.sqrt(np.maximum(eigenvalues, 0.0) / n_samples)
     n_cells = cell_count(n_clusters, n_samples, summed)
     rounds = partial(_noised_sums, fed, shift=shift, radius=radius, std=std, box=box)
     if box is None:
+        spread = np.sqrt(np.maximum(eigenvalues, 0.0) / n_samples)
         seeds = shift + random_state.standard_normal((n_cells, len(shift))) * spread
     else:
         seeds = _cones(rounds, n_cells, shift, radius, floor, random_state)
