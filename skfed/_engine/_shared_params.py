@@ -60,14 +60,14 @@ masks that cancel in the sum, so that the server learns the sum and
 nothing of any one client's upload. Adds a key exchange (4 floats up per
 client, 4 per client down to each) and, around each masked round, a round
 key and self-mask seed per client, Shamir-shared among its k neighbours,
-and the unmasking (6 + 10 k floats up per client), and rounds each summed
-number to a multiple of 2^-32 (the model is the unmasked one within that
-precision). A client that drops out of a masked round has its masks
-rebuilt from more than half of the shares it made (round ``"secure
-aggregation unmasking"``); with fewer the fit fails before the round's sum
-is released. A fit with no such
-round ignores it, with a warning. Under ``privacy`` each client adds a
-share of a masked release's noise (distributed noise), so that the sum
+and the unmasking (6 + 10 k floats up per client), and sends each summed
+number as two 64-bit words (its fixed point to 2^-64: the sums, and the
+model, are the unmasked ones to rounding). A client that drops out of a
+masked round has its masks rebuilt from more than half of the shares it
+made (round ``"secure aggregation unmasking"``); with fewer the fit fails
+before the round's sum is released. A fit with no such round ignores it,
+with a warning. Under ``privacy`` each client adds a share of a masked
+release's noise (distributed noise), so that the sum
 carries the central mechanism's noise rather than √M times it; the
 guarantee then assumes that at least ``privacy.honest_clients`` clients of
 each sum keep their shares from the server, and a sum of fewer uploads is

@@ -15,9 +15,9 @@ import numpy as np
 __all__ = ["SIGN_TIE", "extreme_signs", "vector_signs"]
 
 # Extremes within this relative distance of each other tie (rounding, 1e-15
-# in a plain fit, 2^-32 of the sum's scale under secure aggregation, must
-# not decide); coefficients below _SIGNIFICANT of a column's largest are
-# passed over in the fallback.
+# of the sum's scale, 2^-32 of it for a noised sum, must not decide);
+# coefficients below _SIGNIFICANT of a column's largest are passed over in
+# the fallback.
 SIGN_TIE = 1e-9
 _SIGNIFICANT = 1e-6
 

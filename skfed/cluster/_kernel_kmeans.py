@@ -16,6 +16,7 @@ k-Means" (ICLR 2021 submission)."""
 # random features', the sketch's and the coreset's sizes from N, d and M).
 
 import numbers
+import warnings
 from functools import partial
 
 import numpy as np
@@ -238,7 +239,9 @@ class FederatedKernelKMeans(
         one more sum-only round gives (n_m and Σ x, d + 1 floats up per
         client): around a fixed point, a translation of the data would
         rotate the features against Ω and so change the draw.
-        At least ``n_components`` (s). For the same floats the sketch
+        At least ``n_components`` (s), else ``fit`` raises; above
+        ``n_random_features`` (D) it is clipped to D with a warning (a
+        sketch of D columns is exact). For the same floats the sketch
         affords a larger D, and one map's kernel estimate is what limits
         the one-shot on wide data: on a 5,000 x 784 image set over 10
         clients, D = 1,284 with l = 60 instead of the triangle's D = 394,
@@ -788,6 +791,17 @@ class FederatedKernelKMeans(
         D = self._n_random_features(
             n_samples, X.shape[1], fed.n_clients, sketch, self._summed_noise(fed)
         )
+        if sketch is not None and sketch > D:
+            # As Nystroem clips its components to the rows: a sketch of D
+            # columns is already exact, more would only cost.
+            warnings.warn(
+                f"sketch_size={sketch} exceeds n_random_features={D}, and a "
+                f"sketch of D columns is already exact: sketch_size={D} was "
+                "used.",
+                UserWarning,
+                stacklevel=2,
+            )
+            sketch = D
         self._check_sizes(n_samples, D, sketch)
         self.n_random_features_ = D
         self.sketch_size_ = sketch
@@ -953,13 +967,13 @@ class FederatedKernelKMeans(
                     "with its defaults), or sketch_size=None for DSPGD."
                 )
             s = self._s(D)
-            if not s <= sketch_size <= D:
+            if sketch_size < s:
                 raise ValueError(
-                    f"sketch_size={sketch_size} must lie between "
-                    f"n_components={s} (the sketch has rank at most l) and "
-                    f"n_random_features={D} (a sketch wider than D costs "
-                    "more than the triangle). Pass a sketch_size in that "
-                    "range, or None for the triangle."
+                    f"sketch_size={sketch_size} must be at least "
+                    f"n_components={s}: the sketch has rank at most l. Pass "
+                    f"a sketch_size of {s} or more (at most "
+                    f"n_random_features={D}), a smaller n_components, or "
+                    "None for the triangle."
                 )
         # A client holds a block of up to CHUNK rows of D (or D') random
         # features, the server a D x D Gram matrix: refuse sizes that would

@@ -13,6 +13,7 @@ from .._engine._protocol import client_step
 from .._engine._rounds import per_client, sum_only
 from .._numerics._blocks import row_blocks
 from ..privacy._refusal import MIN_ROWS, MIN_SPREAD_ROWS, require_distinct_rows
+from ..privacy._secure_aggregation import sum_uploads
 
 
 def sample_fourier_weights(
@@ -425,7 +426,24 @@ def gamma_from_moments(uploads):
     _, sizes, shifts, shift = _shifted_means(uploads)
     between = float(sizes @ np.sum((shifts - shift) ** 2, axis=1))
     ss = math.fsum(u[2] for u in uploads) + between
+    if ss > 0:
+        # The value from the two sums a masked fit adds instead
+        # (count_and_sum_step, spread_step), computed from the same moments:
+        # masking then moves γ, and the model, by rounding only. S itself
+        # decides only whether the rows differ.
+        masked = _masked_spread(uploads)
+        ss = masked if masked > 0 else ss
     return _gamma(n, ss)
+
+
+def _masked_spread(uploads):
+    """S as :func:`federated_gamma`'s two masked sums give it, from the
+    clients' moments."""
+    n = sum(int(u[0]) for u in uploads)
+    mean = sum_uploads([u[0] * u[1] for u in uploads]) / n
+    return sum_uploads(
+        [u[2] + u[0] * float(np.sum((u[1] - mean) ** 2)) for u in uploads]
+    )
 
 
 def _gamma(n, ss, floor=0.0):

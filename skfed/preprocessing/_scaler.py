@@ -24,7 +24,6 @@ from .._engine._shared_params import shared_constraints, shared_parameter_docs
 from .._engine._validation import check_magnitude
 from .._sklearn_compat import fit_context as _fit_context
 from ..privacy import check_privacy, feature_bounds
-from ..privacy._secure_aggregation import FRACTION_BITS
 from ._protocols._scaler import (
     SCALER_MEAN,
     SCALER_SPREAD,
@@ -86,11 +85,10 @@ class FederatedStandardScaler(
         Noised statistics (``privacy``) need no minimum.
 
     secure_aggregation : bool, default=False
-        Every round of the scaler needs only sums. The rounding to 2^-32
-        puts the mean and the variance are then within M · 2^-33 (M clients) of the
-        unmasked ones, absolutely, and a feature whose variance is below
-        M · 2^-32 is treated as constant (scale 1). Each client's shares
-        (its rows' sum over N, and their squared deviations over N) must
+        Every round of the scaler needs only sums, and the masked sums are
+        the unmasked ones to rounding (the same ``mean_`` and ``scale_``).
+        Each client's shares (its rows' sum over N, and their squared
+        deviations over N) must
         stay below 2^31 / M in magnitude: features whose variance is
         beyond about 2e9 / M need a known unit first (divide them by a
         constant).
@@ -307,12 +305,7 @@ class FederatedStandardScaler(
         self.var_ = result.var
         self.scale_ = None
         if self.with_std:
-            slack = 0.0
-            if fed.secure_aggregation:
-                slack = len(result.client_ids) * 2.0**-(FRACTION_BITS)
-            constant = _constant_features(
-                result.var, result.mean, result.n_samples, slack
-            )
+            constant = _constant_features(result.var, result.mean, result.n_samples)
             scale = np.sqrt(result.var)
             # Relative to the data's own size only, as StandardScaler's
             # constant mask: data scaled by 1e-16 scales the same way.
@@ -425,16 +418,15 @@ class FederatedStandardScaler(
         return X
 
 
-def _constant_features(var, mean, n_samples, slack=0.0):
+def _constant_features(var, mean, n_samples):
     """Features whose variance is within the rounding of its computation.
 
     Summing N squared deviations rounds by about N·eps·var, and the mean's
     own rounding, of about N·eps·|x̄|, enters squared: below that bound a
     variance is zero that rounding made positive (the bound
     :class:`~sklearn.preprocessing.StandardScaler` uses, so constant
-    features get scale 1 alike). ``slack`` adds what secure aggregation's
-    fixed point may leave.
+    features get scale 1 alike).
     """
     eps = np.finfo(np.float64).eps
-    bound = n_samples * eps * var + (n_samples * mean * eps) ** 2 + slack
+    bound = n_samples * eps * var + (n_samples * mean * eps) ** 2
     return var <= bound

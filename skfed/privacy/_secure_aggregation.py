@@ -20,8 +20,10 @@ et al., 2020), double masking and dropout recovery included:
   secret, :func:`share_threshold`) and uploads its round public key and
   each neighbour's shares sealed for that neighbour.
 * **Client, the masked round** (:func:`mask_upload`): the upload's numbers
-  (arrays, floats, ints, in a fixed order) are encoded in fixed point,
-  ``round(x · 2^f)`` with ``f = FRACTION_BITS``, as integers modulo 2^64;
+  (arrays, floats, ints, in a fixed order) are encoded in fixed point as
+  integers modulo 2^64, two words per number: ``round(x · 2^f)`` with
+  ``f = FRACTION_BITS`` and what that rounding left, in units of 2^-2f
+  (a noised upload sends the first word only);
   the client adds its self-mask (the seed's ChaCha20 keystream) and, for
   each neighbour j, the keystream s_ij of the key the pair's round keys
   agree on, added for j after it on the ring and subtracted for j before.
@@ -37,12 +39,13 @@ et al., 2020), double masking and dropout recovery included:
   removes the self-masks and the dropped clients' pairwise masks, and
   decodes the sum. It never holds an unmasked individual upload.
 
-Precision: each client's number is rounded to a multiple of 2^-32, an
-error of at most 2^-33 ≈ 1.2e-10 per client, so a sum over M clients is
-within M · 1.2e-10 of the exact one. Range: each client's values must stay
-below 2^31 / M in magnitude (2^31 ≈ 2.1e9), so that no sum over the M
-clients can wrap; a client with a larger one raises ``ValueError`` (scale
-the data) rather than let the sum wrap.
+Precision: each client's number travels to a multiple of 2^-64 and the
+sum is decoded with one rounding, so it is within about a unit in the last
+place of the exact sum, as :func:`sum_uploads`' unmasked sum is (a noised
+number is rounded to 2^-32, the grid its noise is drawn on). Range: each
+client's values must stay below 2^31 / M in magnitude (2^31 ≈ 2.1e9), so
+that no sum over the M clients can wrap; a client with a larger one
+raises ``ValueError`` (scale the data) rather than let the sum wrap.
 
 Cryptography comes from the ``cryptography`` package and Shamir's secret
 sharing from ``pycryptodome``; nothing here is a primitive of its own.
@@ -91,7 +94,8 @@ __all__ = [
     "unmasking_correction",
 ]
 
-#: Fractional bits of the fixed-point encoding: precision 2^-32 per value.
+#: Fractional bits of the first word of the fixed-point encoding (the
+#: second carries the next FRACTION_BITS).
 FRACTION_BITS = 32
 _SCALE = float(2**FRACTION_BITS)
 #: The reserved step option that tells a client to mask its upload.
@@ -120,11 +124,13 @@ _SEALED_WORDS = 8
 def sum_uploads(uploads):
     """The elementwise sum of the clients' uploads, structure kept.
 
-    Arrays are added one client after another in the given (canonical)
-    order in float64 (int64 for integer arrays); Python and numpy floats
-    with ``math.fsum`` (exact, so their order does not matter); ints
-    exactly; ``None`` stays ``None``. Tuples, lists and dicts are summed
-    item by item and must have the same shape on every client.
+    Float arrays are added one client after another in the given
+    (canonical) order with compensated (Neumaier) summation, and Python and
+    numpy floats with ``math.fsum``: within a unit in the last place of the
+    exact sum, as a masked round's decoded sum is, so masking moves a model
+    by rounding only. Integer arrays and ints are added exactly; ``None``
+    stays ``None``. Tuples, lists and dicts are summed item by item and
+    must have the same shape on every client.
 
     Raises
     ------
@@ -153,7 +159,9 @@ def sum_uploads(uploads):
         if any(not isinstance(u, np.ndarray) or u.shape != shape for u in uploads):
             raise ValueError("The clients' arrays have different shapes.")
         integer = all(np.issubdtype(u.dtype, np.integer) for u in uploads)
-        total = np.zeros(shape, dtype=np.int64 if integer else np.float64)
+        if not integer:
+            return _compensated_sum(uploads)
+        total = np.zeros(shape, dtype=np.int64)
         for u in uploads:
             total += u
         return total
@@ -248,7 +256,15 @@ def _unflatten(layout, values, start=0):
 
 def _encode_fixed(values, n_clients, noise=()):
     """Fixed-point integers modulo 2^64 (two's complement in uint64), with
-    ``noise`` ((start, int64 array) pairs, in ring units) added."""
+    ``noise`` ((start, int64 array) pairs, in ring units) added.
+
+    Without noise, each value travels as two words: its multiple of 2^-32
+    and what rounding to it left, in units of 2^-64. The sum is then as
+    precise as float64's, so a masked fit gives the unmasked fit's model to
+    rounding, not one 2^-32 away. A noised upload sends the first word only: the
+    noise is drawn on the 2^-32 grid, and a remainder below it would travel
+    without noise.
+    """
     scaled = np.rint(values * _SCALE)
     # Each client's share of the range, so that no partial sum can wrap.
     limit = 2.0**63 / max(n_clients, 1)
@@ -268,7 +284,65 @@ def _encode_fixed(values, n_clients, noise=()):
             f"(magnitudes below {limit / _SCALE:.3g}). Scale the data (e.g. "
             "FederatedStandardScaler) or fit without secure aggregation."
         )
-    return scaled.astype(np.int64).view(np.uint64)
+    words = scaled.astype(np.int64)
+    if noise:
+        return words.view(np.uint64)
+    # Exact: ``values * _SCALE - scaled`` is a difference of floats at most
+    # half a unit apart, and scaling by a power of two loses nothing; the
+    # remainder is within 2^31 of zero, so M of them cannot wrap either.
+    remainder = np.rint((values * _SCALE - scaled) * _SCALE).astype(np.int64)
+    return np.concatenate([words, remainder]).view(np.uint64)
+
+
+def _compensated_sum(arrays):
+    """Σ of float arrays in float64, with Neumaier's running compensation:
+    the sum to within about one rounding whatever the clients' magnitudes
+    (a plain running sum loses the small terms to the large ones), and,
+    being float arithmetic, unchanged in shape by a power-of-two scaling."""
+    total = np.array(arrays[0], dtype=np.float64, copy=True)
+    compensation = np.zeros_like(total)
+    for array in arrays[1:]:
+        value = np.asarray(array, dtype=np.float64)
+        running = total + value
+        # What the addition rounded away, from the larger operand's side.
+        compensation += np.where(
+            np.abs(total) >= np.abs(value),
+            (total - running) + value,
+            (value - running) + total,
+        )
+        total = running
+    return total + compensation
+
+
+def _decode_fixed(total, n_values):
+    """The float sums from the added words of :func:`_encode_fixed` (with
+    the remainders' words when there are twice ``n_values`` of them)."""
+    signed = total.view(np.int64)
+    words = signed[:n_values]
+    if signed.size != 2 * n_values or not n_values:
+        return words.astype(np.float64) / _SCALE
+    # The sum is words · 2^-32 + remainders · 2^-64 exactly; carry the
+    # remainders' whole units into the words so that 0 ≤ remainder < 2^32,
+    # and the one float addition below rounds the exact sum once (its two
+    # terms are exact while the words stay below 2^53).
+    remainders = signed[n_values:]
+    carry = remainders >> FRACTION_BITS
+    words = words + carry
+    fraction = remainders - (carry << FRACTION_BITS)
+    return (words.astype(np.float64) + fraction.astype(np.float64) / _SCALE) / _SCALE
+
+
+def _n_values(layout):
+    """How many numbers an upload of ``layout`` (from :func:`_flatten`)
+    holds."""
+    if layout is None:
+        return 0
+    if layout in ("int", "float"):
+        return 1
+    if "array" in layout:
+        return math.prod(layout["array"])
+    items = layout.get("dict") or layout.get("tuple") or layout.get("list") or []
+    return sum(_n_values(item[1] if "dict" in layout else item) for item in items)
 
 
 # --------------------------------------------------------------------------
@@ -862,8 +936,9 @@ def unmask_sum(masked_uploads, correction=None):
     Adds the vectors modulo 2^64 (the pairwise masks cancel) and
     ``correction`` (the self-masks and the masks shared with dropped
     clients, :func:`unmasking_correction`), reads the
-    sum as signed fixed point and rebuilds the upload's structure. Integer
-    leaves come back exact; floats within ``M · 2^-33`` of the exact sum.
+    sum as signed fixed point (one rounding) and rebuilds the upload's
+    structure: within rounding of what :func:`sum_uploads` gives for the
+    unmasked uploads.
 
     Raises
     ------
@@ -885,6 +960,6 @@ def unmask_sum(masked_uploads, correction=None):
         total += u["masked"]
     if correction is not None:
         total += correction
-    values = total.view(np.int64).astype(np.float64) / _SCALE
-    value, _ = _unflatten(json.loads(layout), values)
+    tree = json.loads(layout)
+    value, _ = _unflatten(tree, _decode_fixed(total, _n_values(tree)))
     return value

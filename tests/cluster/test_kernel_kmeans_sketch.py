@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from numpy.testing import assert_array_equal
 from scipy import ndimage
 from sklearn.datasets import load_digits, make_blobs
 from sklearn.metrics import adjusted_rand_score as ari
@@ -154,12 +155,22 @@ def test_privacy_refuses_an_explicit_sketch_and_auto_keeps_the_triangle():
 
 def test_bad_sketch_sizes_are_refused():
     X, _ = _digits(200)
-    with pytest.raises(ValueError, match="must lie between n_components=9"):
+    with pytest.raises(ValueError, match="must be at least n_components=9"):
         FederatedKernelKMeans(3, n_random_features=50, sketch_size=8).fit(X)
-    with pytest.raises(ValueError, match="must lie between"):
-        FederatedKernelKMeans(3, n_random_features=50, sketch_size=51).fit(X)
     with pytest.raises(ValueError, match="option of the one-shot solver"):
         FederatedKernelKMeans(3, algorithm="dspgd", sketch_size=20).fit(X)
+
+
+def test_a_sketch_wider_than_the_features_is_the_exact_one_with_a_warning():
+    # As Nystroem clips n_components to the rows: l = D sketches exactly.
+    X, _ = _digits(200)
+    params = {"n_random_features": 50, "random_state": 0}
+    with pytest.warns(UserWarning, match="sketch_size=50 was used"):
+        wide = FederatedKernelKMeans(3, sketch_size=80, **params).fit(X)
+    exact = FederatedKernelKMeans(3, sketch_size=50, **params).fit(X)
+    assert wide.sketch_size_ == 50
+    np.testing.assert_allclose(wide.eigenvalues_, exact.eigenvalues_, rtol=1e-10)
+    assert_array_equal(wide.labels_, exact.labels_)
 
 
 def test_auto_sketches_only_wide_data_within_a_fifth_of_its_floats():

@@ -404,8 +404,8 @@ def _local_solution_step(
     # neither the client's random choices nor the rounding of its sums (and
     # hence its upload, bit for bit) depend on how its samples are stored.
     # Rows another protocol computed from X (kernel k-means' embedding)
-    # carry the rounding of the sums they came from (2^-32 under secure
-    # aggregation), which moves their hashes: X's own rows order them.
+    # carry the rounding of the sums they came from (and a noised fit's
+    # noise), which moves their hashes: X's own rows order them.
     order = canonical_row_order(X if rows is None else client.X, w)
     X, w = X[order], w[order]
     # Around the client's own mean: expanded squared distances on raw
@@ -680,7 +680,7 @@ def _distinct_points(points, weights, *, by_value=False):
     differ by rounding only (centers summed in another order, dense or CSR
     rows) keep their places. With ``by_value`` (dense points computed from
     sums, kernel k-means' embedding) it is the lexicographic order of the
-    values themselves: secure aggregation's rounding (2^-32) moves a value
+    values themselves: the rounding of the sums they came from moves a value
     across a float32 rounding boundary often enough to reorder hashes, and
     the values' order only where two points' coordinates nearly tie.
     """

@@ -169,7 +169,7 @@ def local_step(
     # Work in an order defined by the rows' contents (values, then weights)
     # so that the result does not depend on the order of the samples. Rows
     # computed from X (an embedding) carry the rounding of the sums they
-    # came from (secure aggregation's 2^-32), which moves their hashes:
+    # came from (and a noised fit's noise), which moves their hashes:
     # X's own rows order them, and count its distinct rows.
     hashes = row_hashes(client.X)
     order = np.lexsort((weights, hashes))

@@ -142,8 +142,8 @@ def run_scaler(fed, *, with_mean, with_std, private=None):
         if refuse:
             spread_step = partial(_spread_step, min_rows=MIN_SPREAD_ROWS)
         shift, second = fed.run_round(SCALER_SPREAD, spread_step, (n_samples, mean))
-        # Masked sums round each share to 2^-32: a constant feature's
-        # variance may come back a hair below zero.
+        # Rounding of the two sums can leave a constant feature's variance
+        # a hair below zero.
         var = np.maximum(second - shift**2, 0.0)
     return ScalerResult(n_samples, mean, var, list(fed.client_ids))
 
