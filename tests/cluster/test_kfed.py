@@ -1406,6 +1406,29 @@ def test_default_local_clusters_add_no_raw_rows(blobs):
     assert np.abs(centers).max() > np.abs(X[100:199]).max()
 
 
+def test_default_local_clusters_under_refuse_send_no_row(blobs):
+    # Scattered outliers each make a local cluster of one row, more of
+    # them than the default's clusters beyond k: under raw_rows="refuse"
+    # every one is still merged, so no uploaded center is a row.
+    X, _ = blobs
+    rng = np.random.RandomState(0)
+    outliers = 1e3 * rng.normal(size=(10, X.shape[1]))
+    X = np.vstack([X[:40], outliers, X[40:90]])
+    partitions = np.repeat([0, 1], [50, 50])  # k(z) = 8 on each
+    model = KFed(4, raw_rows="refuse", random_state=0).fit(X, partitions=partitions)
+    for cid, centers in model.local_centers_.items():
+        own = X[partitions == cid]
+        assert euclidean_distances(centers, own).min() > 1e-6
+    assert len(model.local_centers_[1]) == 8
+    assert len(model.local_centers_[0]) < 8
+    # Allowed raw rows: the clusters beyond k are merged, the rest are
+    # uploaded as rows and counted.
+    allowed = KFed(4, random_state=0).fit(X, partitions=partitions)
+    (upload,) = [r for r in allowed.communication_ if r.name == "local centers"]
+    assert len(allowed.local_centers_[0]) == 4
+    assert upload.raw_rows[0] >= 1
+
+
 def test_refinement_rounds_are_lloyd_steps_over_the_clients(blobs):
     X, _ = blobs
     X = X + np.random.RandomState(0).normal(scale=2.0, size=X.shape)

@@ -313,6 +313,7 @@ def _few_row_clusters(
     merge,
     min_rows=MIN_ROWS,
     floor=None,
+    _stop_at=1,
 ):
     """Local clusters of fewer than ``MIN_ROWS`` distinct rows, whose
     centers are rows of the client (``hashes``: the rows' hashes, sorted).
@@ -325,7 +326,7 @@ def _few_row_clusters(
     clusters of fewer than ``MIN_ROWS`` are moved last, so that the upload
     can send their centers as rows; with ``floor`` (an int) they are first
     merged as above, smallest first, while more than ``floor`` clusters
-    are left.
+    are left. ``floor`` does not stop a ``merge``.
 
     Returns
     -------
@@ -361,7 +362,7 @@ def _few_row_clusters(
             mean,
             merge=True,
             min_rows=MIN_ROWS,
-            floor=floor,
+            _stop_at=floor,
         )
         return _few_row_clusters(
             rows, weights, hashes, centers, offsets, labels, mean, merge=False
@@ -372,11 +373,12 @@ def _few_row_clusters(
         offsets = offsets.copy()
         labels = labels.copy()
         alive = counts > 0
-        # Under merge=True alone, down to one cluster if need be.
-        floor = 1 if floor is None else max(int(floor), 1)
+        # Rows may not leave (merge=True from the caller): down to one
+        # cluster if need be, whatever the floor.
+        stop_at = max(int(_stop_at), 1)
         while True:
             few = alive & (counts < min_rows)
-            if not few.any() or alive.sum() <= floor:
+            if not few.any() or alive.sum() <= stop_at:
                 break
             # Smallest first, so that an outlier joins a real cluster rather
             # than another outlier when it can.
