@@ -250,8 +250,14 @@ def test_the_row_free_path_is_kfed_with_its_lloyd_rounds():
     X, y = load_digits(return_X_y=True)
     parts = label_dirichlet(y, 5, alpha=0.3, random_state=0)
     km = _fit(X, parts, n_clusters=10, refine_iter=4)
+    # The row-free path asks each client for k(z) = k local centers.
     kfed = skfed.KFed(
-        n_clusters=10, max_iter=20, raw_rows="refuse", refine_iter=4, random_state=0
+        n_clusters=10,
+        n_local_clusters=10,
+        max_iter=20,
+        raw_rows="refuse",
+        refine_iter=4,
+        random_state=0,
     ).fit(X, partitions=parts)
     np.testing.assert_allclose(
         km.cluster_centers_, kfed.cluster_centers_, rtol=1e-12, atol=1e-12

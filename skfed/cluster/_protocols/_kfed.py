@@ -24,7 +24,13 @@ from ..._engine._ledger import PER_CLIENT, Disclosure
 from ..._engine._rounds import Round, download, per_client
 from ..._engine._validation import clip_to_data
 from ...privacy._refusal import MIN_ROWS
-from .._kmeans import nearest, rounding_noise, tolerance, weighted_kmeans
+from .._kmeans import (
+    SMALL_ROWS,
+    nearest,
+    rounding_noise,
+    tolerance,
+    weighted_kmeans,
+)
 from ._coreset import REFINEMENT, cluster_sums_step, lloyd_update
 from ._kfed_local import (
     RawUploadRefused,
@@ -453,8 +459,14 @@ def _local_round(
     """Run the local step on every client of ``fed`` (``new``: clients that
     join a fitted model) on its ``rows``; gather its centers."""
     local = options.n_local_clusters
+    row_centers_from = None
     if local is None:
-        local = options.n_clusters
+        local = default_local_clusters(
+            options.n_clusters, dict(zip(fed.client_ids, fed.client_sizes))
+        )
+        # The default's centers beyond k summarise rows, never are one:
+        # over-clustering may not add raw rows to the upload.
+        row_centers_from = options.n_clusters
     if isinstance(local, Mapping):
         missing = [c for c in fed.client_ids if c not in local]
         if missing:
@@ -498,6 +510,7 @@ def _local_round(
         local_step=options.local_step,
         rows=rows,
         min_rows=min_rows,
+        row_centers_from=row_centers_from,
     )
     # Simulated dropout must pass whatever on_client_error says, so the
     # round tolerates every failure and the exceptions' types decide.
@@ -538,6 +551,30 @@ def _local_round(
         weights = [np.ones(len(c)) for c in centers]
     ids = list(fed.client_ids)
     return ids, centers, weights, sum(k_local[c] for c in ids)
+
+
+# Rows per local center below which a client does not over-cluster.
+_ROWS_PER_LOCAL_CENTER = 4
+
+
+def default_local_clusters(n_clusters, client_sizes):
+    """k(z) of each client for ``n_local_clusters=None``.
+
+    Up to 2k local centers on clients of at most ``SMALL_ROWS`` rows, at
+    least four rows behind each on average, and never fewer than k: a
+    local cluster's rows share one global cluster in the merge, so finer
+    local clusters leave the merged centers closer to those of k-means on
+    the pooled rows (the gap in NMI to ``KMeans(n_init=1)`` on IID digits
+    closes), and on small clients the extra centers cost little. Larger
+    clients keep k: their local Lloyd work, which dominates a fit's time,
+    grows with k(z), and their upload is already small next to their rows.
+    """
+    return {
+        cid: int(n_clusters)
+        if n > SMALL_ROWS
+        else int(min(2 * n_clusters, max(n_clusters, int(n) // _ROWS_PER_LOCAL_CENTER)))
+        for cid, n in client_sizes.items()
+    }
 
 
 def _uploaded_centers(upload):

@@ -125,6 +125,7 @@ def local_step(
     local_step="auto",
     rows=None,
     min_rows=MIN_ROWS,
+    row_centers_from=None,
 ):
     """Client step of round "local centers": Algorithm 1 (local k(z)-means).
 
@@ -145,7 +146,11 @@ def local_step(
     client's X; kernel k-means clusters its embedding). Without
     ``allow_raw_upload`` a local cluster of fewer than ``min_rows``
     distinct rows of X is merged into its nearest, and a client of fewer
-    than ``min_rows`` distinct rows refuses (``RawRowsRefused``).
+    than ``min_rows`` distinct rows refuses (``RawRowsRefused``). With it,
+    ``row_centers_from`` (an int, or None for no limit) merges local
+    clusters of fewer than ``MIN_ROWS`` distinct rows likewise while the
+    client has more than that many clusters: local centers beyond it are
+    never rows.
     """
     if dropout and client.random_state(_DROPOUT_STREAM).random_sample() < dropout:
         raise SimulatedDropout(f"simulated dropout (client_dropout={dropout})")
@@ -260,6 +265,7 @@ def local_step(
             mean,
             merge=not allow_raw_upload,
             min_rows=min_rows,
+            floor=row_centers_from,
         )
     if X_kept is X:
         sorted_labels = kept_labels
@@ -296,7 +302,18 @@ def local_step(
 
 
 def _few_row_clusters(
-    rows, weights, hashes, centers, offsets, labels, mean, *, merge, min_rows=MIN_ROWS
+    rows,
+    weights,
+    hashes,
+    centers,
+    offsets,
+    labels,
+    mean,
+    *,
+    merge,
+    min_rows=MIN_ROWS,
+    floor=None,
+    _stop_at=1,
 ):
     """Local clusters of fewer than ``MIN_ROWS`` distinct rows, whose
     centers are rows of the client (``hashes``: the rows' hashes, sorted).
@@ -307,7 +324,9 @@ def _few_row_clusters(
     union, until none is left (a client of at least ``min_rows`` distinct
     rows always gets there); empty clusters are dropped. Without, the
     clusters of fewer than ``MIN_ROWS`` are moved last, so that the upload
-    can send their centers as rows.
+    can send their centers as rows; with ``floor`` (an int) they are first
+    merged as above, smallest first, while more than ``floor`` clusters
+    are left. ``floor`` does not stop a ``merge``.
 
     Returns
     -------
@@ -331,15 +350,35 @@ def _few_row_clusters(
 
     counts = distinct_per_cluster(labels)
     few = (counts < MIN_ROWS) & (counts > 0)
+    if not merge and floor is not None and few.any() and k > floor:
+        # Merge down to the floor, then upload what is left as rows.
+        centers, offsets, labels, _ = _few_row_clusters(
+            rows,
+            weights,
+            hashes,
+            centers,
+            offsets,
+            labels,
+            mean,
+            merge=True,
+            min_rows=MIN_ROWS,
+            _stop_at=floor,
+        )
+        return _few_row_clusters(
+            rows, weights, hashes, centers, offsets, labels, mean, merge=False
+        )
     if merge:
         if not (counts < min_rows).any():
             return centers, offsets, labels, 0
         offsets = offsets.copy()
         labels = labels.copy()
         alive = counts > 0
+        # Rows may not leave (merge=True from the caller): down to one
+        # cluster if need be, whatever the floor.
+        stop_at = max(int(_stop_at), 1)
         while True:
             few = alive & (counts < min_rows)
-            if not few.any() or alive.sum() < 2:
+            if not few.any() or alive.sum() <= stop_at:
                 break
             # Smallest first, so that an outlier joins a real cluster rather
             # than another outlier when it can.
