@@ -1,11 +1,12 @@
 """Data sets built for the benchmarks (no download needed).
 
 ``digit_images`` is the "larger image-like set" of the acceptance targets:
-MNIST is not available offline, and sklearn's digits (1,797 rows of 8 x 8)
-is small. Each row is a 20 x 20 image (d = 400) of a digit from sklearn's
-set, upscaled to 18 x 18, rotated by up to ±10°, placed at a random offset of
-up to 2 pixels and given pixel noise: 10,000 rows make it about the size and
-shape of a small image benchmark, with the translations and rotations that
+sklearn's digits (1,797 rows of 8 x 8) is small, and the MNIST that
+``_mnist.py`` loads is 10,000 digits, about 1,000 of each. Each row is a
+20 x 20 image (d = 400) of a digit from sklearn's set, upscaled to
+18 x 18, rotated by up to ±10°, placed at a random offset of up to 2
+pixels and given pixel noise: 10,000 rows make it about the size and shape
+of a small image benchmark, with the translations and rotations that
 make pixel distances imperfect.
 """
 

