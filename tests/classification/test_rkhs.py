@@ -709,8 +709,12 @@ def test_the_declared_rounds_follow_the_parameters():
         "data scale (spread)",
     ]
     clf.set_params(method="auto", raw_rows="refuse", widths=[1.0])
+    centers, statistics = clf._rounds()
+    assert centers.name == "landmark centers" and centers.kind == "per_client"
+    assert statistics.kind == "sum_only" and statistics.disclosure.noised == 0
+    clf.set_params(features="random")
     (statistics,) = clf._rounds()
     assert statistics.kind == "sum_only" and statistics.disclosure.noised == 0
-    clf.set_params(privacy=DifferentialPrivacy())
+    clf.set_params(features="auto", privacy=DifferentialPrivacy())
     (statistics,) = clf._rounds()
     assert statistics.disclosure.noised == 2 and clf._privacy_releases() == 2

@@ -1,7 +1,8 @@
-"""The row-free path of FederatedRKHSClassifier (method="random_features"):
-accuracy against SVC, what crosses the network, masking, the penalty's
-generalized cross-validation against a centralized computation, invariances,
-differential privacy and bad input."""
+"""The row-free path of FederatedRKHSClassifier on random Fourier features
+(method="random_features", features="random"): accuracy against SVC, what
+crosses the network, masking, the penalty's generalized cross-validation
+against a centralized computation, invariances, differential privacy and
+bad input."""
 
 import warnings
 
@@ -76,7 +77,9 @@ def test_accuracy_close_to_svc_on_ten_clients(load, partition):
             parts = iid(len(train), 10, random_state=0)
         else:
             parts = label_dirichlet(y[train], 10, alpha=0.3, random_state=0)
-        clf = FederatedRKHSClassifier(method="random_features", random_state=0)
+        clf = FederatedRKHSClassifier(
+            features="random", method="random_features", random_state=0
+        )
         clf.fit(X_train, y[train], partitions=parts)
         assert clf.method_ == "random_features"
         ours.append(clf.score(X_test, y[test]))
@@ -92,7 +95,7 @@ def test_ledger_uploads_by_formula_and_no_raw_rows(n_classes):
     X, y = _blobs(300, centers=n_classes)
     d, n_clients, n_widths = X.shape[1], 4, 5
     clf = FederatedRKHSClassifier(
-        raw_rows="refuse", n_random_features=60, random_state=0
+        features="random", raw_rows="refuse", n_random_features=60, random_state=0
     ).fit(X, y, partitions=np.arange(300) % n_clients)
     D = clf.n_random_features_
     assert D == 60  # a multiple of 2 · 5 widths already, under 75 rows
@@ -119,12 +122,17 @@ def test_refusing_clients_need_as_many_distinct_rows_as_features():
     # one allowing rows.
     X, y = _blobs(300, centers=3)
     parts = np.arange(300) % 4
-    refused = FederatedRKHSClassifier(raw_rows="refuse", random_state=0)
+    refused = FederatedRKHSClassifier(
+        features="random", raw_rows="refuse", random_state=0
+    )
     refused.fit(X, y, partitions=parts)
     assert refused.n_random_features_ == 60
     assert refused.communication_.raw_rows == 0
     allowed = FederatedRKHSClassifier(
-        method="random_features", n_random_features=60, random_state=0
+        features="random",
+        method="random_features",
+        n_random_features=60,
+        random_state=0,
     ).fit(X, y, partitions=parts)
     np.testing.assert_allclose(
         refused.decision_function(X), allowed.decision_function(X), atol=1e-10
@@ -132,7 +140,7 @@ def test_refusing_clients_need_as_many_distinct_rows_as_features():
     # More features than a client's rows: its Gram would determine them.
     with pytest.raises(ValueError, match="distinct row"):
         FederatedRKHSClassifier(
-            raw_rows="refuse", n_random_features=100, random_state=0
+            features="random", raw_rows="refuse", n_random_features=100, random_state=0
         ).fit(X, y, partitions=parts)
 
 
@@ -144,10 +152,10 @@ def test_a_refusing_client_leaves_out_a_class_it_holds_one_row_of():
     lone = np.flatnonzero((parts == 0) & (y == 2))
     parts[lone[1:]] = 1
     kw = {"n_random_features": 60, "random_state": 0}
-    refused = FederatedRKHSClassifier(raw_rows="refuse", **kw).fit(
+    refused = FederatedRKHSClassifier(features="random", raw_rows="refuse", **kw).fit(
         X, y, partitions=parts
     )
-    allowed = FederatedRKHSClassifier(method="random_features", **kw)
+    allowed = FederatedRKHSClassifier(features="random", method="random_features", **kw)
     allowed.fit(X, y, partitions=parts)
     assert allowed.communication_.raw_rows == 1  # counted by the ledger
     assert refused.communication_.raw_rows == 0
@@ -155,7 +163,7 @@ def test_a_refusing_client_leaves_out_a_class_it_holds_one_row_of():
     keep[lone[0]] = False
     # The refusing fit is the allowing fit without that row (same widths).
     without = FederatedRKHSClassifier(
-        method="random_features", widths=refused.widths_, **kw
+        features="random", method="random_features", widths=refused.widths_, **kw
     ).fit(X[keep], y[keep], partitions=parts[keep])
     without._feature_seed = refused._feature_seed
     np.testing.assert_allclose(refused.alpha_, without.alpha_, rtol=1e-6)
@@ -164,7 +172,11 @@ def test_a_refusing_client_leaves_out_a_class_it_holds_one_row_of():
 def test_features_are_rounded_up_to_even_shares_of_the_widths():
     X, y = _blobs(120)
     clf = FederatedRKHSClassifier(
-        method="random_features", widths=3, n_random_features=50, random_state=0
+        features="random",
+        method="random_features",
+        widths=3,
+        n_random_features=50,
+        random_state=0,
     ).fit(X, y, partitions=2)
     assert clf.n_random_features_ == 54
     assert clf.feature_coef_.shape == (3, 54)
@@ -172,9 +184,9 @@ def test_features_are_rounded_up_to_even_shares_of_the_widths():
 
 def test_auto_features_grow_with_the_data_within_bounds():
     X, y = _blobs(300)
-    clf = FederatedRKHSClassifier(method="random_features", random_state=0).fit(
-        X, y, partitions=3
-    )
+    clf = FederatedRKHSClassifier(
+        features="random", method="random_features", random_state=0
+    ).fit(X, y, partitions=3)
     assert clf.n_random_features_ == 1000
 
 
@@ -186,10 +198,10 @@ def test_secure_aggregation_gives_the_same_model():
     X = StandardScaler().fit_transform(X)
     parts = np.arange(400) % 5
     kw = {"method": "random_features", "n_random_features": 200, "random_state": 0}
-    plain = FederatedRKHSClassifier(**kw).fit(X, y, partitions=parts)
-    masked = FederatedRKHSClassifier(secure_aggregation=True, **kw).fit(
-        X, y, partitions=parts
-    )
+    plain = FederatedRKHSClassifier(features="random", **kw).fit(X, y, partitions=parts)
+    masked = FederatedRKHSClassifier(
+        features="random", secure_aggregation=True, **kw
+    ).fit(X, y, partitions=parts)
     kinds = {d["name"]: d["disclosure"] for d in masked.communication_.disclosure()}
     assert kinds["random feature statistics"] == SUM_ONLY
     assert "secure aggregation keys" in kinds
@@ -209,7 +221,10 @@ def test_secure_aggregation_gives_the_same_model():
 def test_gcv_formula_matches_the_explicit_hat_matrix():
     X, y = _blobs(150, centers=3)
     clf = FederatedRKHSClassifier(
-        method="random_features", n_random_features=60, random_state=0
+        features="random",
+        method="random_features",
+        n_random_features=60,
+        random_state=0,
     ).fit(X, y, partitions=3)
     Z, T = _pooled_features(clf, X), _targets(clf, y)
     n = len(X)
@@ -236,7 +251,10 @@ def test_penalty_against_centralized_leave_one_out(load):
     # sums must be near-optimal for leave-one-out too.
     X, y = _scaled(load)
     clf = FederatedRKHSClassifier(
-        method="random_features", n_random_features=400, random_state=0
+        features="random",
+        method="random_features",
+        n_random_features=400,
+        random_state=0,
     ).fit(X, y, partitions=10)
     Z, T = _pooled_features(clf, X), _targets(clf, y)
     alphas = clf.alpha_ * np.geomspace(1e-2, 1e2, 41)
@@ -260,10 +278,10 @@ def test_permuting_or_renaming_clients_and_splitting_differently():
     X, y = _blobs(300, centers=3)
     kw = {"method": "random_features", "n_random_features": 200, "random_state": 0}
     parts = np.arange(300) % 5
-    base = FederatedRKHSClassifier(**kw).fit(X, y, partitions=parts)
+    base = FederatedRKHSClassifier(features="random", **kw).fit(X, y, partitions=parts)
     order = np.random.RandomState(1).permutation(300)
     names = np.array(["e", "a", "d", "b", "c"])
-    moved = FederatedRKHSClassifier(**kw).fit(
+    moved = FederatedRKHSClassifier(features="random", **kw).fit(
         X[order], y[order], partitions=names[parts[order]]
     )
     np.testing.assert_allclose(
@@ -272,7 +290,9 @@ def test_permuting_or_renaming_clients_and_splitting_differently():
     # Label skew or one client: the same sums, so the same model.
     skewed = label_dirichlet(y, 5, alpha=0.3, random_state=0)
     for other in (skewed, None):
-        fit = FederatedRKHSClassifier(**kw).fit(X, y, partitions=other)
+        fit = FederatedRKHSClassifier(features="random", **kw).fit(
+            X, y, partitions=other
+        )
         np.testing.assert_allclose(
             fit.decision_function(X), base.decision_function(X), atol=1e-8
         )
@@ -281,9 +301,9 @@ def test_permuting_or_renaming_clients_and_splitting_differently():
 def test_binary_decision_function_is_one_column_for_classes_1():
     X, y = _blobs(200, centers=2)
     labels = np.array(["no", "yes"])[y]
-    clf = FederatedRKHSClassifier(method="random_features", random_state=0).fit(
-        X, labels, partitions=4
-    )
+    clf = FederatedRKHSClassifier(
+        features="random", method="random_features", random_state=0
+    ).fit(X, labels, partitions=4)
     scores = clf.decision_function(X)
     assert scores.shape == (200,)
     np.testing.assert_array_equal(
@@ -296,9 +316,9 @@ def test_binary_decision_function_is_one_column_for_classes_1():
 
 def test_float32_input_gives_float32_scores():
     X, y = _blobs(200)
-    clf = FederatedRKHSClassifier(method="random_features", random_state=0).fit(
-        X.astype(np.float32), y, partitions=2
-    )
+    clf = FederatedRKHSClassifier(
+        features="random", method="random_features", random_state=0
+    ).fit(X.astype(np.float32), y, partitions=2)
     assert clf.decision_function(X.astype(np.float32)).dtype == np.float32
 
 
@@ -312,7 +332,11 @@ def test_private_fit_spends_its_budget_and_noises_the_one_round():
     # The noise is fresh on every fit: at these settings 10 fits scored 0.93
     # to 0.95 on the training rows (0.90 to 0.95 with 200 features).
     clf = FederatedRKHSClassifier(
-        privacy=dp, widths=widths, n_random_features=50, random_state=0
+        features="random",
+        privacy=dp,
+        widths=widths,
+        n_random_features=50,
+        random_state=0,
     ).fit(X, y, partitions=5)
     assert clf.method_ == "random_features"
     eps, delta = clf.privacy_spent_
@@ -324,7 +348,11 @@ def test_private_fit_spends_its_budget_and_noises_the_one_round():
     # 569 rows at epsilon 8: noisy, but far better than chance (0.63).
     assert clf.score(X, y) > 0.85
     plain = FederatedRKHSClassifier(
-        method="random_features", widths=widths, n_random_features=50, random_state=0
+        features="random",
+        method="random_features",
+        widths=widths,
+        n_random_features=50,
+        random_state=0,
     ).fit(X, y, partitions=5)
     assert clf.alpha_ > plain.alpha_  # floored at the noise's scale
 
@@ -334,20 +362,26 @@ def test_private_auto_features_follow_the_noise():
     # where it is small (a 100 times larger epsilon), never above 300.
     X, y = _blobs(300)
     dp = DifferentialPrivacy(epsilon=8.0, delta=1e-5)
-    clf = FederatedRKHSClassifier(privacy=dp, widths=[1.0, 2.0], random_state=0)
+    clf = FederatedRKHSClassifier(
+        features="random", privacy=dp, widths=[1.0, 2.0], random_state=0
+    )
     clf.fit(X, y, partitions=3)
     assert clf.n_random_features_ == 52  # 50, rounded up to a multiple of 4
     assert clf.score(X, y) > 0.9
     X, y = _blobs(3000)
     dp = DifferentialPrivacy(epsilon=800.0, delta=1e-5)
-    clf = FederatedRKHSClassifier(privacy=dp, widths=[1.0, 2.0], random_state=0)
+    clf = FederatedRKHSClassifier(
+        features="random", privacy=dp, widths=[1.0, 2.0], random_state=0
+    )
     clf.set_params(secure_aggregation=True)
     assert clf.fit(X, y, partitions=3).n_random_features_ == 300
 
 
 def test_private_fit_needs_explicit_widths():
     X, y = _blobs(100)
-    clf = FederatedRKHSClassifier(privacy=DifferentialPrivacy(epsilon=1.0))
+    clf = FederatedRKHSClassifier(
+        features="random", privacy=DifferentialPrivacy(epsilon=1.0)
+    )
     with pytest.raises(ValueError, match="explicit widths"):
         clf.fit(X, y, partitions=2)
 
@@ -358,12 +392,14 @@ def test_private_fit_needs_explicit_widths():
 def test_refusals_name_the_row_free_alternative():
     X, y = _blobs(100)
     with pytest.raises(ValueError, match="method='random_features'"):
-        FederatedRKHSClassifier(method="critical_samples", raw_rows="refuse").fit(
-            X, y, partitions=2
-        )
+        FederatedRKHSClassifier(
+            features="random", method="critical_samples", raw_rows="refuse"
+        ).fit(X, y, partitions=2)
     with pytest.raises(ValueError, match="method='random_features'"):
         FederatedRKHSClassifier(
-            method="critical_samples", privacy=DifferentialPrivacy(epsilon=1.0)
+            features="random",
+            method="critical_samples",
+            privacy=DifferentialPrivacy(epsilon=1.0),
         ).fit(X, y, partitions=2)
 
 
@@ -379,14 +415,16 @@ def test_refusals_name_the_row_free_alternative():
 )
 def test_bad_parameters_are_refused_with_a_reason(params, message):
     X, y = _blobs(100)
-    clf = FederatedRKHSClassifier(method="random_features").set_params(**params)
+    clf = FederatedRKHSClassifier(
+        features="random", method="random_features"
+    ).set_params(**params)
     with pytest.raises(ValueError, match=message):
         clf.fit(X, y, partitions=2)
 
 
 def test_one_class_and_bad_labels_are_refused():
     X, _ = _blobs(100)
-    clf = FederatedRKHSClassifier(method="random_features")
+    clf = FederatedRKHSClassifier(features="random", method="random_features")
     with pytest.raises(ValueError, match="only one class"):
         clf.fit(X, np.zeros(100), partitions=2)
     with pytest.raises(ValueError, match="Unknown label type"):
@@ -395,7 +433,9 @@ def test_one_class_and_bad_labels_are_refused():
 
 def test_predicting_on_other_feature_count_is_refused():
     X, y = _blobs(100)
-    clf = FederatedRKHSClassifier(method="random_features").fit(X, y, partitions=2)
+    clf = FederatedRKHSClassifier(features="random", method="random_features").fit(
+        X, y, partitions=2
+    )
     with pytest.raises(ValueError, match="features"):
         clf.predict(X[:, :3])
 
@@ -403,7 +443,9 @@ def test_predicting_on_other_feature_count_is_refused():
 # -- scikit-learn's checks with the row-free path's defaults -------------------
 
 
-@parametrize_with_checks([FederatedRKHSClassifier(raw_rows="refuse")])
+@parametrize_with_checks(
+    [FederatedRKHSClassifier(features="random", raw_rows="refuse")]
+)
 def test_sklearn_compatible_row_free(estimator, check):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)

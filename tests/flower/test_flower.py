@@ -586,9 +586,10 @@ def test_sample_indices_are_global_across_nodes(in_process):
 
 
 def test_row_free_classifier_on_nodes_is_the_in_memory_one(in_process):
-    # method="auto" under raw_rows="refuse": one sum of random-feature
-    # statistics per node, no row; the features are capped by the smallest
-    # node's rows, known to the server as its size.
+    # method="auto" under raw_rows="refuse": a round of local centers, then
+    # one sum of landmark-feature statistics per node, no row; the
+    # landmarks are capped below the smallest node's rows, known to the
+    # server as its size.
     X, y = make_blobs(150, n_features=3, centers=3, cluster_std=3.0, random_state=0)
     data = {7: (X[:70], y[:70]), 8: (X[70:], y[70:])}
     nodes = NodeData(in_process(data), n_nodes=2)
@@ -597,7 +598,9 @@ def test_row_free_classifier_on_nodes_is_the_in_memory_one(in_process):
     expected = skfed.FederatedRKHSClassifier(**kw).fit(
         X, y, partitions=np.repeat([7, 8], [70, 80])
     )
-    assert got.method_ == "random_features" and got.n_random_features_ == 60
+    assert got.method_ == "random_features" and got.features_ == "landmarks"
+    # 62 landmarks asked for (70 rows less a tenth, less one), 31 a node.
+    assert len(got.landmarks_) <= 62 and got.n_random_features_ < 70
     assert got.communication_.raw_rows == 0
     np.testing.assert_allclose(
         got.decision_function(X), expected.decision_function(X), atol=1e-8

@@ -232,7 +232,47 @@ def feature_scores(X, seed, n_random_features, widths, coef, intercept):
 
 
 # --------------------------------------------------------------------------
-# Client step
+# Client side
+
+
+def kept_rows(client, min_rows, what, remedy):
+    """The client's rows and class codes that its statistics may use. With
+    ``min_rows`` (``raw_rows="refuse"``) the rows of a class it holds fewer
+    than two distinct rows of are left out (that class's feature sum would
+    be the row's features), and fewer than ``min_rows`` distinct rows left
+    raise ``RawRowsRefused`` (a ``ValueError``)."""
+    X = client.X
+    codes = np.asarray(client.y).astype(np.intp, copy=False)
+    if min_rows:
+        keep = np.ones(len(codes), dtype=bool)
+        for label in np.unique(codes):
+            members = codes == label
+            if n_distinct_rows(X[members]) < MIN_ROWS:
+                keep &= ~members
+        if not keep.all():
+            X, codes = X[keep], codes[keep]
+        require_distinct_rows(X, min_rows, what, remedy)
+    return X, codes
+
+
+def class_statistics(blocks, codes, n_features, n_classes, radius=None):
+    """The upper triangle of ZᵀZ (row by row), and Zᵀ E (row by row, E the
+    one-hot class indicators) followed by the class counts, from the
+    feature rows ``blocks`` yields ((slice, rows of Z) pairs); rows
+    clipped to norm ``radius`` first when it is given."""
+    D = n_features
+    gram = np.zeros((D, D))
+    cross = np.zeros((D, n_classes))
+    for block, rows in blocks:
+        if radius is not None:
+            clip_rows(rows, radius)
+        # numpy's Zᵀ Z is BLAS syrk and releases the GIL (clients in threads).
+        gram += rows.T @ rows
+        indicators = np.zeros((rows.shape[0], n_classes))
+        indicators[np.arange(rows.shape[0]), codes[block]] = 1.0
+        cross += rows.T @ indicators
+    counts = np.bincount(codes, minlength=n_classes).astype(np.float64)
+    return gram[np.triu_indices(D)], np.concatenate([cross.ravel(), counts])
 
 
 @client_step("rkhs.feature_statistics", sum_only=True)
@@ -257,33 +297,16 @@ def statistics_step(
     ``RawRowsRefused`` (a ``ValueError``) and uploads nothing.
     """
     seed, widths = message
-    X = client.X
-    codes = np.asarray(client.y).astype(np.intp, copy=False)
-    if min_rows:
-        keep = np.ones(len(codes), dtype=bool)
-        for label in np.unique(codes):
-            members = codes == label
-            if n_distinct_rows(X[members]) < MIN_ROWS:
-                keep &= ~members
-        if not keep.all():
-            X, codes = X[keep], codes[keep]
-        require_distinct_rows(X, min_rows, "random-feature statistics", _REMEDY)
+    X, codes = kept_rows(client, min_rows, "random-feature statistics", _REMEDY)
     omega, offset = multiwidth_map(seed, X.shape[1], n_random_features, widths)
-    D = n_random_features
-    gram = np.zeros((D, D))
-    cross = np.zeros((D, n_classes))
     radius = None if noise is None else noise[0]
-    for block, rows in feature_blocks(X, omega, offset):
-        if radius is not None:
-            clip_rows(rows, radius)
-        # numpy's Zᵀ Z is BLAS syrk and releases the GIL (clients in threads).
-        gram += rows.T @ rows
-        indicators = np.zeros((rows.shape[0], n_classes))
-        indicators[np.arange(rows.shape[0]), codes[block]] = 1.0
-        cross += rows.T @ indicators
-    upper = gram[np.triu_indices(D)]
-    counts = np.bincount(codes, minlength=n_classes).astype(np.float64)
-    rest = np.concatenate([cross.ravel(), counts])
+    upper, rest = class_statistics(
+        feature_blocks(X, omega, offset),
+        codes,
+        n_random_features,
+        n_classes,
+        radius=radius,
+    )
     if noise is None:
         return state, np.concatenate([upper, rest])
     _, gram_std, sum_std = noise

@@ -42,7 +42,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.linalg import eigh
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.metrics.pairwise import rbf_kernel
+from sklearn.metrics.pairwise import euclidean_distances, rbf_kernel
 
 from ..._engine._protocol import client_step
 from ..._engine._rounds import per_client, sum_only
@@ -67,8 +67,13 @@ __all__ = [
     "LANDMARK_CENTERS",
     "LANDMARK_STATISTICS",
     "LandmarkResult",
+    "landmark_centers",
     "landmark_embedding",
+    "landmark_features",
+    "landmark_kernel",
     "landmark_rounds",
+    "landmark_whitening",
+    "local_landmarks",
     "run_landmarks",
 ]
 
@@ -314,16 +319,30 @@ def landmark_centers(fed, n_landmarks):
     return landmarks.astype(np.float64)
 
 
+def landmark_kernel(A, B, gamma):
+    """k(A, B) for the Gaussian kernel of width ``gamma``, or, for a tuple
+    of widths, the mean of their kernels (the classifier's multi-width
+    dictionary; a mean of kernels is a kernel, and Nyström applies to it
+    as it is)."""
+    if np.ndim(gamma) == 0:
+        return rbf_kernel(A, B, gamma=float(gamma))
+    squared = euclidean_distances(A, B, squared=True)
+    K = np.zeros_like(squared)
+    for g in gamma:
+        K += np.exp(-float(g) * squared)
+    return K / len(gamma)
+
+
 def landmark_features(X, landmarks, center, whitening, gamma):
     """Z = k(X − c, L − c) W for the rows X (``landmarks`` is L − c), a
     block of ``CHUNK`` rows at a time, dense (yields the block's slice and
-    its rows of Z)."""
+    its rows of Z); ``gamma`` as in :func:`landmark_kernel`."""
     for start in range(0, X.shape[0], CHUNK):
         block = slice(start, min(start + CHUNK, X.shape[0]))
         rows = X[block]
         rows = rows.toarray() if sp.issparse(rows) else np.asarray(rows)
         rows = rows.astype(np.float64) - center
-        yield block, rbf_kernel(rows, landmarks, gamma=gamma) @ whitening
+        yield block, landmark_kernel(rows, landmarks, gamma) @ whitening
 
 
 def landmark_embedding(X, landmarks, center, whitening, gamma, basis, shift):
@@ -430,7 +449,7 @@ def _content_signs(landmarks, whitening, gamma, basis, shift):
     entry of largest magnitude positive) meets near-ties in the whitened
     coordinates, where the rows' summation order (shuffled rows) flipped
     a small component; the cubes are far from zero on real data."""
-    G = rbf_kernel(landmarks, gamma=gamma) @ whitening @ basis - shift
+    G = landmark_kernel(landmarks, landmarks, gamma) @ whitening @ basis - shift
     signs = np.where((G**3).sum(axis=0) < 0, -1.0, 1.0)
     return basis * signs, shift * signs
 
@@ -439,11 +458,12 @@ def landmark_whitening(landmarks, gamma):
     """Server: W = U Λ^{-½} over the pairs of K_LL = k(L, L) above
     round-off, so that z(x) = k(x, L) W has z(x)ᵀz(y) = k(x, L) K_LL⁺ k(L, y)
     (Williams and Seeger, "Using the Nyström method to speed up kernel
-    machines", NIPS 2001). Columns in decreasing eigenvalue order."""
-    K = rbf_kernel(landmarks, gamma=gamma)
+    machines", NIPS 2001). Columns in decreasing eigenvalue order;
+    ``gamma`` as in :func:`landmark_kernel`."""
+    K = landmark_kernel(landmarks, landmarks, gamma)
     if K.shape[0] > 1 and not np.any(K[~np.eye(K.shape[0], dtype=bool)]):
         raise ValueError(
-            f"gamma={gamma:.3g} is too large for these data: the kernel "
+            f"gamma={np.max(gamma):.3g} is too large for these data: the kernel "
             "between every two landmarks (the clients' local centers) "
             "underflows to 0, a kernel narrower than their spacing, under "
             "which every row is its own cluster. Use a smaller gamma, e.g. "
