@@ -26,9 +26,16 @@ Quick profile (a few minutes): N = 10,000 with 10 and 100 clients, and
 n_jobs 1 vs 2 at N = 20,000. The full profile (N up to 1,000,000, up to
 1,000 clients) takes about an hour on 2 cores.
 
+``--jobs-only N:M ...`` runs only the n_jobs comparison on the given
+cases, ``--repeats`` times each (the order of the two alternated), and
+reports the runs and the median speed-up against the target that
+``n_jobs=2`` is never more than 10% slower than ``n_jobs=1``.
+
 Usage::
 
     python benchmarks/bench_scaling.py [--quick] [--only KFed ...]
+    python benchmarks/bench_scaling.py --jobs-only 100000:10 100000:200 \
+        20000:1000 --repeats 3
 """
 
 import argparse
@@ -311,6 +318,38 @@ def parallel(names, cases):
     return out
 
 
+def jobs_only(names, cases, repeats):
+    """n_jobs 2 against 1 alone, ``repeats`` times per case (the order of
+    the two alternated, each a fresh process after a warm-up fit): the
+    runs and the median ratio of n_jobs=1's time over n_jobs=2's."""
+    out = []
+    for name in names:
+        for n, m in cases:
+            n //= SMALLER_CASES.get(name, 1)
+            runs = {1: [], 2: []}
+            for repeat in range(repeats):
+                for n_jobs in (1, 2) if repeat % 2 == 0 else (2, 1):
+                    result = run_cell(name, n, m, n_jobs=n_jobs, warm=True)
+                    runs[n_jobs].append(result.get("fit s", float("nan")))
+            ratios = [a / b for a, b in zip(runs[1], runs[2])]
+            median = float(np.median(ratios))
+            row = {
+                "estimator": name,
+                "N": n,
+                "clients": m,
+                "n_jobs=1 s (runs)": ", ".join(f"{t:.3f}" for t in runs[1]),
+                "n_jobs=2 s (runs)": ", ".join(f"{t:.3f}" for t in runs[2]),
+                "speed-up (runs)": ", ".join(f"{r:.2f}" for r in ratios),
+                "median speed-up": round(median, 2),
+                # The target: n_jobs=2 never more than 10% slower.
+                "within 10%": "yes" if median >= 1 / 1.1 else "no",
+                "load": round(os.getloadavg()[0], 1),
+            }
+            out.append(row)
+            print(row, flush=True)
+    return out
+
+
 def round_overhead(clients, n=100_000, n_rounds=20):
     """The federation's own cost per client and round: a step that does
     nothing (``skfed._testing.where``) over M clients, n_jobs=1."""
@@ -415,6 +454,15 @@ def main():
     parser.add_argument(
         "--no-jobs", action="store_true", help="skip the n_jobs comparison"
     )
+    parser.add_argument(
+        "--jobs-only",
+        nargs="+",
+        metavar="N:M",
+        help="only n_jobs 2 against 1 on these cases (rows:clients), "
+        "--repeats times each",
+    )
+    parser.add_argument("--repeats", type=int, default=3)
+    # One fit in a process of its own (what every row of the report runs).
     parser.add_argument("--cell", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("--baseline", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)
@@ -426,6 +474,29 @@ def main():
                 cell(name, int(n), int(m), int(n_jobs), args.baseline, args.warm)
             )
         )
+        return
+    if args.jobs_only:
+        cases = [tuple(int(v) for v in case.split(":")) for case in args.jobs_only]
+        start = time.perf_counter()
+        rows = jobs_only(args.only, cases, args.repeats)
+        text = "\n\n".join(
+            [
+                "# bench_scaling: n_jobs=2 against n_jobs=1",
+                f"{platform.machine()}, Python {platform.python_version()}, "
+                "BLAS pinned to 1 thread, d = 20 blobs, defaults; each run "
+                "one fit in a process of its own after a warm-up fit there; "
+                f"{args.repeats} runs a case, the order alternated. Total "
+                f"{time.perf_counter() - start:.0f} s. Target: n_jobs=2 "
+                "never more than 10% slower (median speed-up at least "
+                "1/1.1 = 0.91).",
+                table(rows),
+            ]
+        )
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        path = RESULTS / "bench_scaling_n_jobs.md"
+        path.write_text(text + "\n")
+        print(text)
+        print(f"\nwrote {path}")
         return
     if args.quick:
         sizes, clients, cases = [10_000], [10, 100], [(20_000, 10), (20_000, 200)]

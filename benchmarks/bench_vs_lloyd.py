@@ -37,6 +37,8 @@ Usage::
     python benchmarks/bench_vs_lloyd.py table1 --d 100 --k 64 --repeats 3
     python benchmarks/bench_vs_lloyd.py scale --n 200000 --d 50 --k 64 \
         --clients 20 --profile
+    python benchmarks/bench_vs_lloyd.py scale --n 200000 --d 50 --k 16 \
+        --clients 10 --partition dirichlet --one-thread --repeats 3
 
 ``dkm-headline`` runs DistributedKMeans' headline cases in one command:
 N = 1,000,000, d = 50, k = 16 and 64, over 20 and 100 clients, against
@@ -86,7 +88,7 @@ from threadpoolctl import threadpool_limits
 
 import skfed
 from skfed import DistributedKMeans, KFed
-from skfed.partition import iid, labels_per_client
+from skfed.partition import iid, label_dirichlet, labels_per_client
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _results import results_dir  # noqa: E402
@@ -115,11 +117,15 @@ PARTS = [
 ]
 
 
-def scale_data(n, d, k, n_clients, seed):
+def scale_data(n, d, k, n_clients, seed, partition="iid"):
     rng = np.random.RandomState(seed)
     means = rng.normal(scale=10.0 / np.sqrt(2 * d), size=(k, d))
     y = rng.randint(k, size=n)
     X = means[y] + rng.normal(size=(n, d))
+    if partition == "dirichlet":
+        # Label skew: each component's rows split over the clients in
+        # Dirichlet(0.3) proportions.
+        return X, y, label_dirichlet(y, n_clients, alpha=0.3, random_state=seed), {}
     return X, y, iid(X, n_clients, random_state=seed), {}
 
 
@@ -200,7 +206,7 @@ def _with_numpy_lloyd(fit):
 def run_case(args):
     if args.kind == "scale":
         X, y, partitions, kfed_params = scale_data(
-            args.n, args.d, args.k, args.clients, args.seed
+            args.n, args.d, args.k, args.clients, args.seed, args.partition
         )
     else:
         X, y, partitions, kfed_params = table1_data(args.d, args.k, args.seed)
@@ -234,7 +240,8 @@ def run_case(args):
         up = getattr(model, "communication_", None)
         rows.append(
             {
-                "case": args.kind,
+                "case": args.kind
+                + ("-dirichlet" if getattr(args, "partition", "iid") != "iid" else ""),
                 "N": X.shape[0],
                 "d": X.shape[1],
                 "k": args.k,
@@ -450,6 +457,12 @@ def main():
     parser.add_argument("--d", type=int, default=50)
     parser.add_argument("--k", type=int, default=64)
     parser.add_argument("--clients", type=int, default=100)
+    parser.add_argument(
+        "--partition",
+        choices=["iid", "dirichlet"],
+        default="iid",
+        help="scale cases: IID clients, or Dirichlet(0.3) label skew",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument(
