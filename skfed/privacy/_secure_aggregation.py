@@ -125,7 +125,7 @@ def sum_uploads(uploads):
     """The elementwise sum of the clients' uploads, structure kept.
 
     Float arrays are added one client after another in the given
-    (canonical) order with compensated (Neumaier) summation, and Python and
+    (canonical) order with compensated summation, and Python and
     numpy floats with ``math.fsum``: within a unit in the last place of the
     exact sum, as a masked round's decoded sum is, so masking moves a model
     by rounding only. Integer arrays and ints are added exactly; ``None``
@@ -295,22 +295,28 @@ def _encode_fixed(values, n_clients, noise=()):
 
 
 def _compensated_sum(arrays):
-    """Σ of float arrays in float64, with Neumaier's running compensation:
-    the sum to within about one rounding whatever the clients' magnitudes
-    (a plain running sum loses the small terms to the large ones), and,
-    being float arithmetic, unchanged in shape by a power-of-two scaling."""
+    """Σ of float arrays in float64 with a running compensation: each
+    addition's rounding error, taken exactly (Knuth's TwoSum, whatever the
+    operands' magnitudes), is summed apart and added back at the end. The
+    sum is then within about one rounding of the exact one (a plain running
+    sum loses the small terms to the large ones), and, being float
+    arithmetic, scales exactly with a power-of-two scaling of the inputs."""
     total = np.array(arrays[0], dtype=np.float64, copy=True)
     compensation = np.zeros_like(total)
+    running = np.empty_like(total)
+    part = np.empty_like(total)
+    error = np.empty_like(total)
+    # In place: a round's statistics can be millions of floats a client.
     for array in arrays[1:]:
         value = np.asarray(array, dtype=np.float64)
-        running = total + value
-        # What the addition rounded away, from the larger operand's side.
-        compensation += np.where(
-            np.abs(total) >= np.abs(value),
-            (total - running) + value,
-            (value - running) + total,
-        )
-        total = running
+        np.add(total, value, out=running)
+        np.subtract(running, total, out=part)  # the share of value in it
+        np.subtract(running, part, out=error)
+        np.subtract(total, error, out=error)  # what total lost
+        np.subtract(value, part, out=part)  # what value lost
+        error += part
+        compensation += error
+        total, running = running, total
     return total + compensation
 
 
