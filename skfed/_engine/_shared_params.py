@@ -62,7 +62,8 @@ client, 4 per client down to each) and, around each masked round, a round
 key and self-mask seed per client, Shamir-shared among its k neighbours,
 and the unmasking (6 + 10 k floats up per client), and sends each summed
 number as two 64-bit words (its fixed point to 2^-64: the sums, and the
-model, are the unmasked ones to rounding). A client that drops out of a
+model, are the unmasked ones to rounding; one word, to 2^-32, for a
+noised number under ``privacy``). A client that drops out of a
 masked round has its masks rebuilt from more than half of the shares it
 made (round ``"secure aggregation unmasking"``); with fewer the fit fails
 before the round's sum is released. A fit with no such round ignores it,

@@ -184,3 +184,12 @@ def test_privacy_takes_the_random_features_and_refuses_landmarks():
         FederatedRKHSClassifier(
             widths=widths, features="landmarks", privacy=privacy
         ).fit(X, y, partitions=3)
+
+
+def test_widths_narrower_than_the_landmarks_spacing_are_refused():
+    # Every kernel between two landmarks underflows: the map is the
+    # identity on the landmarks and useless elsewhere.
+    X, y, _, _ = _noisy(600)
+    clf = FederatedRKHSClassifier(method="random_features", widths=[1e-3, 2e-3])
+    with pytest.raises(ValueError, match=r"widths \(0.001, 0.002\) are too narrow"):
+        clf.fit(X, y, partitions=3)

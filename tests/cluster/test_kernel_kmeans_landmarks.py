@@ -200,3 +200,10 @@ def test_a_one_row_local_cluster_never_reaches_the_server(monkeypatch):
     spy = server_received(monkeypatch)
     KFed(2, n_local_clusters=10, random_state=0).fit(X, partitions=partitions)
     assert 7 in rows_found(spy["uploads"], X)
+
+
+def test_a_gamma_narrower_than_the_landmarks_spacing_is_refused():
+    X, _ = make_moons(300, noise=0.1, random_state=0)
+    km = FederatedKernelKMeans(3, gamma=1e12, features="landmarks", random_state=0)
+    with pytest.raises(ValueError, match="gamma=1e\\+12 is too large"):
+        km.fit(X, partitions=3)

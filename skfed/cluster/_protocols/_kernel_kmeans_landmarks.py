@@ -462,13 +462,18 @@ def landmark_whitening(landmarks, gamma):
     ``gamma`` as in :func:`landmark_kernel`."""
     K = landmark_kernel(landmarks, landmarks, gamma)
     if K.shape[0] > 1 and not np.any(K[~np.eye(K.shape[0], dtype=bool)]):
+        if np.ndim(gamma) == 0:
+            what = f"gamma={gamma:.3g} is too large"
+            remedy = "a smaller gamma, e.g. gamma=None to take it"
+        else:
+            widths = ", ".join(f"{np.sqrt(0.5 / g):.3g}" for g in gamma)
+            what = f"The kernel widths ({widths}) are too narrow"
+            remedy = "larger widths, e.g. an int widths to take them"
         raise ValueError(
-            f"gamma={np.max(gamma):.3g} is too large for these data: the kernel "
-            "between every two landmarks (the clients' local centers) "
-            "underflows to 0, a kernel narrower than their spacing, under "
-            "which every row is its own cluster. Use a smaller gamma, e.g. "
-            "gamma=None to take it from the data's spread, or rescale the "
-            "data."
+            f"{what} for these data: the kernel between every two landmarks "
+            "(the clients' local centers) underflows to 0, a kernel narrower "
+            "than their spacing, under which every row stands alone. Use "
+            f"{remedy} from the data's spread, or rescale the data."
         )
     lam, U = eigh(K)
     keep = lam > _LANDMARK_ROUNDOFF * lam[-1]
