@@ -446,12 +446,23 @@ def _masked_spread(uploads):
     )
 
 
-def _gamma(n, ss, floor=0.0):
-    """γ = N / (4 S) from the total spread S around the mean."""
+def _gamma(n, ss, floor=None):
+    """γ = N / (4 S) from the total spread S around the mean; ``floor``
+    for a masked S."""
     # Identical rows give S = 0 exactly (see moments_step); under secure
-    # aggregation the fixed point leaves up to ``floor`` of rounding.
-    gamma = n / (4 * ss) if ss > floor else np.inf
+    # aggregation the rounding of the mean leaves up to ``floor``.
+    gamma = n / (4 * ss) if ss > (floor or 0.0) else np.inf
     if not np.isfinite(gamma):
+        if floor is not None:
+            # The clients' spreads themselves may be below the fixed
+            # point's 2^-64: the server cannot tell such rows from copies.
+            raise ZeroSpreadError(
+                "The rows' spread is zero, or below what secure aggregation "
+                "resolves (each client's sum of squared deviations under "
+                "2^-64 ≈ 5e-20), so the average-distance kernel width is "
+                "undefined; scale the data (e.g. FederatedStandardScaler), set "
+                "the kernel width explicitly, or check the data."
+            )
         raise ZeroSpreadError(
             "All samples are identical, so the average-distance kernel width "
             "is undefined; set the kernel width explicitly or check the data."
@@ -524,4 +535,8 @@ def federated_gamma(fed, rounds):
     )
     mean = total / n
     ss = fed.run_round(rounds.spread, partial(spread_step, **spread_rows), mean)
-    return _gamma(n, ss, floor=fed.n_clients * 2.0**-32)
+    # Identical rows leave in S only the rounding of x̄ (a few units in its
+    # last place, and the fixed point's 2^-64 below 2^-11): a floor relative
+    # to the data, so that rows of spread 1e-8 are not taken for identical.
+    slack = 4 * np.finfo(np.float64).eps * float(np.max(np.abs(mean))) + 2.0**-64
+    return _gamma(n, ss, floor=n * mean.size * slack**2)

@@ -11,6 +11,7 @@ import re
 
 import numpy as np
 import pytest
+from sklearn.datasets import make_blobs
 
 import skfed
 from skfed import ClientStepError
@@ -219,3 +220,33 @@ def test_a_masking_client_refuses_a_ring_that_leaves_it_alone():
     assert keys["round"]["alive"] == [0, 1, 2]
     with pytest.raises(PermissionError, match="refused"):
         secagg.mask_upload(client, X[:2], {"round": 9, "alive": [0, 1, 2]}, None)
+
+
+@pytest.mark.parametrize("scale", [1e-8, 1e2])
+def test_masked_kernel_width_at_any_scale_is_the_plain_one(scale):
+    # The masked width's test for identical rows is relative to the data:
+    # rows of spread 1e-8 are not copies (the floor was once M · 2^-32).
+    X, _ = make_blobs(150, centers=3, n_features=3, random_state=0)
+    X = scale * (X + 5.0)
+    plain = skfed.FederatedKernelKMeans(3, random_state=0).fit(X, partitions=3)
+    masked = skfed.FederatedKernelKMeans(
+        3, secure_aggregation=True, random_state=0
+    ).fit(X, partitions=3)
+    np.testing.assert_array_equal(masked.labels_, plain.labels_)
+
+
+@pytest.mark.parametrize(
+    "X, match",
+    [
+        (np.full((60, 3), 2.5), "spread is zero, or below what secure aggregation"),
+        # Spreads under 2^-64 a client round to nothing in the fixed point.
+        (
+            1e-13 * np.random.RandomState(0).standard_normal((60, 3)),
+            "scale the data",
+        ),
+    ],
+)
+def test_a_masked_width_of_no_spread_says_why(X, match):
+    km = skfed.FederatedKernelKMeans(3, secure_aggregation=True, random_state=0)
+    with pytest.raises(ValueError, match=match):
+        km.fit(X, partitions=3)
