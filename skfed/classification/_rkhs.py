@@ -868,24 +868,22 @@ class FederatedRKHSClassifier(FederatedMixin, ClassifierMixin, BaseEstimator):
         check_is_fitted(self)
         X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
         check_magnitude(X)
-        if self.method_ == "random_features" and self.features_ == "landmarks":
-            scores = landmark_scores(
-                X,
-                *self._landmark_map,
-                self.widths_,
-                self.feature_coef_.T,
-                self.intercept_,
-            ).astype(X.dtype, copy=False)
-            return scores[:, 0] if scores.shape[1] == 1 else scores
         if self.method_ == "random_features":
-            scores = feature_scores(
-                X,
-                self._feature_seed,
-                self.n_random_features_,
-                self.widths_,
-                self.feature_coef_.T,
-                self.intercept_,
-            ).astype(X.dtype, copy=False)
+            coef, intercept = self.feature_coef_.T, self.intercept_
+            if self.features_ == "landmarks":
+                scores = landmark_scores(
+                    X, *self._landmark_map, self.widths_, coef, intercept
+                )
+            else:
+                scores = feature_scores(
+                    X,
+                    self._feature_seed,
+                    self.n_random_features_,
+                    self.widths_,
+                    coef,
+                    intercept,
+                )
+            scores = scores.astype(X.dtype, copy=False)
             return scores[:, 0] if scores.shape[1] == 1 else scores
         scores = np.empty((X.shape[0], len(self.intercept_)), dtype=X.dtype)
         coef = self.kernel_coef_.T.astype(X.dtype)

@@ -280,8 +280,7 @@ def count_and_sum_step(client, state, message, *, min_rows=None):
     """Client step: (n_m, Σ x), for a sum-only round (the global mean);
     ``min_rows`` as in :func:`moments_step`."""
     _refuse_few_rows(client.X, min_rows, "count and sum")
-    n, mean, _ = _moments(client.X)
-    return state, (n, n * mean)
+    return state, _count_and_sum(_moments(client.X))
 
 
 @client_step("kernel.spread", sum_only=True)
@@ -291,8 +290,23 @@ def spread_step(client, state, mean, *, min_rows=None):
     around the client's own mean (see :func:`moments_step`); ``min_rows``
     as there."""
     _refuse_few_rows(client.X, min_rows, "spread")
-    n, own_mean, ss = _moments(client.X)
-    return state, ss + n * float(np.sum((own_mean - mean) ** 2))
+    return state, _spread_around(_moments(client.X), mean)
+
+
+def _count_and_sum(moments):
+    """(n_m, n_m x̄_m) from a client's moments (n_m, x̄_m, S_m)."""
+    n, mean, _ = moments
+    return n, n * mean
+
+
+def _spread_around(moments, mean):
+    """S_m + n_m ‖x̄_m − x̄‖², a client's spread around the global mean x̄
+    from its moments. The clients' masked rounds and the server's reading
+    of unmasked moments (:func:`gamma_from_moments`) share it and
+    :func:`_count_and_sum`, so that both compute γ with the same
+    roundings."""
+    n, own_mean, ss = moments
+    return ss + n * float(np.sum((own_mean - mean) ** 2))
 
 
 def _moments(X):
@@ -439,11 +453,9 @@ def gamma_from_moments(uploads):
 def _masked_spread(uploads):
     """S as :func:`federated_gamma`'s two masked sums give it, from the
     clients' moments."""
-    n = sum(int(u[0]) for u in uploads)
-    mean = sum_uploads([u[0] * u[1] for u in uploads]) / n
-    return sum_uploads(
-        [u[2] + u[0] * float(np.sum((u[1] - mean) ** 2)) for u in uploads]
-    )
+    n, total = sum_uploads([_count_and_sum(u) for u in uploads])
+    mean = total / n
+    return sum_uploads([_spread_around(u, mean) for u in uploads])
 
 
 def _gamma(n, ss, floor=None):

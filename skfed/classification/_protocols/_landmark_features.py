@@ -14,7 +14,7 @@ kernels is a kernel),
 
 gives z(x)ᵀz(y) = k(x, L) K_LL⁺ k(L, y), the kernel projected on the
 landmarks' span. The landmarks are the clients' local k-means centers, as
-kernel k-means' (``landmark_centers`` of
+kernel k-means' (``landmark_map`` of
 :mod:`skfed.cluster._protocols._kernel_kmeans_landmarks`): means of two
 distinct rows or more, computed without labels, never a row.
 
@@ -44,14 +44,18 @@ from ..._engine._protocol import client_step
 from ..._engine._rounds import sum_only
 from ...cluster._protocols._kernel_kmeans_landmarks import (
     LANDMARK_CENTERS,
-    landmark_centers,
     landmark_features,
-    landmark_whitening,
+    landmark_map,
 )
 from ...kernel._random_features import feature_min_rows
 from .._solvers._feature_ridge import solve_from_statistics
 from ._data_scale import data_scale, server_widths
-from ._random_features import class_statistics, kept_rows, statistics_raw_rows
+from ._random_features import (
+    block_scores,
+    class_statistics,
+    kept_rows,
+    statistics_raw_rows,
+)
 
 __all__ = [
     "LANDMARK_CENTERS",
@@ -134,12 +138,7 @@ def run_landmark_ridge(fed, *, n_classes, widths, n_landmarks):
         widths = server_widths(data_scale(fed), widths)
     widths = np.asarray(widths, dtype=np.float64)
     gammas = _gammas(widths)
-    landmarks = landmark_centers(fed, n_landmarks)
-    # Kernels of rows far from the origin are taken around the landmarks'
-    # mean: squared distances expanded on raw coordinates cancel there.
-    center = landmarks.mean(axis=0)
-    landmarks = landmarks - center
-    whitening = landmark_whitening(landmarks, gammas)
+    landmarks, center, whitening = landmark_map(fed, n_landmarks, gammas)
     D = whitening.shape[1]
     refuse = {"min_rows": feature_min_rows(D)} if fed.raw_rows == "refuse" else {}
     rows = partial(statistics_raw_rows, n_random_features=D, n_classes=n_classes)
@@ -167,12 +166,8 @@ def run_landmark_ridge(fed, *, n_classes, widths, n_landmarks):
 def landmark_scores(X, landmarks, center, whitening, widths, coef, intercept):
     """z(x)ᵀW + b for the rows X, a block of rows at a time (the clients'
     arithmetic: new points are mapped as the training rows were)."""
-    scores = np.empty((X.shape[0], coef.shape[1]))
     blocks = landmark_features(X, landmarks, center, whitening, _gammas(widths))
-    for block, rows in blocks:
-        scores[block] = rows @ coef
-    scores += intercept
-    return scores
+    return block_scores(blocks, X.shape[0], coef, intercept)
 
 
 # --------------------------------------------------------------------------

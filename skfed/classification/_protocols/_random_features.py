@@ -60,8 +60,11 @@ __all__ = [
     "FEATURE_STATISTICS",
     "FeatureRidgeResult",
     "PRIVATE_FEATURE_STATISTICS",
+    "block_scores",
+    "class_statistics",
     "class_statistics_sensitivity",
     "feature_scores",
+    "kept_rows",
     "run_feature_ridge",
     "statistics_raw_rows",
     "statistics_step",
@@ -224,8 +227,14 @@ def feature_scores(X, seed, n_random_features, widths, coef, intercept):
     omega, offset = multiwidth_map(
         seed, X.shape[1], n_random_features, tuple(float(w) for w in widths)
     )
-    scores = np.empty((X.shape[0], coef.shape[1]))
-    for block, rows in feature_blocks(X, omega, offset):
+    return block_scores(feature_blocks(X, omega, offset), X.shape[0], coef, intercept)
+
+
+def block_scores(blocks, n_rows, coef, intercept):
+    """Z W + b for the feature rows ``blocks`` yields ((slice, rows of Z)
+    pairs, ``n_rows`` in all), whichever map made them."""
+    scores = np.empty((n_rows, coef.shape[1]))
+    for block, rows in blocks:
         scores[block] = rows @ coef
     scores += intercept
     return scores

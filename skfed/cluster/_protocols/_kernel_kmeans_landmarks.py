@@ -71,6 +71,7 @@ __all__ = [
     "landmark_embedding",
     "landmark_features",
     "landmark_kernel",
+    "landmark_map",
     "landmark_rounds",
     "landmark_whitening",
     "local_landmarks",
@@ -227,12 +228,7 @@ def run_landmarks(
     else:
         gamma = float(gamma)
     refusing = fed.raw_rows == "refuse"
-    landmarks = landmark_centers(fed, n_landmarks)
-    # Kernels of rows far from the origin are taken around the landmarks'
-    # mean: squared distances expanded on raw coordinates cancel at 1e9.
-    center = landmarks.mean(axis=0)
-    landmarks = landmarks - center
-    whitening = landmark_whitening(landmarks, gamma)
+    landmarks, center, whitening = landmark_map(fed, n_landmarks, gamma)
     D = whitening.shape[1]
 
     refuse = {"min_rows": feature_min_rows(D)} if refusing else {}
@@ -287,6 +283,18 @@ def run_landmarks(
         shift=shift,
         client_ids=list(fed.client_ids),
     )
+
+
+def landmark_map(fed, n_landmarks, gamma):
+    """Round ``"landmark centers"`` and the map it gives: (L − c, c, W), the
+    pooled local centers around their mean c and the whitening of their
+    kernel (``gamma`` as in :func:`landmark_kernel`)."""
+    landmarks = landmark_centers(fed, n_landmarks)
+    # Kernels of rows far from the origin are taken around the landmarks'
+    # mean: squared distances expanded on raw coordinates cancel at 1e9.
+    center = landmarks.mean(axis=0)
+    landmarks = landmarks - center
+    return landmarks, center, landmark_whitening(landmarks, gamma)
 
 
 def landmark_centers(fed, n_landmarks):
