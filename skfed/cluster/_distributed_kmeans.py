@@ -51,6 +51,10 @@ def clipped_coreset_options(estimator, n_samples, auto_size):
         coreset_size = clip_to_data(
             "coreset_size", estimator.coreset_size, n_samples, "samples"
         )
+    if estimator.n_init == "auto":
+        # Resolved where the coreset's k-means knows its size, within the
+        # coreset's points (see FederatedKernelKMeans).
+        return coreset_size, "auto"
     n_init = clip_to_data(
         "n_init",
         estimator.n_init,

@@ -233,9 +233,29 @@ def test_the_clients_costs_decide_between_the_restarts():
     uploads = {r.direction: r for r in up}
     # c candidates of k centers in s columns down, c costs up per client.
     c = uploads["upload"].floats[0]
-    assert 2 <= c <= km.n_init
+    assert 2 <= c <= 50  # n_init="auto" restarts 50 times at k s <= 1,000
     assert set(uploads["upload"].floats) == {c}
     assert set(uploads["download"].floats) == {c * 2 * km.n_components_}
+
+
+@pytest.mark.parametrize("n_clusters, most", [(2, 50), (40, 10)])
+def test_auto_restarts_follow_the_size_of_the_servers_kmeans(n_clusters, most):
+    # n_init="auto": 50 restarts where k s <= 1,000, 10 above; an int is
+    # taken as given. What the clients receive counts the candidates.
+    X, _ = make_circles(2000, factor=0.3, noise=0.05, random_state=0)
+    for n_init, bound in [("auto", most), (3, 3)]:
+        km = FederatedKernelKMeans(n_clusters, gamma=10.0, n_init=n_init)
+        km.fit(X, partitions=4)
+        assert (n_clusters * km.n_components_ <= 1000) == (most == 50)
+        [down] = [
+            r
+            for r in km.communication_.records
+            if r.name == "coreset candidate costs" and r.direction == "download"
+        ]
+        c = down.floats[0] // (n_clusters * km.n_components_)
+        assert 1 <= c <= bound
+        if n_init == "auto" and most == 50:
+            assert c > 10
 
 
 def test_moons_reach_exact_kernel_kmeans_on_average():

@@ -209,8 +209,12 @@ def run_landmarks(
         (:func:`captured_components`).
     random_state : RandomState
         The server's generator.
-    coreset_size, n_init : int
+    coreset_size : int
         Of the coreset k-means, already clipped to the data.
+    n_init : int or "auto"
+        The server's restarts, already clipped to the data; ``"auto"`` as
+        :func:`~skfed.cluster._protocols._kernel_kmeans.auto_restarts`
+        says.
     n_landmarks : int
         n_L, the landmarks asked for over all clients (each client
         computes its share, :func:`local_landmarks`).

@@ -212,8 +212,12 @@ def run_one_shot(
         s, the columns of the embedding.
     random_state : RandomState
         The server's generator (the fit's ``rng``).
-    coreset_size, n_init : int
+    coreset_size : int
         Of the coreset k-means, already clipped to the data.
+    n_init : int or "auto"
+        The server's restarts, already clipped to the data; ``"auto"`` as
+        :func:`~skfed.cluster._protocols._kernel_kmeans.auto_restarts`
+        says.
     n_random_features, gamma, refine_iter
         As in :class:`~skfed.FederatedKernelKMeans`.
     sketch_size : int or None, default=None
