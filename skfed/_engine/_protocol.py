@@ -90,7 +90,9 @@ def client_step(
         numpy calls on small arrays), which threads serialise on the GIL:
         with 1,000 small clients two threads ran KFed's local round 1.5
         times slower than one. The joblib transport then runs rounds of
-        this step over small clients in worker processes (see
+        this step over small clients in worker processes, or, over too few
+        rows for processes to pay for their start, over many small clients
+        in the server's thread (see
         :class:`~skfed._engine._transports._joblib.JoblibTransport`); the state the step
         returns travels back, so it should be O(n_m) at most.
     in_processes : bool, default=True

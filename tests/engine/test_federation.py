@@ -328,10 +328,12 @@ def test_python_bound_steps_on_small_clients_run_in_processes(data, monkeypatch)
 
 def test_python_bound_steps_on_few_rows_run_in_threads(data):
     # Below _MIN_PROCESS_ROWS rows a round is too short to pay for starting
-    # worker processes: threads, whatever the step is marked.
+    # worker processes: over a few clients, threads, whatever the step is
+    # marked (over many, see
+    # test_python_bound_steps_on_many_small_clients_and_few_rows_run_here).
     X, ids = data
-    _, pids, _ = _where(X, ids)
-    assert pids == {os.getpid()}
+    _, pids, threads = _where(X, ids)
+    assert pids == {os.getpid()} and threading.get_ident() not in threads
 
 
 def test_python_bound_steps_on_large_clients_run_in_threads(monkeypatch):
@@ -540,6 +542,76 @@ def test_a_short_first_round_over_many_small_clients_stays_here(virtual_clock):
             threads = fed.run_round("sleep", _sleep_by_place, _SLOW_POOL)
             second = fed.run_round("sleep", _sleep_by_place, _SLOW_POOL)
     assert set(threads) == set(second) == {threading.get_ident()}
+
+
+@client_step("test_federation.python_bound_sleep", python_bound=True)
+def _python_bound_sleep(client, state, seconds):
+    """:func:`_sleep_by_place` for a step registered as Python-bound."""
+    return _sleep_by_place(client, state, seconds)
+
+
+@pytest.mark.parametrize(
+    "config, places",
+    [
+        # joblib's default backend: threads only for want of rows for
+        # processes, where the clients would queue on the GIL; the server's
+        # thread, although timed there the round would take 0.26 s, which
+        # sends an unmarked step's round to the pool (see
+        # test_a_long_first_round_over_many_small_clients_goes_to_the_pool).
+        ({}, ["here"] * 64),
+        ({"n_jobs": 2}, ["here"] * 64),
+        # The server's thread meets a shared-memory requirement.
+        ({"require": "sharedmem"}, ["here"] * 64),
+        # Threads chosen by the user are threads: the pilot, then the pool.
+        ({"backend": "threading"}, ["here"] * 4 + ["pool"] * 60),
+    ],
+)
+def test_python_bound_steps_on_many_small_clients_and_few_rows_run_here(
+    config, places, virtual_clock
+):
+    X = np.random.RandomState(0).standard_normal((128, 3))
+    p = check_partitions(_MANY, 128)
+    seconds = {"pool": 0.0, "here": 0.004}
+    with parallel_config(**config):
+        with Federation.from_arrays(X, None, p, random_state=0, n_jobs=2) as fed:
+            rounds = [
+                fed.run_round("sleep", _python_bound_sleep, seconds) for _ in range(2)
+            ]
+    seen = [
+        ["here" if t == threading.get_ident() else "pool" for t in threads]
+        for threads in rounds
+    ]
+    assert seen[0] == places
+    if places[-1] == "here":
+        # Every round, not the first alone (no trial in the pool).
+        assert seen[1] == places
+
+
+def test_python_bound_steps_on_a_few_small_clients_keep_their_trials(virtual_clock):
+    # Too few clients per worker for the rule above: the first round in the
+    # pool (threads), the server's thread tried next (its time decides).
+    X = np.random.RandomState(0).standard_normal((60, 3))
+    p = check_partitions(np.repeat(np.arange(20), 3), 60)
+    with Federation.from_arrays(X, None, p, random_state=0, n_jobs=2) as fed:
+        seen = []
+        for _ in range(3):
+            threads = fed.run_round("sleep", _python_bound_sleep, _FAST_POOL)
+            seen.append("here" if set(threads) == {threading.get_ident()} else "pool")
+    assert seen == ["pool", "here", "pool"]
+
+
+def test_python_bound_steps_over_many_small_clients_give_the_same_model():
+    # KFed's local step is Python-bound: over 64 clients of 6 rows, n_jobs=2
+    # runs it in the server's thread, and the model is n_jobs=1's.
+    from skfed import KFed
+
+    X = np.random.RandomState(0).standard_normal((384, 3))
+    partitions = np.repeat(np.arange(64), 6)
+    ref = KFed(3, n_local_clusters=2, random_state=0).fit(X, partitions=partitions)
+    model = KFed(3, n_local_clusters=2, random_state=0, n_jobs=2)
+    model.fit(X, partitions=partitions)
+    np.testing.assert_allclose(model.cluster_centers_, ref.cluster_centers_, rtol=1e-12)
+    np.testing.assert_array_equal(model.labels_, ref.labels_)
 
 
 @pytest.mark.parametrize("rows, place", [(2, "here"), (3000, "pool")])

@@ -1,7 +1,7 @@
 """The default transport: clients held in this process, their steps run in
 one joblib pool per fit (threads, or worker processes for Python-bound steps
 over small clients), or in the server's thread when a round is too short for
-the pool."""
+the pool or its Python-level work would queue on the GIL in threads."""
 
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -43,9 +43,10 @@ _SMALL_CLIENT = 2048
 # machine): below them the round is short whatever runs it (3 clients of
 # 100 rows with n_jobs=2 took 12 s in processes, 0.04 s in one thread).
 _MIN_PROCESS_ROWS = 2**15
-# The first round of a step over at least this many small clients per
-# worker times this share of them in the server's thread (see
-# JoblibTransport._pilot).
+# Small clients per worker from which a round counts as over many of
+# them: the first round of a step then times this share of them in the
+# server's thread (see JoblibTransport._pilot), and a Python-bound step's
+# rounds bound for threads run there (see JoblibTransport._place).
 _PILOT_SHARE = 16
 # Rows of a pool task, when the round's clients hold more than a task per
 # worker (see _task_shares): a wave's worth (see
@@ -83,6 +84,11 @@ def _python_bound_here(step, calls):
     return getattr(step, "python_bound", False) and _small(calls)
 
 
+def _rows(calls):
+    """The rows of a round's clients."""
+    return sum(args[1].n_samples for args in calls)
+
+
 class JoblibTransport:
     """Clients held in this process; steps run in one joblib pool per fit.
 
@@ -95,12 +101,18 @@ class JoblibTransport:
     in worker processes instead (joblib's loky backend), where threads
     would queue on the GIL: KFed
     over 1,000 clients of 100 rows took 2.1 s with one worker, 3.0 s with
-    two threads and 1.3 s with two processes; one registered with
-    ``in_processes=False`` (its result depends on BLAS's thread count, or
-    its round is too short for processes) runs over such clients in the
-    server's thread. An enclosing
-    ``joblib.parallel_config(backend=...)`` still decides for both kinds of
-    round.
+    two threads and 1.3 s with two processes. Over fewer rows, too few
+    for processes to pay for their start, its rounds over many such
+    clients (at least 16 per worker) run in the server's thread: kernel
+    k-means' landmark centers over 1,000 clients of 10 rows took 0.28 s
+    there and 0.35 s in two threads (over 10 clients of 1,000 rows, whose
+    larger arrays release the GIL more, 0.076 s against 0.062 s: those
+    stay in threads). One registered with ``in_processes=False`` (its
+    result depends on BLAS's thread count, or its round is too short for
+    processes) runs over small clients in the server's thread whatever
+    their number. An enclosing ``joblib.parallel_config(backend=...)``
+    still decides for both kinds of round: threads chosen there run the
+    rounds that processes would, and those over too few rows, in threads.
 
     Clients are handed to the workers in tasks of consecutive clients
     (``_task_shares``); where a round runs, in the pool or in the
@@ -159,6 +171,13 @@ class JoblibTransport:
         # Under joblib's dask backend Federation.from_arrays uses the dask
         # transport instead; a pool built here serves threads or processes.
         backend, _ = get_active_backend(prefer="threads")
+        # Threads chosen by the user, not by joblib's default: asked for
+        # processes, joblib answers with loky unless a backend was set
+        # (require=None: an enclosing require="sharedmem" would make the
+        # question an error). Read before the server's sequential
+        # configuration below hides the user's.
+        chosen, _ = get_active_backend(prefer="processes", require=None)
+        self._threads_chosen = isinstance(chosen, ThreadingBackend)
         self._threads = self._parallel = None
         n_threads = effective_n_jobs(self.n_jobs)
         if isinstance(backend, ThreadingBackend) and n_threads > 1:
@@ -318,10 +337,16 @@ class JoblibTransport:
 
         For small clients a round in the pool can cost more than it saves:
         the dispatch, and threads queueing on the GIL in Python-level work.
-        A step's first round runs in the pool, except over at least
-        ``_PILOT_SHARE`` clients per worker, of at most ``_SMALL_CLIENT``
-        rows on average, bound for threads: that round starts with a
-        pilot. Iterative protocols (Lanczos, Lloyd) repeat a step many
+        A ``python_bound`` step runs here over small clients when it is
+        registered with ``in_processes=False``, and over at least
+        ``_PILOT_SHARE`` of them per worker when its round would go to the
+        transport's threads only for want of rows for processes (see
+        :meth:`_pool`) and the user did not choose threads: a one-shot
+        protocol runs such a step once, too few times to learn from its
+        timings. A step's first round runs in the pool, except over at
+        least ``_PILOT_SHARE`` clients per worker, of at most
+        ``_SMALL_CLIENT`` rows on average, bound for threads: that round
+        starts with a pilot. Iterative protocols (Lanczos, Lloyd) repeat a step many
         times: a step whose pool round took less than ``_CHEAP_ROUND`` runs
         here from then on, one whose pool round took at least
         ``_LONG_ROUND`` stays in the pool while its rounds take that long
@@ -335,13 +360,24 @@ class JoblibTransport:
         wherever it runs; only the time changes.
         """
         step = resolve_step(call.name, call.module)
-        if not getattr(step, "in_processes", True) and _python_bound_here(step, calls):
-            # Threads cannot help it, and processes would change it or
-            # cost more than they save.
-            return "here"
+        many = len(calls) >= _PILOT_SHARE * self._n_workers
+        if _python_bound_here(step, calls):
+            if not getattr(step, "in_processes", True):
+                # Threads cannot help it, and processes would change it or
+                # cost more than they save.
+                return "here"
+            if (
+                many
+                and self._threads is not None
+                and not self._threads_chosen
+                and _rows(calls) < _MIN_PROCESS_ROWS
+            ):
+                # Threads only because processes would not pay for their
+                # start: the clients' Python-level work would queue on the
+                # GIL there.
+                return "here"
         timings = self._timings.get(call.name)
         if timings is None:
-            many = len(calls) >= _PILOT_SHARE * self._n_workers
             if many and _small(calls) and self._pool(call, calls) is self._threads:
                 return "pilot"
             return "pool"
@@ -369,8 +405,7 @@ class JoblibTransport:
         small clients holding at least ``_MIN_PROCESS_ROWS`` rows in all,
         threads otherwise."""
         step = resolve_step(call.name, call.module)
-        rows = sum(args[1].n_samples for args in calls)
-        if not _python_bound_here(step, calls) or rows < _MIN_PROCESS_ROWS:
+        if not _python_bound_here(step, calls) or _rows(calls) < _MIN_PROCESS_ROWS:
             return self._parallel if self._threads is None else self._threads
         if self._processes is None:
             # Entered inside the server's sequential configuration: leave it
