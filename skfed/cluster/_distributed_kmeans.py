@@ -406,6 +406,15 @@ class DistributedKMeans(
             return kfed_rounds(refine_iter=self._row_free_refine_iter())
         return coreset_rounds(self.refine_iter)
 
+    # The clients' steps are light (one local k-means and a few passes over
+    # their rows) against sending 1,000 clients' rows to worker processes
+    # and their states back: N = 100,000 over 1,000 clients of 100 rows,
+    # d = 20, k = 10, one thread each, took 0.69 s with two resident
+    # workers and 0.48 s with n_jobs=1; in this process with two threads
+    # (the transport keeps its Python-bound steps in the server's thread)
+    # 0.57 s against 0.53 s.
+    _clients_in_processes = False
+
     _parameter_constraints: dict = {
         "n_clusters": [StrictInterval(numbers.Integral, 1, None, closed="left")],
         "coreset_size": [
