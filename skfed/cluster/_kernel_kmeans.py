@@ -373,7 +373,8 @@ class FederatedKernelKMeans(
         and ``n_init`` k·s down). ``"auto"``: 50 where the server's k-means
         is small (k·s at most 1,000, s the embedding's columns), 10 where
         its restarts cost more and matter less (k = 50 on 100 components,
-        20,000 rows: 1.95 s a fit with 50 restarts, 1.05 s with 10). On
+        20,000 rows: 1.95 s a fit with 50 restarts, 1.05 s with 10), and
+        10 on the pooled local centers under ``raw_rows="refuse"``. On
         two moons at γ = 10 (12 seeds, 5 clients, k·s = 58) the restarts
         found the moons more often as they grew: NMI 0.43 with 10, 0.55
         with 30, 0.62 with 50 (exact kernel k-means,

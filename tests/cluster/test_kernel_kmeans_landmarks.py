@@ -271,3 +271,15 @@ def test_moons_reach_exact_kernel_kmeans_on_average():
         ours.append(nmi(y, km.fit(X, partitions=5).labels_))
         exact.append(nmi(y, exact_kernel_kmeans(K, 2, seed=seed)[0]))
     assert np.mean(ours) >= np.mean(exact) - 0.02
+
+
+def test_auto_restarts_under_refusal_fit_without_a_warning():
+    # Under raw_rows="refuse" the server's restarts run over the pooled
+    # local centers, a few points: "auto" takes 10 there, which they always
+    # allow, so the defaults warn of nothing.
+    X, _ = make_circles(600, factor=0.3, noise=0.05, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        FederatedKernelKMeans(2, gamma=10.0, raw_rows="refuse", random_state=0).fit(
+            X, partitions=3
+        )

@@ -177,7 +177,10 @@ def cluster_embedding(
     Returns the coreset's result, or k-FED's, whose ``cluster_centers``,
     ``inertia`` and ``n_refine_iter`` the estimator reads.
     """
-    if n_init == "auto":
+    if n_init == "auto" and fed.raw_rows == "refuse":
+        # Over the pooled local centers, a few points: k-FED's 10.
+        n_init = _AUTO_RESTARTS_LARGE
+    elif n_init == "auto":
         n_init = auto_restarts(n_clusters, n_components, coreset_size + fed.n_samples)
     if fed.raw_rows != "refuse":
         return federated_coreset_kmeans(
