@@ -151,10 +151,12 @@ def _children_peak_rss_mb():
     return total
 
 
-def _start_resident_workers(n_jobs, sizes):
+def _start_resident_workers(n_jobs, sizes, in_processes):
     """Start the worker processes that hold many small clients, and load
     skfed in them (a warm-up fit on fewer rows than they take does not),
-    when the fit's clients (of ``sizes`` rows) go there. Idle workers that
+    when the fit's clients (of ``sizes`` rows) go there: the estimator
+    lets them (``in_processes``, its ``_clients_in_processes``) and the
+    transport's rule sends them (as ``make_transport`` asks). Idle workers that
     the fit does not use are left unstarted: alive, they slowed its page
     faults (kernel k-means over 1,000 clients of 10 rows, whose feature
     statistics allocate about 400 MB: 1.7-2.2 s for that round beside two
@@ -166,7 +168,7 @@ def _start_resident_workers(n_jobs, sizes):
         resident_processes_pay,
     )
 
-    if resident_processes_pay(n_jobs, sizes):
+    if in_processes and resident_processes_pay(n_jobs, sizes):
         for executor in _open_workers(n_jobs):
             executor.submit(_forget, None).result()
         _close_workers(n_jobs)
@@ -216,11 +218,14 @@ def cell(name, n, m, n_jobs, baseline, warm):
             # measured apart.
             small = np.random.RandomState(1).randint(min(m, 20), size=2_000)
             t0 = time.perf_counter()
-            make_estimator(name, n_jobs).fit(
+            warm_up = make_estimator(name, n_jobs)
+            warm_up.fit(
                 X[:2_000], None if target is None else target[:2_000], partitions=small
             )
             sizes = np.bincount(parts)
-            _start_resident_workers(n_jobs, sizes[sizes > 0])
+            _start_resident_workers(
+                n_jobs, sizes[sizes > 0], warm_up._clients_in_processes
+            )
             warm_s = time.perf_counter() - t0
         before = _rss_mb()
         if baseline:

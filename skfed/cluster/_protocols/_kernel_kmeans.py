@@ -339,8 +339,7 @@ def run_kernel_kmeans(
         Of the coreset k-means, already clipped to the data.
     n_init : int or "auto"
         The server's restarts, already clipped to the data; ``"auto"`` as
-        ``auto_restarts``
-        says.
+        ``auto_restarts`` says.
     n_random_features, gamma, threshold, step_size, max_iter, tol, \
 eigen_solver, eigen_tol, lanczos_block_size, use_cem, refine_iter, \
 verbose

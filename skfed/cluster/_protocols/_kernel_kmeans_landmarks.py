@@ -213,8 +213,7 @@ def run_landmarks(
         Of the coreset k-means, already clipped to the data.
     n_init : int or "auto"
         The server's restarts, already clipped to the data; ``"auto"`` as
-        ``auto_restarts``
-        says.
+        ``auto_restarts`` says.
     n_landmarks : int
         n_L, the landmarks asked for over all clients (each client
         computes its share, :func:`local_landmarks`).

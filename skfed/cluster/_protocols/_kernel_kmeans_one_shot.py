@@ -216,8 +216,7 @@ def run_one_shot(
         Of the coreset k-means, already clipped to the data.
     n_init : int or "auto"
         The server's restarts, already clipped to the data; ``"auto"`` as
-        ``auto_restarts``
-        says.
+        ``auto_restarts`` says.
     n_random_features, gamma, refine_iter
         As in :class:`~skfed.FederatedKernelKMeans`.
     sketch_size : int or None, default=None
